@@ -1,0 +1,1 @@
+//! rucx C ABI (libucp.so.0 and friends).

@@ -1,0 +1,1 @@
+//! rucx collectives over ucp.

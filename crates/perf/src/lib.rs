@@ -1,0 +1,1 @@
+//! rucx benchmark library: test runners, results, table and JSON output.

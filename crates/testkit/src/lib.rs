@@ -1,0 +1,1 @@
+//! rucx dev-only test harness: process spawning, conformance suites, simulated fabric.

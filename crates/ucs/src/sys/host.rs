@@ -1,0 +1,56 @@
+//! Host identity and machine facts.
+//!
+//! The host id decides shared-memory reachability: two interfaces can use shm only when
+//! their host ids are equal. It hashes the kernel's boot id, so processes in different
+//! network namespaces of one kernel still see each other (they can share memory), while
+//! two machines or two boots never collide in practice.
+
+use std::sync::OnceLock;
+
+/// A 64-bit id of this running kernel.
+pub fn host_id() -> u64 {
+    static ID: OnceLock<u64> = OnceLock::new();
+    *ID.get_or_init(|| {
+        let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+        let name = hostname();
+        fnv1a(boot.trim().as_bytes()) ^ fnv1a(name.as_bytes()).rotate_left(17)
+    })
+}
+
+/// The host name (empty if unknown).
+pub fn hostname() -> String {
+    rustix::system::uname()
+        .nodename()
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// The page size.
+pub fn page_size() -> usize {
+    rustix::param::page_size()
+}
+
+/// Number of online CPUs.
+pub fn cpu_count() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// FNV-1a, 64 bit: a small stable hash for ids (not for security).
+pub fn fnv1a(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in bytes {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn host_id_is_stable() {
+        assert_eq!(super::host_id(), super::host_id());
+        assert_ne!(super::host_id(), 0);
+        assert!(super::page_size() >= 4096);
+    }
+}

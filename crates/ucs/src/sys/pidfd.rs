@@ -1,0 +1,33 @@
+//! Obtaining a duplicate of another process's file descriptor (`pidfd_getfd`).
+//!
+//! rucx shares memory segments and wakeup descriptors between processes this way instead
+//! of through names in /dev/shm: nothing is left in a file system when the owner dies, even
+//! by SIGKILL, and the permission needed is the one cross-memory attach needs anyway.
+
+use crate::{Result, Status};
+use rustix::process::{pidfd_getfd, pidfd_open, Pid, PidfdFlags, PidfdGetfdFlags};
+use std::os::fd::{OwnedFd, RawFd};
+
+/// Duplicates descriptor `fd` of process `pid` into this process.
+pub fn fd_of_process(pid: u32, fd: i32) -> Result<OwnedFd> {
+    let pid = i32::try_from(pid)
+        .ok()
+        .and_then(Pid::from_raw)
+        .ok_or(Status::InvalidAddr)?;
+    if fd < 0 {
+        return Err(Status::InvalidAddr);
+    }
+    let pidfd = pidfd_open(pid, PidfdFlags::empty()).map_err(|e| {
+        tracing::debug!("pidfd_open({pid:?}) failed: {e}");
+        Status::Unreachable
+    })?;
+    pidfd_getfd(&pidfd, fd as RawFd, PidfdGetfdFlags::empty()).map_err(|e| {
+        tracing::debug!("pidfd_getfd({pid:?}, {fd}) failed: {e}");
+        Status::Unreachable
+    })
+}
+
+/// This process's id.
+pub fn current_pid() -> u32 {
+    rustix::process::getpid().as_raw_nonzero().get() as u32
+}

@@ -1,0 +1,1 @@
+//! rucx sans-IO reliability engine for datagram transports.

@@ -1,0 +1,1 @@
+//! rucx transport layer: memory domains, interfaces, endpoints; self and shm transports.
