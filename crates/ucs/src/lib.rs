@@ -4,7 +4,16 @@
 //! Nothing here knows about transports or protocols; every other crate builds on it.
 
 pub mod config;
+pub mod event;
+pub mod log;
+pub mod pool;
+pub mod stats;
 pub mod status;
 pub mod sys;
+pub mod timer;
 
+pub use event::{EventSet, Events};
+pub use pool::{Pool, PoolIdx};
+pub use stats::{Counter, CounterSet};
 pub use status::{Result, Status};
+pub use timer::{now_ns, TimerId, TimerQueue};

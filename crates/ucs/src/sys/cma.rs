@@ -13,7 +13,13 @@ pub fn read(pid: u32, remote_addr: u64, local: &mut [u8]) -> Result<()> {
 
 /// Writes `local` to `remote_addr` of process `pid`.
 pub fn write(pid: u32, remote_addr: u64, local: &[u8]) -> Result<()> {
-    transfer(pid, remote_addr, local.as_ptr().cast_mut(), local.len(), true)
+    transfer(
+        pid,
+        remote_addr,
+        local.as_ptr().cast_mut(),
+        local.len(),
+        true,
+    )
 }
 
 /// Moves `len` bytes between `local` and the peer, looping over partial transfers.
@@ -27,7 +33,9 @@ fn transfer(pid: u32, remote_addr: u64, local: *mut u8, len: usize, to_remote: b
             iov_base: unsafe { local.add(done) }.cast(),
             iov_len: len - done,
         };
-        let raddr = remote_addr.checked_add(done as u64).ok_or(Status::InvalidAddr)?;
+        let raddr = remote_addr
+            .checked_add(done as u64)
+            .ok_or(Status::InvalidAddr)?;
         let riov = libc::iovec {
             iov_base: raddr as usize as *mut libc::c_void,
             iov_len: len - done,

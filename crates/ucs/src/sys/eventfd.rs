@@ -41,14 +41,7 @@ impl EventFd {
     /// Blocks until the descriptor is readable or `timeout_ms` passes (-1: forever).
     /// Returns true when it became readable.
     pub fn wait(&self, timeout_ms: i32) -> Result<bool> {
-        let mut fds = [rustix::event::PollFd::new(&self.fd, rustix::event::PollFlags::IN)];
-        loop {
-            match rustix::event::poll(&mut fds, timeout_ms) {
-                Ok(n) => return Ok(n > 0),
-                Err(rustix::io::Errno::INTR) => continue,
-                Err(e) => return Err(Status::from(e)),
-            }
-        }
+        crate::sys::poll::readable(self.fd.as_fd(), timeout_ms)
     }
 }
 

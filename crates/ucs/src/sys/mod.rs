@@ -9,6 +9,7 @@ pub mod eventfd;
 pub mod host;
 pub mod mapping;
 pub mod pidfd;
+pub mod poll;
 pub mod shm;
 
 pub use eventfd::EventFd;

@@ -36,11 +36,10 @@ impl ShmSegment {
     /// into this process. `name` only labels it in /proc for debugging.
     pub fn create(name: &str, len: usize) -> Result<ShmSegment> {
         let len = round_up(len.max(1), crate::sys::host::page_size());
-        let fd = rustix::fs::memfd_create(name, rustix::fs::MemfdFlags::CLOEXEC)
-            .map_err(|e| {
-                tracing::warn!("memfd_create failed: {e}");
-                Status::ShmemSegment
-            })?;
+        let fd = rustix::fs::memfd_create(name, rustix::fs::MemfdFlags::CLOEXEC).map_err(|e| {
+            tracing::warn!("memfd_create failed: {e}");
+            Status::ShmemSegment
+        })?;
         rustix::fs::fchmod(&fd, rustix::fs::Mode::from_raw_mode(0o600))
             .map_err(|_| Status::ShmemSegment)?;
         rustix::fs::ftruncate(&fd, len as u64).map_err(|e| {

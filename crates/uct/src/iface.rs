@@ -1,0 +1,467 @@
+//! [`Iface`]: one transport on one device, with static dispatch over the transports, the
+//! pending queue shared by all of them, and the RMA/atomic entry points.
+//!
+//! Invariants: operations on an endpoint that has queued pending requests return
+//! `NoResource` (so the order of an endpoint's operations is kept) except from inside that
+//! endpoint's own pending callback; the pending queues are only walked by `progress` when
+//! some endpoint has one.
+
+use crate::config::IfaceConfig;
+use crate::rkey::Rkey;
+use crate::self_tl::SelfIface;
+use crate::shm::ShmIface;
+use crate::types::*;
+use crate::{rma, Transport};
+use std::collections::VecDeque;
+use std::os::fd::BorrowedFd;
+use ucs::{Result, Status};
+
+enum Tl {
+    SelfTl(SelfIface),
+    Shm(ShmIface),
+}
+
+/// An open interface.
+pub struct Iface {
+    tl: Tl,
+    /// Pending queues by endpoint id.
+    pending: Vec<VecDeque<PendingFn>>,
+    /// Endpoints that have a non-empty pending queue, in the order they got one.
+    pending_eps: VecDeque<EpId>,
+    /// The endpoint whose pending callback is running (it may send past its own queue).
+    dispatching: Option<EpId>,
+}
+
+macro_rules! dispatch {
+    ($self:expr, $t:ident => $e:expr) => {
+        match &mut $self.tl {
+            Tl::SelfTl($t) => $e,
+            Tl::Shm($t) => $e,
+        }
+    };
+}
+
+impl Iface {
+    /// Opens an interface of `transport` with `cfg`.
+    pub fn open(transport: Transport, cfg: &IfaceConfig) -> Result<Iface> {
+        let tl = match transport {
+            Transport::SelfTl => Tl::SelfTl(SelfIface::open(cfg)?),
+            Transport::Shm => Tl::Shm(ShmIface::open(cfg)?),
+        };
+        Ok(Iface {
+            tl,
+            pending: Vec::new(),
+            pending_eps: VecDeque::new(),
+            dispatching: None,
+        })
+    }
+
+    pub fn transport(&self) -> Transport {
+        match self.tl {
+            Tl::SelfTl(_) => Transport::SelfTl,
+            Tl::Shm(_) => Transport::Shm,
+        }
+    }
+
+    pub fn attr(&self) -> &IfaceAttr {
+        match &self.tl {
+            Tl::SelfTl(t) => t.attr(),
+            Tl::Shm(t) => t.attr(),
+        }
+    }
+
+    /// The interface address peers connect to.
+    pub fn address(&self) -> Vec<u8> {
+        match &self.tl {
+            Tl::SelfTl(t) => t.address(),
+            Tl::Shm(t) => t.address(),
+        }
+    }
+
+    /// The device address: identifies the host.
+    pub fn device_address(&self) -> Vec<u8> {
+        crate::shm::address::encode_device_addr(ucs::sys::host::host_id())
+    }
+
+    /// True when an endpoint to (`device_addr`, `iface_addr`) can be created.
+    pub fn is_reachable(&self, device_addr: &[u8], iface_addr: &[u8]) -> bool {
+        let same_host = crate::shm::address::decode_device_addr(device_addr)
+            .is_ok_and(|h| h == ucs::sys::host::host_id());
+        same_host
+            && match &self.tl {
+                Tl::SelfTl(t) => t.is_reachable(iface_addr),
+                Tl::Shm(_) => crate::shm::address::ShmIfaceAddr::decode(iface_addr).is_ok(),
+            }
+    }
+
+    /// Installs the handler for active-message id `id` (< 32).
+    pub fn set_am_handler(&mut self, id: u8, h: AmHandler) -> Result<()> {
+        dispatch!(self, t => t.handlers().set(id, h))
+    }
+
+    /// Removes the handler of `id`.
+    pub fn clear_am_handler(&mut self, id: u8) -> Result<()> {
+        dispatch!(self, t => t.handlers().clear(id))
+    }
+
+    /// Creates an endpoint to the interface at `iface_addr`.
+    pub fn ep_create(&mut self, iface_addr: &[u8]) -> Result<EpId> {
+        let ep = dispatch!(self, t => t.ep_create(iface_addr))?;
+        let i = ep.0 as usize;
+        if self.pending.len() <= i {
+            self.pending.resize_with(i + 1, VecDeque::new);
+        }
+        Ok(ep)
+    }
+
+    /// Destroys an endpoint; its pending requests are dropped without being called.
+    pub fn ep_destroy(&mut self, ep: EpId) -> Result<()> {
+        dispatch!(self, t => t.ep_destroy(ep))?;
+        self.pending_purge(ep);
+        Ok(())
+    }
+
+    /// Number of live endpoints.
+    pub fn ep_count(&self) -> usize {
+        match &self.tl {
+            Tl::SelfTl(t) => t.ep_count(),
+            Tl::Shm(t) => t.ep_count(),
+        }
+    }
+
+    fn check_ep(&mut self, ep: EpId) -> Result<()> {
+        match &mut self.tl {
+            Tl::SelfTl(t) => t.check_ep(ep),
+            Tl::Shm(t) => t.ep_has_space(ep).map(|_| ()),
+        }
+    }
+
+    /// True when `ep` must queue behind its pending requests.
+    #[inline]
+    fn blocked(&self, ep: EpId) -> bool {
+        !self.pending_eps.is_empty()
+            && self.dispatching != Some(ep)
+            && self
+                .pending
+                .get(ep.0 as usize)
+                .is_some_and(|q| !q.is_empty())
+    }
+
+    /// Sends a short active message: `hdr` then `payload` (at most `max_am_short`).
+    #[inline]
+    pub fn am_short(&mut self, ep: EpId, id: u8, hdr: u64, payload: &[u8]) -> Result<Outcome> {
+        if self.blocked(ep) {
+            return Ok(Outcome::NoResource);
+        }
+        dispatch!(self, t => t.am_short(ep, id, hdr, payload))
+    }
+
+    /// Sends an active message whose payload `pack` writes into the transport's buffer
+    /// (at most `max_am_bcopy` bytes); returns the packed length.
+    #[inline]
+    pub fn am_bcopy(
+        &mut self,
+        ep: EpId,
+        id: u8,
+        pack: impl FnOnce(&mut [u8]) -> usize,
+    ) -> Result<Outcome<usize>> {
+        if self.blocked(ep) {
+            return Ok(Outcome::NoResource);
+        }
+        dispatch!(self, t => t.am_bcopy(ep, id, pack))
+    }
+
+    /// Sends `header` followed by the buffers of `iov` without an intermediate copy. On
+    /// self and shm it completes before returning; a transport that returns `InProgress`
+    /// reports completion with `comp`.
+    pub fn am_zcopy(
+        &mut self,
+        ep: EpId,
+        id: u8,
+        header: &[u8],
+        iov: &[&[u8]],
+        _comp: Comp,
+    ) -> Result<Outcome> {
+        if self.blocked(ep) {
+            return Ok(Outcome::NoResource);
+        }
+        dispatch!(self, t => t.am_zcopy(ep, id, header, iov))
+    }
+
+    /// Stores `data` at `addr` of the key's memory (at most `max_put_short` bytes).
+    #[inline]
+    pub fn put_short(&mut self, ep: EpId, data: &[u8], addr: u64, rkey: &Rkey) -> Result<Outcome> {
+        if data.len() > self.attr().max_put_short {
+            return Err(Status::InvalidParam);
+        }
+        self.check_ep(ep)?;
+        rma::put(rkey, addr, &[data]).map(Outcome::Done)
+    }
+
+    /// Stores what `pack` produces (at most `max_put_bcopy` bytes) at `addr`.
+    pub fn put_bcopy(
+        &mut self,
+        ep: EpId,
+        pack: impl FnOnce(&mut [u8]) -> usize,
+        addr: u64,
+        rkey: &Rkey,
+    ) -> Result<Outcome<usize>> {
+        self.check_ep(ep)?;
+        let cap = self.attr().max_put_bcopy;
+        if rkey.is_direct() {
+            // Pack straight into the target: the key's range bounds the slice.
+            let (base, len) = rkey.range();
+            let room = (base + len).saturating_sub(addr).min(cap as u64) as usize;
+            let p = rkey.ptr(addr, room)?;
+            // SAFETY: ptr() checked `room` bytes at p lie in mapped memory of the key.
+            let dst = unsafe { std::slice::from_raw_parts_mut(p, room) };
+            let n = pack(dst);
+            return if n <= room {
+                Ok(Outcome::Done(n))
+            } else {
+                Err(Status::InvalidParam)
+            };
+        }
+        let mut buf = vec![0u8; cap];
+        let n = pack(&mut buf);
+        if n > cap {
+            return Err(Status::InvalidParam);
+        }
+        rma::put(rkey, addr, &[&buf[..n]]).map(|_| Outcome::Done(n))
+    }
+
+    /// Writes the concatenation of `iov` at `addr` in one copy (CMA or mapping).
+    pub fn put_zcopy(
+        &mut self,
+        ep: EpId,
+        iov: &[&[u8]],
+        addr: u64,
+        rkey: &Rkey,
+        _comp: Comp,
+    ) -> Result<Outcome> {
+        self.check_ep(ep)?;
+        rma::put(rkey, addr, iov).map(Outcome::Done)
+    }
+
+    /// Reads `len` bytes at `addr` and hands them to `unpack`.
+    pub fn get_bcopy(
+        &mut self,
+        ep: EpId,
+        len: usize,
+        addr: u64,
+        rkey: &Rkey,
+        unpack: impl FnOnce(&[u8]),
+        _comp: Comp,
+    ) -> Result<Outcome> {
+        self.check_ep(ep)?;
+        if len > self.attr().max_get_bcopy {
+            return Err(Status::InvalidParam);
+        }
+        if rkey.is_direct() {
+            let p = rkey.ptr(addr, len)?;
+            // SAFETY: ptr() checked `len` bytes at p lie in mapped memory of the key.
+            unpack(unsafe { std::slice::from_raw_parts(p, len) });
+            return Ok(Outcome::Done(()));
+        }
+        let mut buf = vec![0u8; len];
+        rma::get(rkey, addr, &mut [&mut buf])?;
+        unpack(&buf);
+        Ok(Outcome::Done(()))
+    }
+
+    /// Reads into the concatenation of `iov` from `addr` in one copy.
+    pub fn get_zcopy(
+        &mut self,
+        ep: EpId,
+        iov: &mut [&mut [u8]],
+        addr: u64,
+        rkey: &Rkey,
+        _comp: Comp,
+    ) -> Result<Outcome> {
+        self.check_ep(ep)?;
+        rma::get(rkey, addr, iov).map(Outcome::Done)
+    }
+
+    /// An atomic without a result (add, and, or, xor).
+    pub fn atomic_post(
+        &mut self,
+        ep: EpId,
+        op: AtomicOp,
+        size: AtomicSize,
+        value: u64,
+        addr: u64,
+        rkey: &Rkey,
+    ) -> Result<Outcome> {
+        if matches!(op, AtomicOp::Swap | AtomicOp::Cswap) {
+            return Err(Status::InvalidParam);
+        }
+        self.check_ep(ep)?;
+        rma::atomic(rkey, op, size, addr, value, 0).map(|_| Outcome::Done(()))
+    }
+
+    /// An atomic that returns the previous value (`compare` is used by cswap only).
+    #[allow(clippy::too_many_arguments)]
+    pub fn atomic_fetch(
+        &mut self,
+        ep: EpId,
+        op: AtomicOp,
+        size: AtomicSize,
+        value: u64,
+        compare: u64,
+        addr: u64,
+        rkey: &Rkey,
+        _comp: Comp,
+    ) -> Result<Outcome<u64>> {
+        self.check_ep(ep)?;
+        rma::atomic(rkey, op, size, addr, value, compare).map(Outcome::Done)
+    }
+
+    /// Completes all operations of `ep` issued so far, remotely. On self and shm
+    /// everything is complete when issued, so this only orders memory.
+    pub fn ep_flush(&mut self, ep: EpId, _comp: Comp) -> Result<Outcome> {
+        self.check_ep(ep)?;
+        if self.blocked(ep) {
+            return Ok(Outcome::NoResource);
+        }
+        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+        Ok(Outcome::Done(()))
+    }
+
+    /// Flushes every endpoint of the interface.
+    pub fn flush(&mut self, _comp: Comp) -> Result<Outcome> {
+        if !self.pending_eps.is_empty() {
+            return Ok(Outcome::NoResource);
+        }
+        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+        Ok(Outcome::Done(()))
+    }
+
+    /// Orders operations issued before the fence before those issued after it.
+    pub fn fence(&mut self) -> Result<()> {
+        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// Queues `f` to run from progress when `ep` has resources again. Returns `Busy` when
+    /// it has them now (retry the operation instead).
+    pub fn pending_add(&mut self, ep: EpId, f: PendingFn) -> Result<()> {
+        let has_space = match &mut self.tl {
+            Tl::SelfTl(t) => t.check_ep(ep).map(|_| true)?,
+            Tl::Shm(t) => t.ep_has_space(ep)?,
+        };
+        let q = self
+            .pending
+            .get_mut(ep.0 as usize)
+            .ok_or(Status::InvalidParam)?;
+        if has_space && q.is_empty() {
+            return Err(Status::Busy);
+        }
+        if q.is_empty() {
+            self.pending_eps.push_back(ep);
+        }
+        q.push_back(f);
+        Ok(())
+    }
+
+    /// Drops the pending requests of `ep`; returns how many there were.
+    pub fn pending_purge(&mut self, ep: EpId) -> usize {
+        let n = self.pending.get_mut(ep.0 as usize).map_or(0, |q| {
+            let n = q.len();
+            q.clear();
+            n
+        });
+        self.pending_eps.retain(|e| *e != ep);
+        n
+    }
+
+    /// Delivers arrived messages to their handlers and runs pending requests that can
+    /// proceed. Returns the number of events handled.
+    #[inline]
+    pub fn progress(&mut self) -> usize {
+        let n = match &mut self.tl {
+            Tl::SelfTl(_) => 0,
+            Tl::Shm(t) => t.progress(),
+        };
+        if self.pending_eps.is_empty() {
+            n
+        } else {
+            n + self.dispatch_pending()
+        }
+    }
+
+    #[cold]
+    fn dispatch_pending(&mut self) -> usize {
+        let mut done = 0;
+        for _ in 0..self.pending_eps.len() {
+            let Some(ep) = self.pending_eps.pop_front() else {
+                break;
+            };
+            self.dispatching = Some(ep);
+            loop {
+                let Some(mut f) = self
+                    .pending
+                    .get_mut(ep.0 as usize)
+                    .and_then(VecDeque::pop_front)
+                else {
+                    break;
+                };
+                match f(self, ep) {
+                    PendingResult::Done => done += 1,
+                    PendingResult::Again => {
+                        if let Some(q) = self.pending.get_mut(ep.0 as usize) {
+                            q.push_front(f);
+                        }
+                        break;
+                    }
+                }
+            }
+            self.dispatching = None;
+            if self
+                .pending
+                .get(ep.0 as usize)
+                .is_some_and(|q| !q.is_empty())
+            {
+                self.pending_eps.push_back(ep);
+            }
+        }
+        done
+    }
+
+    /// A descriptor that becomes readable when a message arrives after [`Iface::arm`]
+    /// (None for transports that never receive asynchronously, like self).
+    pub fn event_fd(&self) -> Option<BorrowedFd<'_>> {
+        match &self.tl {
+            Tl::SelfTl(_) => None,
+            Tl::Shm(t) => Some(t.event_fd()),
+        }
+    }
+
+    /// Prepares for sleeping on the event fd. `Busy` means events are waiting: progress
+    /// instead of sleeping.
+    pub fn arm(&mut self) -> Result<()> {
+        match &mut self.tl {
+            Tl::SelfTl(_) => Ok(()),
+            Tl::Shm(t) => t.arm(),
+        }
+    }
+
+    /// Arms and sleeps on the event fd for up to `timeout_ms` (-1: forever) unless events
+    /// are waiting. Returns true when woken by an event (or events were waiting).
+    pub fn wait(&mut self, timeout_ms: i32) -> Result<bool> {
+        if self.arm().is_err() {
+            return Ok(true);
+        }
+        let Some(fd) = self.event_fd() else {
+            return Ok(false);
+        };
+        ucs::sys::poll::readable(fd, timeout_ms)
+    }
+
+    /// Messages the transport dropped as malformed.
+    pub fn dropped(&self) -> u64 {
+        match &self.tl {
+            Tl::SelfTl(_) => 0,
+            Tl::Shm(t) => t.dropped(),
+        }
+    }
+}

@@ -1,0 +1,246 @@
+//! Memory domains: allocate or register memory and pack/unpack remote keys for it.
+//!
+//! One `Md` type serves the self and shm transports; they differ in what a registration
+//! of user memory packs into (self: a local key valid only inside this process; shm: a
+//! cross-memory-attach key). Memory allocated by an `Md` always lives in a shared segment,
+//! so a peer on the same host can map it and use direct load/store and CPU atomics on it.
+//!
+//! Invariants: a local key is only unpacked when its whole range lies inside a live
+//! registration of this domain (so a forged key cannot aim a copy at arbitrary memory of
+//! this process); unpacking a segment key checks the inode and length of what it maps.
+
+use crate::rkey::{Access, PackedRkey, Rkey, RkeyKind};
+use crate::Transport;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, Weak};
+use ucs::sys::{pidfd::current_pid, SegmentId, ShmSegment};
+use ucs::{Result, Status};
+
+/// Registrations alive in a domain: base address → length.
+type Regions = Arc<Mutex<BTreeMap<u64, u64>>>;
+
+/// A memory domain.
+pub struct Md {
+    transport: Transport,
+    regions: Regions,
+    /// Segments of peers already mapped, so that unpacking many keys to one segment maps
+    /// it once.
+    attached: Mutex<HashMap<SegmentId, Weak<ShmSegment>>>,
+}
+
+/// Memory allocated or registered by an [`Md`]; deregistered when dropped.
+pub struct MemHandle {
+    base: u64,
+    len: u64,
+    seg: Option<Arc<ShmSegment>>,
+    kind: RkeyKind,
+    regions: Regions,
+}
+
+impl MemHandle {
+    /// Local address of the region.
+    pub fn address(&self) -> *mut u8 {
+        self.base as usize as *mut u8
+    }
+
+    /// Length of the region in bytes.
+    pub fn len(&self) -> usize {
+        self.len as usize
+    }
+
+    /// True for a zero-length registration.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// True when the region lives in a shared segment (a peer can map it).
+    pub fn is_shared(&self) -> bool {
+        self.seg.is_some()
+    }
+
+    /// The packed remote key of this region.
+    pub fn pack_rkey(&self) -> Vec<u8> {
+        let mut k = PackedRkey {
+            kind: self.kind,
+            pid: current_pid(),
+            base: self.base,
+            len: self.len,
+            fd: -1,
+            ino: 0,
+        };
+        if let Some(seg) = &self.seg {
+            k.kind = RkeyKind::Segment;
+            k.fd = seg.id().fd;
+            k.ino = seg.id().ino;
+        }
+        k.encode()
+    }
+}
+
+impl Drop for MemHandle {
+    fn drop(&mut self) {
+        if let Ok(mut r) = self.regions.lock() {
+            r.remove(&self.base);
+        }
+    }
+}
+
+impl Md {
+    /// Opens the memory domain of `transport`.
+    pub fn open(transport: Transport) -> Md {
+        Md {
+            transport,
+            regions: Arc::default(),
+            attached: Mutex::default(),
+        }
+    }
+
+    /// The transport this domain belongs to.
+    pub fn transport(&self) -> Transport {
+        self.transport
+    }
+
+    /// Allocates `len` bytes (zeroed) in a shared segment.
+    pub fn mem_alloc(&self, len: usize) -> Result<MemHandle> {
+        let seg = Arc::new(ShmSegment::create("rucx-mem", len.max(1))?);
+        let base = seg.as_ptr() as u64;
+        self.insert(base, len as u64)?;
+        Ok(MemHandle {
+            base,
+            len: len as u64,
+            seg: Some(seg),
+            kind: RkeyKind::Segment,
+            regions: self.regions.clone(),
+        })
+    }
+
+    /// Registers existing memory `[addr, addr+len)` of this process. The memory stays the
+    /// caller's; it must stay mapped while the handle and any key packed from it live.
+    pub fn mem_reg(&self, addr: *mut u8, len: usize) -> Result<MemHandle> {
+        let base = addr as u64;
+        if addr.is_null() || base.checked_add(len as u64).is_none() {
+            return Err(Status::InvalidParam);
+        }
+        self.insert(base, len as u64)?;
+        let kind = match self.transport {
+            Transport::SelfTl => RkeyKind::Local,
+            Transport::Shm => RkeyKind::Cma,
+        };
+        Ok(MemHandle {
+            base,
+            len: len as u64,
+            seg: None,
+            kind,
+            regions: self.regions.clone(),
+        })
+    }
+
+    fn insert(&self, base: u64, len: u64) -> Result<()> {
+        let mut r = self.regions.lock().map_err(|_| Status::IoError)?;
+        if r.contains_key(&base) {
+            return Err(Status::AlreadyExists);
+        }
+        r.insert(base, len);
+        Ok(())
+    }
+
+    /// True when `[addr, addr+len)` lies inside one live registration of this domain.
+    fn is_registered(&self, addr: u64, len: u64) -> bool {
+        let Ok(r) = self.regions.lock() else {
+            return false;
+        };
+        r.range(..=addr)
+            .next_back()
+            .is_some_and(|(&b, &l)| addr.checked_add(len).is_some_and(|e| e <= b + l))
+    }
+
+    /// Unpacks a key packed by a peer (or by this process) and resolves its access path.
+    pub fn rkey_unpack(&self, packed: &[u8]) -> Result<Rkey> {
+        let k = PackedRkey::decode(packed)?;
+        let me = current_pid();
+        let access = match k.kind {
+            RkeyKind::Local => {
+                if k.pid != me || !self.is_registered(k.base, k.len) {
+                    return Err(Status::InvalidParam);
+                }
+                Access::Local
+            }
+            RkeyKind::Segment if k.pid == me && self.is_registered(k.base, k.len) => Access::Local,
+            RkeyKind::Segment => Access::Mapped(self.attach(&k.segment_id())?),
+            RkeyKind::Cma => Access::Cma,
+        };
+        Ok(Rkey {
+            base: k.base,
+            len: k.len,
+            pid: k.pid,
+            access,
+        })
+    }
+
+    fn attach(&self, id: &SegmentId) -> Result<Arc<ShmSegment>> {
+        let mut cache = self.attached.lock().map_err(|_| Status::IoError)?;
+        if let Some(seg) = cache.get(id).and_then(Weak::upgrade) {
+            return Ok(seg);
+        }
+        cache.retain(|_, w| w.strong_count() > 0);
+        let seg = Arc::new(ShmSegment::attach(id)?);
+        cache.insert(*id, Arc::downgrade(&seg));
+        Ok(seg)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn local_keys_only_for_live_registrations() {
+        let md = Md::open(Transport::SelfTl);
+        let mut buf = vec![0u8; 64];
+        let h = md.mem_reg(buf.as_mut_ptr(), 64).unwrap();
+        let packed = h.pack_rkey();
+        let rk = md.rkey_unpack(&packed).unwrap();
+        assert!(rk.ptr(buf.as_ptr() as u64, 64).is_ok());
+        assert_eq!(
+            rk.ptr(buf.as_ptr() as u64 + 1, 64).err(),
+            Some(Status::InvalidParam)
+        );
+        // A forged key that extends past the registration is refused.
+        let mut k = PackedRkey::decode(&packed).unwrap();
+        k.len = 65;
+        assert_eq!(
+            md.rkey_unpack(&k.encode()).err(),
+            Some(Status::InvalidParam)
+        );
+        drop(h);
+        assert_eq!(md.rkey_unpack(&packed).err(), Some(Status::InvalidParam));
+    }
+
+    #[test]
+    fn allocated_memory_is_a_mappable_segment() {
+        let md = Md::open(Transport::Shm);
+        let h = md.mem_alloc(1000).unwrap();
+        assert!(h.is_shared());
+        let other = Md::open(Transport::Shm);
+        let rk = other.rkey_unpack(&h.pack_rkey()).unwrap();
+        assert!(rk.is_direct());
+        let p = rk.ptr(h.address() as u64 + 10, 4).unwrap();
+        // SAFETY: p points 10 bytes into a 1000-byte mapping (checked by ptr()).
+        unsafe { p.write(77) };
+        // SAFETY: the handle's region is 1000 bytes of mapped memory.
+        assert_eq!(unsafe { h.address().add(10).read() }, 77);
+    }
+
+    #[test]
+    fn registered_memory_on_shm_is_cma() {
+        let md = Md::open(Transport::Shm);
+        let mut buf = vec![0u8; 64];
+        let h = md.mem_reg(buf.as_mut_ptr(), 64).unwrap();
+        let rk = md.rkey_unpack(&h.pack_rkey()).unwrap();
+        assert!(!rk.is_direct());
+        assert_eq!(
+            rk.ptr(buf.as_ptr() as u64, 1).err(),
+            Some(Status::Unsupported)
+        );
+    }
+}
