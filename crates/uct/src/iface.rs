@@ -346,7 +346,7 @@ impl Iface {
     /// it has them now (retry the operation instead).
     pub fn pending_add(&mut self, ep: EpId, f: PendingFn) -> Result<()> {
         let has_space = match &mut self.tl {
-            Tl::SelfTl(t) => t.check_ep(ep).map(|_| true)?,
+            Tl::SelfTl(t) => t.check_ep(ep).map(|_| t.has_space())?,
             Tl::Shm(t) => t.ep_has_space(ep)?,
         };
         let q = self
@@ -378,10 +378,20 @@ impl Iface {
     /// proceed. Returns the number of events handled.
     #[inline]
     pub fn progress(&mut self) -> usize {
-        let n = match &mut self.tl {
-            Tl::SelfTl(_) => 0,
-            Tl::Shm(t) => t.progress(),
-        };
+        let n = dispatch!(self, t => t.progress());
+        if self.pending_eps.is_empty() {
+            n
+        } else {
+            n + self.dispatch_pending()
+        }
+    }
+
+    /// Like [`Iface::progress`], but arrived messages go to `f(am_id, data)` instead of the
+    /// handler table: the protocol layer uses this to reach its own state without boxed
+    /// handlers.
+    #[inline]
+    pub fn progress_with(&mut self, mut f: impl FnMut(u8, &[u8])) -> usize {
+        let n = dispatch!(self, t => t.poll(&mut f));
         if self.pending_eps.is_empty() {
             n
         } else {
@@ -440,6 +450,7 @@ impl Iface {
     /// instead of sleeping.
     pub fn arm(&mut self) -> Result<()> {
         match &mut self.tl {
+            Tl::SelfTl(t) if t.has_queued() => Err(Status::Busy),
             Tl::SelfTl(_) => Ok(()),
             Tl::Shm(t) => t.arm(),
         }

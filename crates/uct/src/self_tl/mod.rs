@@ -1,6 +1,7 @@
-//! The self transport: loopback to the same interface. A send calls the handler of the
-//! same interface before it returns, so nothing is ever queued and progress has nothing
-//! to do.
+//! The self transport: loopback to the same interface. A send copies the message into a
+//! bounded in-process queue and progress delivers it, exactly as a remote transport would
+//! (no handler runs inside a send, so handlers may send again without re-entering the
+//! interface). Message buffers are recycled, so steady-state sends do not allocate.
 //!
 //! ```text
 //! iface address, 16 bytes: version u8 = 1 | reserved u8,u16 = 0 | pid u32 | iface id u64
@@ -11,6 +12,7 @@ use crate::config::IfaceConfig;
 use crate::slab::Slab;
 use crate::types::*;
 use crate::wire::{Reader, Writer};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use ucs::sys::pidfd::current_pid;
 use ucs::{Result, Status};
@@ -18,6 +20,8 @@ use ucs::{Result, Status};
 const VERSION: u8 = 1;
 pub const IFACE_ADDR_LEN: usize = 16;
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+/// Messages queued at most before sends return `NoResource`.
+const QUEUE_MAX: usize = 1024;
 
 /// A decoded self address.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -52,7 +56,9 @@ pub struct SelfIface {
     id: u64,
     handlers: AmTable,
     eps: Slab<()>,
-    bounce: Vec<u8>,
+    queue: VecDeque<(u8, Vec<u8>)>,
+    free: Vec<Vec<u8>>,
+    seg: usize,
     attr: IfaceAttr,
 }
 
@@ -99,7 +105,9 @@ impl SelfIface {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             handlers: AmTable::default(),
             eps: Slab::default(),
-            bounce: vec![0; seg],
+            queue: VecDeque::new(),
+            free: Vec::new(),
+            seg,
             attr,
         })
     }
@@ -145,15 +153,33 @@ impl SelfIface {
         self.eps.get(ep).map(|_| ())
     }
 
+    /// Takes a recycled buffer of `seg` bytes for the next message, or `None` when the
+    /// queue is full.
+    fn buffer(&mut self) -> Option<Vec<u8>> {
+        if self.queue.len() >= QUEUE_MAX {
+            return None;
+        }
+        let mut b = self.free.pop().unwrap_or_default();
+        b.resize(self.seg, 0);
+        Some(b)
+    }
+
+    fn enqueue(&mut self, id: u8, mut b: Vec<u8>, len: usize) {
+        b.truncate(len);
+        self.queue.push_back((id, b));
+    }
+
     pub fn am_short(&mut self, ep: EpId, id: u8, hdr: u64, payload: &[u8]) -> Result<Outcome> {
         self.check_ep(ep)?;
         if id >= AM_ID_MAX || payload.len() > self.attr.max_am_short {
             return Err(Status::InvalidParam);
         }
-        self.bounce[..8].copy_from_slice(&hdr.to_ne_bytes());
-        self.bounce[8..8 + payload.len()].copy_from_slice(payload);
-        self.handlers
-            .dispatch(id, &self.bounce[..8 + payload.len()]);
+        let Some(mut b) = self.buffer() else {
+            return Ok(Outcome::NoResource);
+        };
+        b[..8].copy_from_slice(&hdr.to_ne_bytes());
+        b[8..8 + payload.len()].copy_from_slice(payload);
+        self.enqueue(id, b, 8 + payload.len());
         Ok(Outcome::Done(()))
     }
 
@@ -167,12 +193,54 @@ impl SelfIface {
         if id >= AM_ID_MAX {
             return Err(Status::InvalidParam);
         }
-        let n = pack(&mut self.bounce);
-        if n > self.bounce.len() {
+        let Some(mut b) = self.buffer() else {
+            return Ok(Outcome::NoResource);
+        };
+        let n = pack(&mut b);
+        if n > b.len() {
+            self.free.push(b);
             return Err(Status::InvalidParam);
         }
-        self.handlers.dispatch(id, &self.bounce[..n]);
+        self.enqueue(id, b, n);
         Ok(Outcome::Done(n))
+    }
+
+    /// True when messages wait for progress.
+    pub fn has_queued(&self) -> bool {
+        !self.queue.is_empty()
+    }
+
+    /// True when a send would be accepted now.
+    pub fn has_space(&self) -> bool {
+        self.queue.len() < QUEUE_MAX
+    }
+
+    /// Delivers queued messages to `f`; returns how many.
+    pub fn poll(&mut self, f: &mut impl FnMut(u8, &[u8])) -> usize {
+        // Only what was queued before this call: a handler that sends again adds to the
+        // queue for the next progress, so a ping-pong through self cannot loop forever.
+        let n = self.queue.len();
+        for _ in 0..n {
+            let Some((id, b)) = self.queue.pop_front() else {
+                break;
+            };
+            f(id, &b);
+            self.free.push(b);
+        }
+        n
+    }
+
+    /// Delivers queued messages to the registered handlers.
+    pub fn progress(&mut self) -> usize {
+        let n = self.queue.len();
+        for _ in 0..n {
+            let Some((id, b)) = self.queue.pop_front() else {
+                break;
+            };
+            self.handlers.dispatch(id, &b);
+            self.free.push(b);
+        }
+        n
     }
 
     pub fn am_zcopy(&mut self, ep: EpId, id: u8, header: &[u8], iov: &[&[u8]]) -> Result<Outcome> {
@@ -188,7 +256,11 @@ impl SelfIface {
             }
             off
         })
-        .map(|_| Outcome::Done(()))
+        .map(|o| match o {
+            Outcome::Done(_) => Outcome::Done(()),
+            Outcome::InProgress => Outcome::InProgress,
+            Outcome::NoResource => Outcome::NoResource,
+        })
     }
 }
 

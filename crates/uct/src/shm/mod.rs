@@ -219,6 +219,12 @@ impl ShmIface {
         Ok(self.eps.get_mut(ep)?.tx.has_space())
     }
 
+    /// Consumes arrived messages, handing each to `f` instead of the handler table.
+    #[inline]
+    pub fn poll(&mut self, f: &mut impl FnMut(u8, &[u8])) -> usize {
+        self.rx.poll(f)
+    }
+
     #[inline]
     pub fn progress(&mut self) -> usize {
         let handlers = &mut self.handlers;
