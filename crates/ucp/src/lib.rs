@@ -1,1 +1,22 @@
-//! rucx protocol layer.
+//! ucp — the protocol layer of rucx: context, worker, endpoints with lazy wireup, the
+//! worker address, tag matching with MPI semantics, and the eager and rendezvous
+//! protocols over the transports of `uct`.
+//!
+//! The Rust API is in [`Worker`]; nonblocking calls that borrow user memory beyond the
+//! call are `unsafe` with their contract spelled out, and every one has a safe blocking
+//! counterpart. The C ABI (crate capi) is a thin layer over this.
+
+pub mod address;
+pub mod config;
+pub mod context;
+pub mod proto;
+pub mod request;
+pub mod shared;
+pub mod tag;
+pub mod worker;
+
+pub use config::Config;
+pub use context::{Context, Features, Resource};
+pub use request::{Buf, Callback, RecvInfo, Request};
+pub use shared::SharedWorker;
+pub use worker::{Ep, EpStatus, Message, ThreadMode, Worker};

@@ -107,6 +107,11 @@ pub struct EventSet {
     buf: epoll::EventVec,
 }
 
+// SAFETY: the event buffer holds only the u64 user data we registered (rustix stores it in
+// a pointer-sized union); nothing in it is ever dereferenced, so moving the set to another
+// thread is sound.
+unsafe impl Send for EventSet {}
+
 impl EventSet {
     /// Events reported per wait when not told otherwise; more stay pending for the next.
     pub const DEFAULT_BATCH: usize = 32;

@@ -45,6 +45,19 @@ pub fn fnv1a(bytes: &[u8]) -> u64 {
     h
 }
 
+/// 64 random bits from the kernel (for unique ids, not for secrets); falls back to a
+/// mix of the clock and the process id if the kernel has no entropy call.
+pub fn random_u64() -> u64 {
+    let mut b = [0u8; 8];
+    match rustix::rand::getrandom(&mut b, rustix::rand::GetRandomFlags::empty()) {
+        Ok(8) => u64::from_le_bytes(b),
+        _ => {
+            let t = crate::timer::now_ns();
+            fnv1a(&t.to_le_bytes()) ^ u64::from(crate::sys::pidfd::current_pid()).rotate_left(32)
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -1,0 +1,136 @@
+//! Protocol-layer configuration from `UCX_*` variables.
+//!
+//! `UCX_TLS` selects transports as UCX users write it: a comma-separated list (`shm,self`),
+//! `all`, or `^name,...` to exclude. UCX's names of its shared-memory transports (`posix`,
+//! `sysv`, `cma`, `mm`, `sm`) select rucx's shm; names of transports this build does not
+//! have (`tcp`, `rc`, `ud`, ...) are ignored with a debug message.
+
+use ucs::config::{self, Var};
+use ucs::{Result, Status};
+use uct::Transport;
+
+pub static VARS: &[Var] = &[
+    Var {
+        name: "RNDV_THRESH",
+        default: "auto",
+        doc: "Message size from which tag and AM sends use the rendezvous protocol ('auto': from the transports' cost model).",
+    },
+    Var {
+        name: "ZCOPY_THRESH",
+        default: "auto",
+        doc: "Message size from which eager fragments are gathered straight from the user buffer instead of packed ('auto': 16k).",
+    },
+    Var {
+        name: "MAX_EAGER_LANES",
+        default: "1",
+        doc: "Lanes used for eager messages (rucx uses one; kept for compatibility).",
+    },
+];
+
+/// A threshold: automatic (from the cost model) or fixed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Thresh {
+    Auto,
+    Bytes(usize),
+}
+
+/// Configuration of a context.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// Transports allowed, in preference order.
+    pub transports: Vec<Transport>,
+    pub rndv_thresh: Thresh,
+    pub zcopy_thresh: Thresh,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            transports: Transport::ALL.to_vec(),
+            rndv_thresh: Thresh::Auto,
+            zcopy_thresh: Thresh::Auto,
+        }
+    }
+}
+
+fn thresh(var: &Var) -> Result<Thresh> {
+    let v = config::raw(var);
+    if v.trim().eq_ignore_ascii_case("auto") {
+        return Ok(Thresh::Auto);
+    }
+    let n = config::parse_size(&v).ok_or_else(|| {
+        tracing::error!("invalid value '{v}' for UCX_{}", var.name);
+        Status::InvalidParam
+    })?;
+    Ok(Thresh::Bytes(usize::try_from(n).unwrap_or(usize::MAX)))
+}
+
+/// Parses a `UCX_TLS` value into the transports it allows.
+pub fn parse_tls(spec: &str) -> Result<Vec<Transport>> {
+    let spec = spec.trim();
+    let (exclude, list) = match spec.strip_prefix('^') {
+        Some(rest) => (true, rest),
+        None => (false, spec),
+    };
+    let mut named = Vec::new();
+    let mut all = false;
+    for item in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        match item {
+            "all" | "any" => all = true,
+            "sm" | "shm" | "posix" | "sysv" | "cma" | "mm" | "knem" | "xpmem" => {
+                named.push(Transport::Shm)
+            }
+            other => match Transport::from_name(other) {
+                Some(t) => named.push(t),
+                None => tracing::debug!("UCX_TLS: transport '{other}' is not in this build"),
+            },
+        }
+    }
+    let out: Vec<Transport> = if exclude {
+        Transport::ALL
+            .iter()
+            .copied()
+            .filter(|t| !named.contains(t))
+            .collect()
+    } else if all || list.is_empty() {
+        Transport::ALL.to_vec()
+    } else {
+        Transport::ALL
+            .iter()
+            .copied()
+            .filter(|t| named.contains(t))
+            .collect()
+    };
+    Ok(out)
+}
+
+impl Config {
+    /// Reads the configuration from the environment.
+    pub fn from_env() -> Result<Config> {
+        config::register(VARS);
+        let tls = config::raw(&config::TLS);
+        Ok(Config {
+            transports: parse_tls(&tls)?,
+            rndv_thresh: thresh(&VARS[0])?,
+            zcopy_thresh: thresh(&VARS[1])?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tls_lists() {
+        assert_eq!(parse_tls("all").unwrap(), Transport::ALL.to_vec());
+        assert_eq!(parse_tls("").unwrap(), Transport::ALL.to_vec());
+        assert_eq!(
+            parse_tls("posix,self").unwrap(),
+            vec![Transport::SelfTl, Transport::Shm]
+        );
+        assert_eq!(parse_tls("^shm").unwrap(), vec![Transport::SelfTl]);
+        assert_eq!(parse_tls("tcp").unwrap(), vec![]);
+        assert_eq!(parse_tls("sm,tcp").unwrap(), vec![Transport::Shm]);
+    }
+}

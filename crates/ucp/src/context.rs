@@ -1,0 +1,100 @@
+//! The context: the features an application asked for, the configuration, and the
+//! transport resources this host has. Workers are created from it.
+
+use crate::config::Config;
+use bitflags::bitflags;
+use std::sync::Arc;
+use ucs::{Result, Status};
+use uct::{IfaceAttr, IfaceConfig, Transport};
+
+bitflags! {
+    /// Features requested by the application (UCP_FEATURE_* of UCX).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub struct Features: u64 {
+        const TAG = 1 << 0;
+        const RMA = 1 << 1;
+        const AMO32 = 1 << 2;
+        const AMO64 = 1 << 3;
+        const WAKEUP = 1 << 4;
+        const STREAM = 1 << 5;
+        const AM = 1 << 7;
+    }
+}
+
+/// A transport found on this host, with the attributes of its interface.
+#[derive(Clone, Debug)]
+pub struct Resource {
+    pub transport: Transport,
+    pub device: &'static str,
+    pub attr: IfaceAttr,
+}
+
+struct Inner {
+    features: Features,
+    config: Config,
+    iface_config: IfaceConfig,
+    resources: Vec<Resource>,
+}
+
+/// A context; cheap to clone (shared).
+#[derive(Clone)]
+pub struct Context {
+    inner: Arc<Inner>,
+}
+
+impl Context {
+    /// Creates a context with `features`, reading the configuration from the environment.
+    pub fn new(features: Features) -> Result<Context> {
+        Self::with_config(features, Config::from_env()?, IfaceConfig::from_env()?)
+    }
+
+    /// Creates a context with explicit configuration.
+    pub fn with_config(
+        features: Features,
+        config: Config,
+        iface_config: IfaceConfig,
+    ) -> Result<Context> {
+        ucs::log::init();
+        let mut resources = Vec::new();
+        for &t in &config.transports {
+            match uct::Iface::open(t, &iface_config) {
+                Ok(i) => resources.push(Resource {
+                    transport: t,
+                    device: t.device(),
+                    attr: i.attr().clone(),
+                }),
+                Err(s) => tracing::info!("transport {} unavailable: {s}", t.name()),
+            }
+        }
+        if resources.is_empty() {
+            tracing::error!("no transport is available (UCX_TLS excludes all of this build's)");
+            return Err(Status::NoDevice);
+        }
+        ucs::config::warn_unknown();
+        Ok(Context {
+            inner: Arc::new(Inner {
+                features,
+                config,
+                iface_config,
+                resources,
+            }),
+        })
+    }
+
+    pub fn features(&self) -> Features {
+        self.inner.features
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.inner.config
+    }
+
+    pub fn iface_config(&self) -> &IfaceConfig {
+        &self.inner.iface_config
+    }
+
+    /// The transports found.
+    pub fn resources(&self) -> &[Resource] {
+        &self.inner.resources
+    }
+}

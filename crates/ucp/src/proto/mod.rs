@@ -1,0 +1,4 @@
+//! Protocol messages and the per-endpoint choice of protocol by message size.
+
+pub mod header;
+pub mod select;

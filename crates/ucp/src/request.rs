@@ -1,0 +1,226 @@
+//! Requests: the state of an operation that did not complete inside the call that started
+//! it, kept in a pool and named by a generation-checked handle.
+
+use crate::tag::matcher::RecvId;
+use ucs::{PoolIdx, Status};
+
+/// A handle to an outstanding operation. A stale handle (freed, or from another worker)
+/// is detected and reported as `InvalidParam`, never dereferenced.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Request(pub(crate) PoolIdx);
+
+impl Request {
+    /// The handle as a number (for wire headers and C callers).
+    pub fn to_u64(self) -> u64 {
+        self.0.to_u64()
+    }
+
+    /// The handle from `to_u64`.
+    pub fn from_u64(v: u64) -> Request {
+        Request(PoolIdx::from_u64(v))
+    }
+}
+
+/// What a completed receive reports.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RecvInfo {
+    /// The tag the sender used.
+    pub sender_tag: u64,
+    /// Bytes of the message (as sent; more than the buffer when truncated).
+    pub length: usize,
+}
+
+/// Called once when a request completes, after the worker finished its own work (so it
+/// may use the worker again through whatever handle it captured).
+pub type Callback = Box<dyn FnOnce(Request, Status, RecvInfo) + Send>;
+
+/// A user buffer: contiguous, or an I/O vector. The memory belongs to the caller, who
+/// keeps it valid and unaliased until the request completes (the `unsafe` contract of the
+/// nonblocking calls).
+#[derive(Clone, Debug)]
+pub enum Buf {
+    Contig { ptr: *mut u8, len: usize },
+    Iov(Box<[(*mut u8, usize)]>),
+}
+
+// SAFETY: a Buf is only an address range; whoever created it promised (by the unsafe
+// contract of the call that took it) that the memory stays valid until completion, which
+// may happen on another thread in multi-thread mode.
+unsafe impl Send for Buf {}
+
+impl Buf {
+    /// A contiguous buffer.
+    pub fn contig(ptr: *mut u8, len: usize) -> Buf {
+        Buf::Contig { ptr, len }
+    }
+
+    /// Total length in bytes.
+    pub fn len(&self) -> usize {
+        match self {
+            Buf::Contig { len, .. } => *len,
+            Buf::Iov(v) => v.iter().map(|s| s.1).sum(),
+        }
+    }
+
+    /// True for zero length.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The buffer as mutable slices, for one-copy transfers into it.
+    ///
+    /// # Safety
+    /// The memory must be valid for writes and not otherwise accessed while the slices
+    /// live (the caller's contract of the receive call).
+    pub unsafe fn slices_mut<'a>(&self) -> Vec<&'a mut [u8]> {
+        let one = |p: *mut u8, l: usize| -> &'a mut [u8] {
+            if l == 0 {
+                &mut []
+            } else {
+                // SAFETY: the caller promised p..p+l is valid and exclusively ours.
+                unsafe { std::slice::from_raw_parts_mut(p, l) }
+            }
+        };
+        match self {
+            Buf::Contig { ptr, len } => vec![one(*ptr, *len)],
+            Buf::Iov(v) => v.iter().map(|&(p, l)| one(p, l)).collect(),
+        }
+    }
+
+    /// The start of a contiguous buffer (`None` for an I/O vector).
+    pub fn contig_ptr(&self) -> Option<*mut u8> {
+        match self {
+            Buf::Contig { ptr, .. } => Some(*ptr),
+            Buf::Iov(_) => None,
+        }
+    }
+
+    /// Copies `data` into the buffer at logical offset `off`; returns bytes copied (less
+    /// than `data.len()` when the buffer ends first).
+    ///
+    /// # Safety
+    /// The buffer's memory must be valid for writes (the caller's contract).
+    pub unsafe fn write_at(&self, off: usize, data: &[u8]) -> usize {
+        match self {
+            Buf::Contig { ptr, len } => {
+                let n = data.len().min(len.saturating_sub(off));
+                if n > 0 {
+                    // SAFETY: off + n <= len, inside the caller's buffer.
+                    unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), ptr.add(off), n) };
+                }
+                n
+            }
+            Buf::Iov(segs) => {
+                let mut done = 0;
+                let mut pos = 0;
+                for &(p, l) in segs.iter() {
+                    let (s, e) = (pos, pos + l);
+                    pos = e;
+                    let want_s = off + done;
+                    if want_s >= e || done == data.len() {
+                        continue;
+                    }
+                    if want_s < s {
+                        break;
+                    }
+                    let n = (e - want_s).min(data.len() - done);
+                    // SAFETY: want_s - s + n <= l, inside this segment.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(data.as_ptr().add(done), p.add(want_s - s), n)
+                    };
+                    done += n;
+                }
+                done
+            }
+        }
+    }
+
+    /// Copies bytes at logical offset `off` out of the buffer into `dst`; returns bytes
+    /// copied.
+    ///
+    /// # Safety
+    /// The buffer's memory must be valid for reads (the caller's contract).
+    pub unsafe fn read_at(&self, off: usize, dst: &mut [u8]) -> usize {
+        match self {
+            Buf::Contig { ptr, len } => {
+                let n = dst.len().min(len.saturating_sub(off));
+                if n > 0 {
+                    // SAFETY: off + n <= len, inside the caller's buffer.
+                    unsafe { std::ptr::copy_nonoverlapping(ptr.add(off), dst.as_mut_ptr(), n) };
+                }
+                n
+            }
+            Buf::Iov(segs) => {
+                let mut done = 0;
+                let mut pos = 0;
+                for &(p, l) in segs.iter() {
+                    let (s, e) = (pos, pos + l);
+                    pos = e;
+                    let want_s = off + done;
+                    if want_s >= e || done == dst.len() {
+                        continue;
+                    }
+                    if want_s < s {
+                        break;
+                    }
+                    let n = (e - want_s).min(dst.len() - done);
+                    // SAFETY: want_s - s + n <= l, inside this segment.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(
+                            p.add(want_s - s),
+                            dst.as_mut_ptr().add(done),
+                            n,
+                        )
+                    };
+                    done += n;
+                }
+                done
+            }
+        }
+    }
+}
+
+/// State of a send in progress.
+pub(crate) struct SendState {
+    pub ep: u32,
+    pub buf: Buf,
+    pub tag: u64,
+    pub sync: bool,
+    /// Bytes handed to the transport so far (eager) or whether the RTS went out (rndv).
+    pub offset: usize,
+    pub msg_id: u64,
+    pub proto: crate::proto::select::Proto,
+    /// Registration of the buffer while a rendezvous is in flight.
+    pub mem: Option<uct::MemHandle>,
+    /// Waiting for the peer's acknowledgement (sync ack or rendezvous done).
+    pub remote_pending: bool,
+}
+
+/// State of a posted receive.
+pub(crate) struct RecvState {
+    pub buf: Buf,
+    pub recv_id: Option<RecvId>,
+    /// Bytes that arrived so far (fragmented messages).
+    pub received: usize,
+    pub truncated: bool,
+}
+
+pub(crate) enum ReqKind {
+    Send(SendState),
+    Recv(RecvState),
+    /// Completes when the endpoint (or, with `None`, every endpoint) has nothing in flight.
+    Flush(Option<u32>),
+    /// Like Flush, then destroys the endpoint.
+    Close(u32),
+}
+
+pub(crate) struct Req {
+    pub kind: ReqKind,
+    /// `None` while in progress.
+    pub status: Option<Status>,
+    pub info: RecvInfo,
+    pub cb: Option<Callback>,
+    /// The user released the handle before completion: free the request when it
+    /// completes.
+    pub released: bool,
+}

@@ -1,0 +1,753 @@
+//! The worker: its transport interfaces, the progress engine, endpoints, requests, and
+//! the receive side of the tag protocols.
+//!
+//! Structure. `Worker` keeps its interfaces (`tls`) apart from the rest of its state
+//! (`State`), so progress can lend the state to an interface's receive callback without
+//! boxed handlers. Anything a receive callback would need an interface for (a reply, a
+//! rendezvous read) is queued as `Deferred` work and done right after; user callbacks are
+//! collected and run last, when the worker is consistent again.
+//!
+//! Endpoints connect lazily: creating one only decodes the address; the first operation
+//! picks the lane, creates the transport endpoint and queues a wireup message that tells
+//! the peer who we are (so it can answer synchronous sends and rendezvous).
+
+use crate::address::{tl_id, WorkerAddress};
+use crate::context::Context;
+use crate::proto::select::Thresholds;
+use crate::request::*;
+use crate::tag::api::{deferred, drain_queue};
+use crate::tag::matcher::{Matcher, MsgId};
+use std::collections::{HashMap, VecDeque};
+use std::os::fd::{AsFd, BorrowedFd};
+use ucs::sys::EventFd;
+use ucs::{EventSet, Events, Pool, Result, Status};
+use uct::{EpId, Iface, Md, Transport};
+
+/// How the application will call the worker (UCS_THREAD_MODE_* of UCX).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ThreadMode {
+    /// Only the thread that created the worker uses it.
+    Single,
+    /// Several threads, never at the same time.
+    Serialized,
+    /// Several threads at once: use [`crate::SharedWorker`].
+    Multi,
+}
+
+/// An endpoint handle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Ep(pub(crate) u32);
+
+/// State of an endpoint.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EpStatus {
+    Created,
+    Connected,
+    Failed(Status),
+}
+
+/// The transport path of a connected endpoint.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Lane {
+    pub tl: usize,
+    pub ep: EpId,
+    pub th: Thresholds,
+}
+
+/// A queued operation of an endpoint, sent in order.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Queued {
+    Wireup,
+    Send(Request),
+}
+
+pub(crate) struct EpState {
+    pub remote: WorkerAddress,
+    pub lane: Option<Lane>,
+    pub status: EpStatus,
+    pub queue: VecDeque<Queued>,
+    /// Sends waiting for the peer's acknowledgement.
+    pub outstanding: usize,
+}
+
+/// An unexpected message (arrived before its receive was posted).
+pub(crate) enum Unexp {
+    Eager {
+        data: Vec<u8>,
+        sync: Option<(u64, u64)>,
+    },
+    /// A fragmented message still arriving: `data` has room for all of it.
+    Partial {
+        data: Vec<u8>,
+        received: usize,
+        sync: Option<(u64, u64)>,
+        key: (u64, u64),
+    },
+    Rts {
+        uuid: u64,
+        sreq: u64,
+        len: u64,
+        addr: u64,
+        rkey: Vec<u8>,
+    },
+}
+
+impl Unexp {
+    pub(crate) fn length(&self) -> usize {
+        match self {
+            Unexp::Eager { data, .. } | Unexp::Partial { data, .. } => data.len(),
+            Unexp::Rts { len, .. } => *len as usize,
+        }
+    }
+}
+
+/// Where the next fragments of a message go.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum FragDest {
+    Req(Request),
+    Unexp(MsgId),
+    Probed(u64),
+}
+
+/// Work that needs an interface, found while receiving.
+pub(crate) enum Deferred {
+    SyncAck {
+        uuid: u64,
+        sreq: u64,
+    },
+    Ats {
+        uuid: u64,
+        sreq: u64,
+        status: Status,
+    },
+    RndvGet {
+        req: Request,
+        uuid: u64,
+        sreq: u64,
+        len: u64,
+        addr: u64,
+        rkey: Vec<u8>,
+    },
+}
+
+/// A message taken out of the matcher by a probe with remove, waiting for
+/// [`Worker::tag_msg_recv`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Message(pub(crate) u64);
+
+pub(crate) struct State {
+    pub uuid: u64,
+    pub cfg: crate::config::Config,
+    pub eps: Vec<Option<EpState>>,
+    pub by_uuid: HashMap<u64, u32>,
+    pub matcher: Matcher<Request, (u64, Unexp)>,
+    /// This worker's encoded address (sent in wireup messages).
+    pub my_address: Vec<u8>,
+    pub reqs: Pool<Req>,
+    pub frags: HashMap<(u64, u64), FragDest>,
+    pub probed: HashMap<u64, (u64, Unexp)>,
+    pub next_probed: u64,
+    pub deferred: VecDeque<Deferred>,
+    /// Endpoints with a non-empty queue.
+    pub active: VecDeque<u32>,
+    pub completed: Vec<Request>,
+    /// Flush and close requests waiting for their endpoints to drain.
+    pub flushes: Vec<Request>,
+    pub next_msg_id: u64,
+    pub dropped: u64,
+}
+
+pub(crate) struct Tl {
+    pub transport: Transport,
+    pub iface: Iface,
+    pub md: Md,
+    /// Progress this interface (it has endpoints, or peers may send to it).
+    pub live: bool,
+}
+
+/// A worker.
+pub struct Worker {
+    ctx: Context,
+    mode: ThreadMode,
+    pub(crate) tls: Vec<Tl>,
+    pub(crate) st: State,
+    events: EventSet,
+    signal: EventFd,
+}
+
+fn new_uuid() -> u64 {
+    // Odd, so that no worker has id 0 (0 means "no request" in some headers).
+    ucs::sys::host::random_u64() | 1
+}
+
+impl Worker {
+    /// Creates a worker with an interface for each transport of the context.
+    pub fn new(ctx: &Context, mode: ThreadMode) -> Result<Worker> {
+        let mut tls = Vec::new();
+        for r in ctx.resources() {
+            let iface = Iface::open(r.transport, ctx.iface_config())?;
+            tls.push(Tl {
+                transport: r.transport,
+                iface,
+                md: Md::open(r.transport),
+                live: false,
+            });
+        }
+        let events = EventSet::new()?;
+        let signal = EventFd::new()?;
+        events.add(&signal, Events::READABLE, u64::MAX)?;
+        for (i, t) in tls.iter().enumerate() {
+            if let Some(fd) = t.iface.event_fd() {
+                events.add(fd, Events::READABLE, i as u64)?;
+            }
+        }
+        let uuid = new_uuid();
+        let my_address = WorkerAddress {
+            uuid,
+            host_id: ucs::sys::host::host_id(),
+            ifaces: tls
+                .iter()
+                .map(|t| crate::address::IfaceEntry {
+                    transport: Some(t.transport),
+                    tl_id: tl_id(t.transport),
+                    caps: t.iface.attr().caps,
+                    addr: t.iface.address(),
+                })
+                .collect(),
+        }
+        .encode();
+        tracing::debug!("worker {uuid:#x} created with {} transports", tls.len());
+        Ok(Worker {
+            ctx: ctx.clone(),
+            mode,
+            tls,
+            st: State {
+                uuid,
+                cfg: ctx.config().clone(),
+                eps: Vec::new(),
+                by_uuid: HashMap::new(),
+                matcher: Matcher::new(),
+                my_address,
+                reqs: Pool::new(),
+                frags: HashMap::new(),
+                probed: HashMap::new(),
+                next_probed: 1,
+                deferred: VecDeque::new(),
+                active: VecDeque::new(),
+                completed: Vec::new(),
+                flushes: Vec::new(),
+                next_msg_id: 1,
+                dropped: 0,
+            },
+            events,
+            signal,
+        })
+    }
+
+    pub fn context(&self) -> &Context {
+        &self.ctx
+    }
+
+    pub fn thread_mode(&self) -> ThreadMode {
+        self.mode
+    }
+
+    /// This worker's unique id.
+    pub fn uuid(&self) -> u64 {
+        self.st.uuid
+    }
+
+    /// Malformed protocol messages dropped so far.
+    pub fn dropped(&self) -> u64 {
+        self.st.dropped
+    }
+
+    /// The worker's address. Handing it out means peers may send at any time, so every
+    /// interface that can receive from another process is progressed from now on.
+    pub fn address(&mut self) -> Vec<u8> {
+        for t in &mut self.tls {
+            if t.transport != Transport::SelfTl {
+                t.live = true;
+            }
+        }
+        self.st.my_address.clone()
+    }
+
+    // ----- endpoints -------------------------------------------------------------------
+
+    /// Creates an endpoint to the worker at `address`. Nothing is sent and no transport
+    /// resource is taken until the first operation.
+    pub fn ep_create(&mut self, address: &[u8]) -> Result<Ep> {
+        let remote = WorkerAddress::decode(address)?;
+        let uuid = remote.uuid;
+        let idx = self.st.insert_ep(remote);
+        self.st.by_uuid.entry(uuid).or_insert(idx);
+        Ok(Ep(idx))
+    }
+
+    /// The endpoint's state.
+    pub fn ep_status(&self, ep: Ep) -> Result<EpStatus> {
+        self.st.ep(ep.0).map(|e| e.status)
+    }
+
+    /// The transport an endpoint uses once connected.
+    pub fn ep_transport(&self, ep: Ep) -> Result<Option<Transport>> {
+        let e = self.st.ep(ep.0)?;
+        Ok(e.lane.map(|l| self.tls[l.tl].transport))
+    }
+
+    /// Connects `ep` now (normally done by the first operation).
+    pub fn ep_connect(&mut self, ep: Ep) -> Result<()> {
+        connect(&mut self.tls, &mut self.st, ep.0).map(|_| ())
+    }
+
+    // ----- progress --------------------------------------------------------------------
+
+    /// Makes progress on everything outstanding; returns the number of events handled.
+    pub fn progress(&mut self) -> usize {
+        let mut n = 0;
+        let st = &mut self.st;
+        for t in self.tls.iter_mut() {
+            if t.live {
+                n += t.iface.progress_with(|id, d| st.on_am(id, d));
+            }
+        }
+        if !self.st.deferred.is_empty() {
+            n += self.run_deferred();
+        }
+        if !self.st.active.is_empty() {
+            n += self.run_queues();
+        }
+        if !self.st.flushes.is_empty() {
+            self.check_flushes();
+        }
+        if !self.st.completed.is_empty() {
+            self.run_callbacks();
+        }
+        n
+    }
+
+    fn run_deferred(&mut self) -> usize {
+        let mut n = 0;
+        for _ in 0..self.st.deferred.len() {
+            let Some(d) = self.st.deferred.pop_front() else {
+                break;
+            };
+            match deferred(&mut self.tls, &mut self.st, d) {
+                Ok(None) => n += 1,
+                Ok(Some(again)) => self.st.deferred.push_back(again),
+                Err(s) => tracing::debug!("deferred protocol work failed: {s}"),
+            }
+        }
+        n
+    }
+
+    fn run_queues(&mut self) -> usize {
+        let mut n = 0;
+        for _ in 0..self.st.active.len() {
+            let Some(ep) = self.st.active.pop_front() else {
+                break;
+            };
+            n += drain_queue(&mut self.tls, &mut self.st, ep);
+            if self
+                .st
+                .eps
+                .get(ep as usize)
+                .and_then(Option::as_ref)
+                .is_some_and(|e| !e.queue.is_empty())
+            {
+                self.st.active.push_back(ep);
+            }
+        }
+        n
+    }
+
+    fn check_flushes(&mut self) {
+        let mut i = 0;
+        while i < self.st.flushes.len() {
+            let r = self.st.flushes[i];
+            let target = match self.st.reqs.get_ref(r.0).map(|q| &q.kind) {
+                Some(ReqKind::Flush(t)) => (*t, false),
+                Some(ReqKind::Close(e)) => (Some(*e), true),
+                _ => {
+                    self.st.flushes.swap_remove(i);
+                    continue;
+                }
+            };
+            if self.st.is_drained(target.0) {
+                self.st.flushes.swap_remove(i);
+                if let (Some(e), true) = target {
+                    destroy_ep(&mut self.tls, &mut self.st, e, Status::Canceled);
+                }
+                self.st.complete(r, Status::Ok);
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    fn run_callbacks(&mut self) {
+        let done = std::mem::take(&mut self.st.completed);
+        for r in done {
+            let Some(q) = self.st.reqs.get_mut(r.0) else {
+                continue;
+            };
+            let cb = q.cb.take();
+            let (status, info, released) = (q.status.unwrap_or(Status::Ok), q.info, q.released);
+            if released {
+                self.st.reqs.put(r.0);
+            }
+            if let Some(cb) = cb {
+                cb(r, status, info);
+            }
+        }
+    }
+
+    // ----- requests --------------------------------------------------------------------
+
+    /// The status of a request: `None` while in progress.
+    pub fn request_test(&self, r: Request) -> Result<Option<Status>> {
+        self.st
+            .reqs
+            .get_ref(r.0)
+            .map(|q| q.status)
+            .ok_or(Status::InvalidParam)
+    }
+
+    /// The receive information of a completed receive request.
+    pub fn request_info(&self, r: Request) -> Result<RecvInfo> {
+        self.st
+            .reqs
+            .get_ref(r.0)
+            .map(|q| q.info)
+            .ok_or(Status::InvalidParam)
+    }
+
+    /// Releases a request: now if it completed, else when it completes (its callback
+    /// still runs).
+    pub fn request_free(&mut self, r: Request) -> Result<()> {
+        let q = self.st.reqs.get_mut(r.0).ok_or(Status::InvalidParam)?;
+        if q.status.is_some() && q.cb.is_none() {
+            self.st.reqs.put(r.0);
+        } else {
+            q.released = true;
+        }
+        Ok(())
+    }
+
+    /// Cancels a posted receive that has not matched: it completes with `Canceled`.
+    /// Other requests cannot be canceled; that is not an error (as in UCX).
+    pub fn request_cancel(&mut self, r: Request) -> Result<()> {
+        let q = self.st.reqs.get_mut(r.0).ok_or(Status::InvalidParam)?;
+        if let ReqKind::Recv(rs) = &mut q.kind {
+            if let Some(id) = rs.recv_id.take() {
+                if self.st.matcher.cancel(id).is_some() {
+                    self.st.complete(r, Status::Canceled);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Progresses until `r` completes or `timeout` passes; returns its status and frees
+    /// it. On timeout the request is left as it is (abort it before its buffer goes).
+    pub fn wait_request(&mut self, r: Request, timeout: std::time::Duration) -> Result<Status> {
+        let s = self.wait_done(r, timeout)?;
+        self.request_free(r)?;
+        Ok(s)
+    }
+
+    /// Progresses until `r` completes or `timeout` passes; returns its status.
+    pub fn wait_done(&mut self, r: Request, timeout: std::time::Duration) -> Result<Status> {
+        let deadline = std::time::Instant::now() + timeout;
+        let mut spins = 0u32;
+        loop {
+            if let Some(s) = self.request_test(r)? {
+                return Ok(s);
+            }
+            if self.progress() == 0 {
+                spins += 1;
+                if spins > 1000 {
+                    if std::time::Instant::now() > deadline {
+                        return Err(Status::TimedOut);
+                    }
+                    spins = 0;
+                    self.wait(1)?;
+                }
+            }
+        }
+    }
+
+    // ----- flush and close -------------------------------------------------------------
+
+    /// Flushes `ep`: completes when every operation issued on it so far has completed at
+    /// the peer. `None` when that is already so.
+    pub fn ep_flush_nb(&mut self, ep: Ep, cb: Option<Callback>) -> Result<Option<Request>> {
+        self.st.ep(ep.0)?;
+        self.flush_req(ReqKind::Flush(Some(ep.0)), Some(ep.0), cb)
+    }
+
+    /// Flushes every endpoint of the worker.
+    pub fn flush_nb(&mut self, cb: Option<Callback>) -> Result<Option<Request>> {
+        self.flush_req(ReqKind::Flush(None), None, cb)
+    }
+
+    fn flush_req(
+        &mut self,
+        kind: ReqKind,
+        target: Option<u32>,
+        cb: Option<Callback>,
+    ) -> Result<Option<Request>> {
+        self.progress();
+        if self.st.is_drained(target) {
+            return Ok(None);
+        }
+        let r = self.st.new_req(kind, cb);
+        self.st.flushes.push(r);
+        Ok(Some(r))
+    }
+
+    /// Closes `ep`. With `force`, outstanding operations complete with `Canceled` and the
+    /// endpoint is gone at once; otherwise it is flushed first and the returned request
+    /// completes when it is gone.
+    pub fn ep_close_nb(&mut self, ep: Ep, force: bool) -> Result<Option<Request>> {
+        self.st.ep(ep.0)?;
+        if force {
+            destroy_ep(&mut self.tls, &mut self.st, ep.0, Status::Canceled);
+            self.run_callbacks();
+            return Ok(None);
+        }
+        self.progress();
+        if self.st.is_drained(Some(ep.0)) {
+            destroy_ep(&mut self.tls, &mut self.st, ep.0, Status::Canceled);
+            return Ok(None);
+        }
+        let r = self.st.new_req(ReqKind::Close(ep.0), None);
+        self.st.flushes.push(r);
+        Ok(Some(r))
+    }
+
+    // ----- wakeup ----------------------------------------------------------------------
+
+    /// A descriptor that becomes readable when the worker has events after [`Worker::arm`].
+    pub fn event_fd(&self) -> BorrowedFd<'_> {
+        self.events.as_fd()
+    }
+
+    /// Prepares to sleep on the event descriptor. `Busy` means there is work now.
+    pub fn arm(&mut self) -> Result<()> {
+        if !self.st.deferred.is_empty()
+            || !self.st.completed.is_empty()
+            || !self.st.active.is_empty()
+        {
+            return Err(Status::Busy);
+        }
+        for t in self.tls.iter_mut().filter(|t| t.live) {
+            t.iface.arm()?;
+        }
+        Ok(())
+    }
+
+    /// Sleeps until an event or `timeout_ms` (-1: forever), unless there is work now.
+    pub fn wait(&mut self, timeout_ms: i32) -> Result<()> {
+        if self.arm().is_err() {
+            return Ok(());
+        }
+        self.events.wait(timeout_ms, |_, _| {})?;
+        self.signal.drain();
+        Ok(())
+    }
+
+    /// Wakes a thread sleeping in [`Worker::wait`] (callable through a shared handle).
+    pub fn signal(&self) -> Result<()> {
+        self.signal.signal()
+    }
+
+    /// The waker of this worker: signals it from any thread.
+    pub fn waker(&self) -> Result<EventFd> {
+        let fd = self
+            .signal
+            .as_fd()
+            .try_clone_to_owned()
+            .map_err(Status::from)?;
+        Ok(EventFd::from_owned(fd))
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        // Unmatched receives complete with Canceled, as do sends still in flight.
+        for (_, r) in self.st.matcher.drain_posted() {
+            self.st.complete(r, Status::Canceled);
+        }
+        for ep in 0..self.st.eps.len() as u32 {
+            if self.st.eps[ep as usize].is_some() {
+                destroy_ep(&mut self.tls, &mut self.st, ep, Status::Canceled);
+            }
+        }
+        self.run_callbacks();
+    }
+}
+
+// ----- state helpers ---------------------------------------------------------------------
+
+impl State {
+    pub(crate) fn ep(&self, ep: u32) -> Result<&EpState> {
+        self.eps
+            .get(ep as usize)
+            .and_then(Option::as_ref)
+            .ok_or(Status::InvalidParam)
+    }
+
+    pub(crate) fn ep_mut(&mut self, ep: u32) -> Result<&mut EpState> {
+        self.eps
+            .get_mut(ep as usize)
+            .and_then(Option::as_mut)
+            .ok_or(Status::InvalidParam)
+    }
+
+    pub(crate) fn insert_ep(&mut self, remote: WorkerAddress) -> u32 {
+        let e = EpState {
+            remote,
+            lane: None,
+            status: EpStatus::Created,
+            queue: VecDeque::new(),
+            outstanding: 0,
+        };
+        if let Some(i) = self.eps.iter().position(Option::is_none) {
+            self.eps[i] = Some(e);
+            i as u32
+        } else {
+            self.eps.push(Some(e));
+            (self.eps.len() - 1) as u32
+        }
+    }
+
+    pub(crate) fn new_req(&mut self, kind: ReqKind, cb: Option<Callback>) -> Request {
+        Request(self.reqs.get(Req {
+            kind,
+            status: None,
+            info: RecvInfo::default(),
+            cb,
+            released: false,
+        }))
+    }
+
+    /// Marks `r` complete with `status` and schedules its callback.
+    pub(crate) fn complete(&mut self, r: Request, status: Status) {
+        if let Some(q) = self.reqs.get_mut(r.0) {
+            if q.status.is_some() {
+                return;
+            }
+            q.status = Some(status);
+            if let ReqKind::Send(s) = &q.kind {
+                if s.remote_pending {
+                    if let Some(Some(e)) = self.eps.get_mut(s.ep as usize) {
+                        e.outstanding = e.outstanding.saturating_sub(1);
+                    }
+                }
+            }
+            if q.cb.is_some() || q.released {
+                self.completed.push(r);
+            }
+        }
+    }
+
+    /// True when `ep` (or every endpoint) has no queued or unacknowledged operation.
+    fn is_drained(&self, ep: Option<u32>) -> bool {
+        let one = |e: &EpState| e.queue.is_empty() && e.outstanding == 0;
+        match ep {
+            Some(i) => self.ep(i).map_or(true, one),
+            None => self.eps.iter().flatten().all(one) && self.deferred.is_empty(),
+        }
+    }
+}
+
+/// Picks the lane for `ep` and creates its transport endpoint; queues the wireup message.
+pub(crate) fn connect(tls: &mut [Tl], st: &mut State, ep: u32) -> Result<Lane> {
+    let e = st.ep(ep)?;
+    if let Some(l) = e.lane {
+        return Ok(l);
+    }
+    if let EpStatus::Failed(s) = e.status {
+        return Err(s);
+    }
+    let dev = uct::shm::address::encode_device_addr(e.remote.host_id);
+    let mut best: Option<(usize, f64)> = None;
+    for (i, t) in tls.iter().enumerate() {
+        let Some(entry) = e.remote.iface(t.transport) else {
+            continue;
+        };
+        if t.transport == Transport::SelfTl && e.remote.uuid != st.uuid {
+            continue;
+        }
+        if t.transport != Transport::SelfTl
+            && e.remote.uuid == st.uuid
+            && tls.iter().any(|t| t.transport == Transport::SelfTl)
+        {
+            continue;
+        }
+        if !t.iface.is_reachable(&dev, &entry.addr) {
+            continue;
+        }
+        let cost = t.iface.attr().cost.time(8);
+        if best.map_or(true, |(_, c)| cost < c) {
+            best = Some((i, cost));
+        }
+    }
+    let Some((tl, _)) = best else {
+        tracing::debug!("no transport reaches worker {:#x}", e.remote.uuid);
+        return Err(Status::Unreachable);
+    };
+    let addr = e
+        .remote
+        .iface(tls[tl].transport)
+        .map(|x| x.addr.clone())
+        .unwrap_or_default();
+    let uct_ep = tls[tl].iface.ep_create(&addr)?;
+    tls[tl].live = true;
+    let attr = tls[tl].iface.attr();
+    let rma = attr.caps.contains(uct::Caps::GET_ZCOPY);
+    let lane = Lane {
+        tl,
+        ep: uct_ep,
+        th: Thresholds::new(attr, &st.cfg, rma),
+    };
+    let e = st.ep_mut(ep)?;
+    e.lane = Some(lane);
+    e.status = EpStatus::Connected;
+    e.queue.push_front(Queued::Wireup);
+    st.active.push_back(ep);
+    Ok(lane)
+}
+
+/// Fails or cancels everything of `ep` and removes it.
+fn destroy_ep(tls: &mut [Tl], st: &mut State, ep: u32, status: Status) {
+    let Some(e) = st.eps.get_mut(ep as usize).and_then(Option::take) else {
+        return;
+    };
+    if let Some(l) = e.lane {
+        let _ = tls[l.tl].iface.ep_destroy(l.ep);
+    }
+    if st.by_uuid.get(&e.remote.uuid) == Some(&ep) {
+        st.by_uuid.remove(&e.remote.uuid);
+    }
+    for q in e.queue {
+        if let Queued::Send(r) = q {
+            st.complete(r, status);
+        }
+    }
+    // Sends waiting for an acknowledgement from this peer will never get one.
+    let waiting: Vec<Request> = st
+        .reqs
+        .iter()
+        .filter_map(|(i, q)| match &q.kind {
+            ReqKind::Send(s) if s.ep == ep && q.status.is_none() => Some(Request(i)),
+            _ => None,
+        })
+        .collect();
+    for r in waiting {
+        st.complete(r, status);
+    }
+    st.active.retain(|&x| x != ep);
+}
