@@ -296,6 +296,11 @@ impl Worker {
         Ok(e.lane.map(|l| self.tls[l.tl].transport))
     }
 
+    /// The protocol thresholds of a connected endpoint (`None` before it connects).
+    pub fn ep_thresholds(&self, ep: Ep) -> Result<Option<Thresholds>> {
+        Ok(self.st.ep(ep.0)?.lane.map(|l| l.th))
+    }
+
     /// Connects `ep` now (normally done by the first operation).
     pub fn ep_connect(&mut self, ep: Ep) -> Result<()> {
         connect(&mut self.tls, &mut self.st, ep.0).map(|_| ())

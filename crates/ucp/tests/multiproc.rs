@@ -1,0 +1,508 @@
+//! Tag traffic between processes over shared memory. The test binary starts its peers by
+//! running itself with `RUCX_TEST_ROLE` set (the `peer_main` test then plays that role);
+//! peers talk to the test over stdin/stdout lines that start with `@@ `. Every byte
+//! received is checked; every wait is bounded; peers are killed when a test fails.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{channel, Receiver};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use ucp::{Buf, Context, Features, ThreadMode, Worker};
+use ucs::Status;
+
+const TIMEOUT: Duration = Duration::from_secs(120);
+const STOP_TAG: u64 = u64::MAX;
+/// Largest message of these tests.
+const MAX: usize = 64 << 20;
+
+/// Multi-process tests spin on two cores; run them one at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn unhex(s: &str) -> Vec<u8> {
+    (0..s.len() / 2)
+        .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).unwrap())
+        .collect()
+}
+
+fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+struct Peer {
+    child: Child,
+    stdin: ChildStdin,
+    lines: Receiver<String>,
+}
+
+impl Peer {
+    fn spawn(role: &str, args: &str) -> Peer {
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "peer_main",
+                "--nocapture",
+                "--test-threads",
+                "1",
+                "-q",
+            ])
+            .env("RUCX_TEST_ROLE", role)
+            .env("RUCX_TEST_ARGS", args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn peer");
+        let stdin = child.stdin.take().unwrap();
+        let out = child.stdout.take().unwrap();
+        let (tx, lines) = channel();
+        std::thread::spawn(move || {
+            for l in BufReader::new(out).lines().map_while(Result::ok) {
+                if let Some(m) = l.strip_prefix("@@ ") {
+                    if tx.send(m.to_string()).is_err() {
+                        break;
+                    }
+                }
+            }
+        });
+        Peer {
+            child,
+            stdin,
+            lines,
+        }
+    }
+
+    fn line(&self) -> String {
+        self.lines
+            .recv_timeout(TIMEOUT)
+            .expect("peer did not answer in time")
+    }
+
+    fn send(&mut self, s: &str) {
+        writeln!(self.stdin, "{s}").unwrap();
+        self.stdin.flush().unwrap();
+    }
+
+    fn finish(mut self) {
+        let deadline = Instant::now() + TIMEOUT;
+        loop {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                assert!(st.success(), "peer failed: {st}");
+                return;
+            }
+            assert!(Instant::now() < deadline, "peer did not exit");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+fn worker() -> Worker {
+    let ctx = Context::new(Features::TAG).unwrap();
+    Worker::new(&ctx, ThreadMode::Single).unwrap()
+}
+
+/// Connects this process's worker with a peer: exchanges addresses.
+fn connect(w: &mut Worker, p: &mut Peer) -> ucp::Ep {
+    let theirs = unhex(&p.line());
+    let addr = w.address();
+    p.send(&hex(&addr));
+    w.ep_create(&theirs).unwrap()
+}
+
+/// The sizes that cross every protocol threshold by ±1 byte, up to 64 MiB.
+fn threshold_sizes(w: &mut Worker, ep: ucp::Ep) -> Vec<usize> {
+    w.ep_connect(ep).unwrap();
+    let th = w.ep_thresholds(ep).unwrap().unwrap();
+    let mut v = vec![0, 1, 8, 4096, 65_536, 1 << 20, 16 << 20, MAX];
+    for b in [
+        th.max_short,
+        th.max_bcopy,
+        th.max_sync_bcopy,
+        th.first_frag,
+        th.first_frag + th.mid_frag,
+        th.rndv,
+    ] {
+        v.extend([b.saturating_sub(1), b, b + 1]);
+    }
+    v.retain(|&s| s <= MAX);
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+// ----- peer roles --------------------------------------------------------------------------
+
+fn stdin_line() -> String {
+    let mut s = String::new();
+    std::io::stdin().read_line(&mut s).unwrap();
+    s.trim().to_string()
+}
+
+fn peer_connect(w: &mut Worker) -> ucp::Ep {
+    println!("@@ {}", hex(&w.address()));
+    let theirs = unhex(&stdin_line());
+    w.ep_create(&theirs).unwrap()
+}
+
+/// Receives any message and sends it back with its tag until the stop tag.
+fn role_echo() {
+    let mut w = worker();
+    let ep = peer_connect(&mut w);
+    let mut buf = vec![0u8; MAX];
+    loop {
+        let info = w.tag_recv(&mut buf, 0, 0).unwrap();
+        if info.sender_tag == STOP_TAG {
+            break;
+        }
+        w.tag_send(ep, &buf[..info.length], info.sender_tag)
+            .unwrap();
+    }
+    w.flush_nb(None)
+        .unwrap()
+        .map(|r| w.wait_request(r, TIMEOUT).unwrap());
+    println!("@@ done");
+}
+
+/// Sends `count` messages of `size` bytes, tags (id << 32 | seq), after the go line.
+fn role_sender(args: &str) {
+    let a: Vec<u64> = args.split(',').map(|x| x.parse().unwrap()).collect();
+    let (id, count, size) = (a[0], a[1], a[2] as usize);
+    let mut w = worker();
+    let ep = peer_connect(&mut w);
+    assert_eq!(stdin_line(), "go");
+    // Nonblocking, so that rendezvous messages can all be announced before any is
+    // matched (the receiver may post its receives only after they all arrived).
+    let bufs: Vec<Vec<u8>> = (0..count)
+        .map(|seq| pattern(size, id << 32 | seq))
+        .collect();
+    let reqs: Vec<_> = bufs
+        .iter()
+        .enumerate()
+        // SAFETY: `bufs` outlives the requests, which are all waited for below.
+        .map(|(seq, b)| unsafe {
+            w.tag_send_nb(
+                ep,
+                Buf::contig(b.as_ptr().cast_mut(), size),
+                id << 32 | seq as u64,
+                false,
+                None,
+            )
+            .unwrap()
+        })
+        .collect();
+    for r in reqs.into_iter().flatten() {
+        assert_eq!(w.wait_request(r, TIMEOUT).unwrap(), Status::Ok);
+    }
+    w.flush_nb(None)
+        .unwrap()
+        .map(|r| w.wait_request(r, TIMEOUT).unwrap());
+    println!("@@ sent");
+    // Stay until the test has everything (our memory may be read by rendezvous).
+    assert_eq!(stdin_line(), "bye");
+}
+
+/// Posts one receive of tag 7 only after the go line; reports the size it got.
+fn role_late_receiver() {
+    let mut w = worker();
+    let _ep = peer_connect(&mut w);
+    assert_eq!(stdin_line(), "go");
+    let mut buf = vec![0u8; 1 << 20];
+    let info = w.tag_recv(&mut buf, 7, u64::MAX).unwrap();
+    assert_eq!(&buf[..info.length], &pattern(info.length, 7)[..]);
+    println!("@@ got {}", info.length);
+    assert_eq!(stdin_line(), "bye");
+}
+
+#[test]
+fn peer_main() {
+    let Ok(role) = std::env::var("RUCX_TEST_ROLE") else {
+        return;
+    };
+    let args = std::env::var("RUCX_TEST_ARGS").unwrap_or_default();
+    match role.as_str() {
+        "echo" => role_echo(),
+        "sender" => role_sender(&args),
+        "late-receiver" => role_late_receiver(),
+        r => panic!("unknown role {r}"),
+    }
+}
+
+// ----- tests --------------------------------------------------------------------------------
+
+#[test]
+fn echo_every_threshold_size() {
+    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let mut p = Peer::spawn("echo", "");
+    let mut w = worker();
+    let ep = connect(&mut w, &mut p);
+    let sizes = threshold_sizes(&mut w, ep);
+    let mut back = vec![0u8; MAX];
+    for (i, &len) in sizes.iter().enumerate() {
+        let tag = 1000 + i as u64;
+        let data = pattern(len, tag);
+        w.tag_send(ep, &data, tag).unwrap();
+        let info = w.tag_recv(&mut back, tag, u64::MAX).unwrap();
+        assert_eq!(info.length, len);
+        assert!(back[..len] == data[..], "echo of {len} bytes differs");
+        // Synchronous sends across the same sizes.
+        w.tag_send_sync(ep, &data, tag).unwrap();
+        let info = w.tag_recv(&mut back, tag, u64::MAX).unwrap();
+        assert!(
+            info.length == len && back[..len] == data[..],
+            "sync echo of {len} bytes differs"
+        );
+    }
+    w.tag_send(ep, &[], STOP_TAG).unwrap();
+    assert_eq!(p.line(), "done");
+    p.finish();
+    assert_eq!(w.dropped(), 0);
+}
+
+/// Three senders into wildcard receives; each sender's messages arrive in its order.
+#[test]
+fn many_senders_into_wildcard_receives() {
+    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let mut w = worker();
+    let count = 300u64;
+    let size = 3000usize;
+    let mut peers: Vec<Peer> = (1..=3)
+        .map(|id| Peer::spawn("sender", &format!("{id},{count},{size}")))
+        .collect();
+    for p in peers.iter_mut() {
+        connect(&mut w, p);
+    }
+    for p in peers.iter_mut() {
+        p.send("go");
+    }
+    let mut next = [0u64; 4];
+    let mut buf = vec![0u8; size];
+    for _ in 0..3 * count {
+        let info = w.tag_recv(&mut buf, 0, 0).unwrap();
+        let (id, seq) = (
+            (info.sender_tag >> 32) as usize,
+            info.sender_tag & 0xffff_ffff,
+        );
+        assert_eq!(seq, next[id], "sender {id} out of order");
+        next[id] += 1;
+        assert!(buf == pattern(size, info.sender_tag));
+    }
+    for mut p in peers {
+        assert_eq!(p.line(), "sent");
+        p.send("bye");
+        p.finish();
+    }
+}
+
+/// Messages that arrive before their receive is posted (unexpected: eager, fragmented and
+/// rendezvous), then receives posted before the messages arrive.
+#[test]
+fn receives_posted_after_and_before_arrival() {
+    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    for (label, size) in [
+        ("eager", 100usize),
+        ("bcopy", 5000),
+        ("fragments", 9000),
+        ("rndv", 300_000),
+    ] {
+        let count = 20u64;
+        let mut p = Peer::spawn("sender", &format!("1,{count},{size}"));
+        let mut w = worker();
+        connect(&mut w, &mut p);
+        // After: let everything arrive (the sender flushes, which for rendezvous needs our
+        // progress, so progress while waiting).
+        p.send("go");
+        let deadline = Instant::now() + TIMEOUT;
+        while w
+            .tag_probe(1 << 32 | (count - 1), u64::MAX, false)
+            .is_none()
+        {
+            w.progress();
+            assert!(
+                Instant::now() < deadline,
+                "{label}: messages did not arrive"
+            );
+        }
+        let mut buf = vec![0u8; size];
+        for seq in 0..count {
+            let tag = 1 << 32 | seq;
+            let info = w.tag_recv(&mut buf, tag, u64::MAX).unwrap();
+            assert_eq!(info.length, size);
+            assert!(buf == pattern(size, tag), "{label}: message {seq} differs");
+        }
+        assert_eq!(p.line(), "sent");
+        p.send("bye");
+        p.finish();
+
+        // Before: post all receives, then let the peer send.
+        let mut p = Peer::spawn("sender", &format!("1,{count},{size}"));
+        let mut w = worker();
+        connect(&mut w, &mut p);
+        let mut bufs: Vec<Vec<u8>> = (0..count).map(|_| vec![0u8; size]).collect();
+        let reqs: Vec<_> = bufs
+            .iter_mut()
+            .enumerate()
+            // SAFETY: the buffers outlive the requests, which are waited for below.
+            .map(|(seq, b)| unsafe {
+                w.tag_recv_nb(
+                    Buf::contig(b.as_mut_ptr(), size),
+                    1 << 32 | seq as u64,
+                    u64::MAX,
+                    None,
+                )
+                .unwrap()
+            })
+            .collect();
+        p.send("go");
+        for r in reqs {
+            assert_eq!(w.wait_request(r, TIMEOUT).unwrap(), Status::Ok);
+        }
+        for (seq, b) in bufs.iter().enumerate() {
+            assert!(
+                *b == pattern(size, 1 << 32 | seq as u64),
+                "{label}: posted receive {seq} differs"
+            );
+        }
+        assert_eq!(p.line(), "sent");
+        p.send("bye");
+        p.finish();
+    }
+}
+
+/// A synchronous send completes only once the receiver matched it.
+#[test]
+fn sync_send_waits_for_the_match() {
+    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    for size in [8usize, 5000, 20_000, 300_000] {
+        let mut p = Peer::spawn("late-receiver", "");
+        let mut w = worker();
+        let ep = connect(&mut w, &mut p);
+        let data = pattern(size, 7);
+        // SAFETY: `data` outlives the request (waited for below).
+        let r = unsafe {
+            w.tag_send_nb(
+                ep,
+                Buf::contig(data.as_ptr().cast_mut(), size),
+                7,
+                true,
+                None,
+            )
+            .unwrap()
+            .unwrap()
+        };
+        // The receiver has not posted its receive: no amount of progress completes us.
+        for _ in 0..20_000 {
+            w.progress();
+        }
+        assert_eq!(
+            w.request_test(r).unwrap(),
+            None,
+            "sync send of {size} completed before the match"
+        );
+        p.send("go");
+        assert_eq!(w.wait_request(r, TIMEOUT).unwrap(), Status::Ok);
+        assert_eq!(p.line(), format!("got {size}"));
+        p.send("bye");
+        p.finish();
+    }
+}
+
+/// A message larger than the receive buffer completes the receive with
+/// MESSAGE_TRUNCATED, for every protocol, and the stream goes on.
+#[test]
+fn truncation_is_reported() {
+    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let mut p = Peer::spawn("echo", "");
+    let mut w = worker();
+    let ep = connect(&mut w, &mut p);
+    for (i, size) in [50usize, 5000, 9000, 300_000].into_iter().enumerate() {
+        let tag = 10 + i as u64;
+        let data = pattern(size, tag);
+        w.tag_send(ep, &data, tag).unwrap();
+        let mut small = vec![0u8; 16];
+        assert_eq!(
+            w.tag_recv(&mut small, tag, u64::MAX),
+            Err(Status::MessageTruncated),
+            "size {size}"
+        );
+        assert_eq!(small[..], data[..16], "the part that fits is delivered");
+        // The next message is still received whole.
+        w.tag_send(ep, &data[..10], tag).unwrap();
+        let info = w.tag_recv(&mut small, tag, u64::MAX).unwrap();
+        assert_eq!(info.length, 10);
+    }
+    w.tag_send(ep, &[], STOP_TAG).unwrap();
+    assert_eq!(p.line(), "done");
+    p.finish();
+}
+
+#[test]
+fn cancel_posted_receive() {
+    let mut w = worker();
+    let mut buf = vec![0u8; 64];
+    let seen = Arc::new(Mutex::new(None));
+    let s2 = seen.clone();
+    // SAFETY: the buffer outlives the request (canceled and completed below).
+    let r = unsafe {
+        w.tag_recv_nb(
+            Buf::contig(buf.as_mut_ptr(), 64),
+            5,
+            u64::MAX,
+            Some(Box::new(move |_, st, _| *s2.lock().unwrap() = Some(st))),
+        )
+        .unwrap()
+    };
+    w.request_cancel(r).unwrap();
+    w.progress();
+    assert_eq!(w.request_test(r).unwrap(), Some(Status::Canceled));
+    assert_eq!(*seen.lock().unwrap(), Some(Status::Canceled));
+    w.request_free(r).unwrap();
+    // A canceled receive no longer matches: a message with its tag stays unexpected.
+    let addr = w.address();
+    let ep = w.ep_create(&addr).unwrap();
+    w.tag_send(ep, b"late", 5).unwrap();
+    w.progress();
+    assert!(w.tag_probe(5, u64::MAX, false).is_some());
+    drop(buf);
+}
+
+#[test]
+fn destroying_a_worker_cancels_unmatched_receives() {
+    let mut w = worker();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let mut bufs = vec![vec![0u8; 32]; 5];
+    for (i, b) in bufs.iter_mut().enumerate() {
+        let s = seen.clone();
+        // SAFETY: the buffers outlive the worker, whose drop completes the requests.
+        unsafe {
+            w.tag_recv_nb(
+                Buf::contig(b.as_mut_ptr(), 32),
+                i as u64,
+                u64::MAX,
+                Some(Box::new(move |_, st, _| s.lock().unwrap().push(st))),
+            )
+            .unwrap();
+        }
+    }
+    drop(w);
+    assert_eq!(*seen.lock().unwrap(), vec![Status::Canceled; 5]);
+}
