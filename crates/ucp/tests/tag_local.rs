@@ -117,3 +117,173 @@ fn worker_to_itself_over_self() {
     }
     assert_eq!(a.ep_transport(ep).unwrap(), Some(uct::Transport::SelfTl));
 }
+
+/// UCX_RNDV_THRESH / UCX_ZCOPY_THRESH (here given as configuration) move the protocol
+/// boundaries, and data still arrives intact on each side of them.
+#[test]
+fn thresholds_follow_configuration() {
+    let cfg = ucp::Config {
+        rndv_thresh: ucp::config::Thresh::Bytes(3000),
+        zcopy_thresh: ucp::config::Thresh::Bytes(100),
+        ..ucp::Config::default()
+    };
+    let c = Context::with_config(Features::TAG, cfg, uct::IfaceConfig::default()).unwrap();
+    let mut a = Worker::new(&c, ThreadMode::Single).unwrap();
+    let mut b = Worker::new(&c, ThreadMode::Single).unwrap();
+    let ep = a.ep_create(&b.address()).unwrap();
+    a.ep_connect(ep).unwrap();
+    let th = a.ep_thresholds(ep).unwrap().unwrap();
+    assert_eq!(th.rndv, 3000);
+    assert_eq!(th.zcopy, 100);
+    assert_eq!(th.select(2999, false), ucp::proto::select::Proto::Bcopy);
+    assert_eq!(th.select(3000, false), ucp::proto::select::Proto::Rndv);
+    for (i, len) in [1usize, 99, 100, 2999, 3000, 3001, 50_000]
+        .into_iter()
+        .enumerate()
+    {
+        exchange(&mut a, &mut b, ep, len, i as u64, false);
+    }
+}
+
+/// I/O-vector buffers on both sides, with segment boundaries that do not line up.
+#[test]
+fn iov_datatypes() {
+    let c = ctx();
+    let mut a = Worker::new(&c, ThreadMode::Single).unwrap();
+    let mut b = Worker::new(&c, ThreadMode::Single).unwrap();
+    let ep = a.ep_create(&b.address()).unwrap();
+    for total in [0usize, 10, 5000, 40_000, 300_000] {
+        let data = pattern(total, 9);
+        // Sender: three segments split at 1/3 and 1/2.
+        let mut src = data.clone();
+        let (s1, s2) = (total / 3, total / 2);
+        let send_iov: Box<[(*mut u8, usize)]> = Box::new([
+            (src.as_mut_ptr(), s1),
+            // SAFETY: s1 <= s2 <= total, inside `src`.
+            (unsafe { src.as_mut_ptr().add(s1) }, s2 - s1),
+            // SAFETY: as above.
+            (unsafe { src.as_mut_ptr().add(s2) }, total - s2),
+        ]);
+        // Receiver: two segments of different shape.
+        let mut dst1 = vec![0u8; total / 4];
+        let mut dst2 = vec![0u8; total - total / 4];
+        let recv_iov: Box<[(*mut u8, usize)]> = Box::new([
+            (dst1.as_mut_ptr(), dst1.len()),
+            (dst2.as_mut_ptr(), dst2.len()),
+        ]);
+        // SAFETY: all buffers outlive the requests, which are waited for below.
+        let rr = unsafe {
+            b.tag_recv_nb(Buf::Iov(recv_iov), 3, u64::MAX, None)
+                .unwrap()
+        };
+        // SAFETY: as above.
+        let sr = unsafe {
+            a.tag_send_nb(ep, Buf::Iov(send_iov), 3, false, None)
+                .unwrap()
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while b.request_test(rr).unwrap().is_none()
+            || sr.is_some_and(|r| a.request_test(r).unwrap().is_none())
+        {
+            a.progress();
+            b.progress();
+            assert!(std::time::Instant::now() < deadline);
+        }
+        assert_eq!(b.request_test(rr).unwrap(), Some(Status::Ok));
+        let mut got = dst1.clone();
+        got.extend_from_slice(&dst2);
+        assert!(got == data, "iov message of {total} bytes differs");
+    }
+}
+
+/// A worker sleeping in `wait` is woken by an arriving message, and by `signal` from
+/// another thread.
+#[test]
+fn blocking_wait_wakes_on_message_and_signal() {
+    let c = ctx();
+    let mut a = Worker::new(&c, ThreadMode::Single).unwrap();
+    let mut b = Worker::new(&c, ThreadMode::Single).unwrap();
+    let ep = a.ep_create(&b.address()).unwrap();
+    let waker = b.waker().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let t = std::thread::spawn(move || {
+        let mut buf = [0u8; 16];
+        // SAFETY: `buf` outlives the request (completed before the loop ends).
+        let r = unsafe {
+            b.tag_recv_nb(Buf::contig(buf.as_mut_ptr(), 16), 1, u64::MAX, None)
+                .unwrap()
+        };
+        tx.send("posted").unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while b.request_test(r).unwrap().is_none() {
+            if b.progress() == 0 {
+                b.wait(60_000).unwrap();
+            }
+            assert!(std::time::Instant::now() < deadline);
+        }
+        assert_eq!(&buf[..4], b"wake");
+        tx.send("received").unwrap();
+        // Nothing will arrive now: only the signal can end this wait early.
+        b.wait(60_000).unwrap();
+        tx.send("signaled").unwrap();
+    });
+    assert_eq!(rx.recv_timeout(Duration::from_secs(60)).unwrap(), "posted");
+    a.tag_send(ep, b"wake", 1).unwrap();
+    assert_eq!(
+        rx.recv_timeout(Duration::from_secs(60)).unwrap(),
+        "received"
+    );
+    // The thread may not be asleep yet; a signal before the wait still ends it.
+    waker.signal().unwrap();
+    assert_eq!(
+        rx.recv_timeout(Duration::from_secs(60)).unwrap(),
+        "signaled"
+    );
+    t.join().unwrap();
+}
+
+#[test]
+fn close_flushes_then_removes_the_endpoint() {
+    let c = ctx();
+    let mut a = Worker::new(&c, ThreadMode::Single).unwrap();
+    let mut b = Worker::new(&c, ThreadMode::Single).unwrap();
+    let ep = a.ep_create(&b.address()).unwrap();
+    let big = pattern(200_000, 1);
+    // SAFETY: `big` outlives the send (the close below waits for it).
+    let sr = unsafe {
+        a.tag_send_nb(
+            ep,
+            Buf::contig(big.as_ptr().cast_mut(), big.len()),
+            1,
+            false,
+            None,
+        )
+        .unwrap()
+    };
+    let close = a
+        .ep_close_nb(ep, false)
+        .unwrap()
+        .expect("a rendezvous is in flight");
+    let mut out = vec![0u8; big.len()];
+    // SAFETY: `out` outlives the receive (waited for below).
+    let rr = unsafe {
+        b.tag_recv_nb(Buf::contig(out.as_mut_ptr(), out.len()), 1, u64::MAX, None)
+            .unwrap()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while a.request_test(close).unwrap().is_none() {
+        a.progress();
+        b.progress();
+        assert!(std::time::Instant::now() < deadline);
+    }
+    assert_eq!(
+        b.wait_request(rr, Duration::from_secs(30)).unwrap(),
+        Status::Ok
+    );
+    assert!(out == big);
+    if let Some(r) = sr {
+        assert_eq!(a.request_test(r).unwrap(), Some(Status::Ok));
+    }
+    assert_eq!(a.ep_status(ep), Err(Status::InvalidParam));
+    assert_eq!(a.tag_send(ep, b"x", 1), Err(Status::InvalidParam));
+}

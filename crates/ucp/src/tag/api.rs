@@ -396,9 +396,9 @@ fn send_step(tls: &mut [Tl], st: &mut State, lane: Lane, r: Request) -> Result<b
                 s.msg_id = st.next_msg_id;
                 st.next_msg_id += 1;
             }
-            while s.offset < len || (len == 0 && s.offset == 0) {
+            let zcopy = len >= lane.th.zcopy && s.buf.contig_ptr().is_some();
+            while s.offset < len {
                 let off = s.offset;
-                let (tag, msg_id, buf, sync) = (s.tag, s.msg_id, &s.buf, s.sync);
                 let first = off == 0;
                 let chunk = if first {
                     lane.th.first_frag
@@ -406,42 +406,50 @@ fn send_step(tls: &mut [Tl], st: &mut State, lane: Lane, r: Request) -> Result<b
                     lane.th.mid_frag
                 }
                 .min(len - off);
-                let out = iface.am_bcopy(
-                    lane.ep,
-                    if first {
-                        AM_EAGER_FIRST
-                    } else {
-                        AM_EAGER_MIDDLE
-                    },
-                    |b| {
-                        let h = if first {
-                            EagerFirst {
-                                tag,
-                                uuid,
-                                msg_id,
-                                total: len as u64,
-                                sreq: if sync { sreq } else { 0 },
-                            }
-                            .encode_into(b)
-                        } else {
-                            EagerMiddle {
-                                uuid,
-                                msg_id,
-                                offset: off as u64,
-                            }
-                            .encode_into(b)
-                        };
-                        // SAFETY: as above.
-                        h + unsafe { buf.read_at(off, &mut b[h..h + chunk]) }
-                    },
-                )?;
-                if !out.is_done() {
+                let mut hdr = [0u8; EAGER_FIRST_LEN];
+                let h = if first {
+                    EagerFirst {
+                        tag: s.tag,
+                        uuid,
+                        msg_id: s.msg_id,
+                        total: len as u64,
+                        sreq: if s.sync { sreq } else { 0 },
+                    }
+                    .encode_into(&mut hdr)
+                } else {
+                    EagerMiddle {
+                        uuid,
+                        msg_id: s.msg_id,
+                        offset: off as u64,
+                    }
+                    .encode_into(&mut hdr)
+                };
+                let id = if first {
+                    AM_EAGER_FIRST
+                } else {
+                    AM_EAGER_MIDDLE
+                };
+                let done = if let (true, Some(p)) = (zcopy, s.buf.contig_ptr()) {
+                    // SAFETY: off + chunk <= len, inside the sender's buffer, which stays
+                    // readable until completion (the caller's contract).
+                    let data = unsafe { std::slice::from_raw_parts(p.add(off), chunk) };
+                    iface
+                        .am_zcopy(lane.ep, id, &hdr[..h], &[data], 0)?
+                        .is_done()
+                } else {
+                    let buf = &s.buf;
+                    iface
+                        .am_bcopy(lane.ep, id, |b| {
+                            b[..h].copy_from_slice(&hdr[..h]);
+                            // SAFETY: as above.
+                            h + unsafe { buf.read_at(off, &mut b[h..h + chunk]) }
+                        })?
+                        .is_done()
+                };
+                if !done {
                     return Ok(false);
                 }
                 s.offset += chunk;
-                if len == 0 {
-                    break;
-                }
             }
             waits_for_peer = s.sync;
         }
