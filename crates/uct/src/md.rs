@@ -16,8 +16,11 @@ use std::sync::{Arc, Mutex, Weak};
 use ucs::sys::{pidfd::current_pid, SegmentId, ShmSegment};
 use ucs::{Result, Status};
 
-/// Registrations alive in a domain: base address → length.
-type Regions = Arc<Mutex<BTreeMap<u64, u64>>>;
+/// Registrations alive in a domain: (base address, registration id) → length. The same
+/// memory may be registered more than once; each registration is its own entry.
+type Regions = Arc<Mutex<BTreeMap<(u64, u64), u64>>>;
+
+static NEXT_REG: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 /// A memory domain.
 pub struct Md {
@@ -30,6 +33,7 @@ pub struct Md {
 
 /// Memory allocated or registered by an [`Md`]; deregistered when dropped.
 pub struct MemHandle {
+    reg: u64,
     base: u64,
     len: u64,
     seg: Option<Arc<ShmSegment>>,
@@ -80,7 +84,7 @@ impl MemHandle {
 impl Drop for MemHandle {
     fn drop(&mut self) {
         if let Ok(mut r) = self.regions.lock() {
-            r.remove(&self.base);
+            r.remove(&(self.base, self.reg));
         }
     }
 }
@@ -104,8 +108,9 @@ impl Md {
     pub fn mem_alloc(&self, len: usize) -> Result<MemHandle> {
         let seg = Arc::new(ShmSegment::create("rucx-mem", len.max(1))?);
         let base = seg.as_ptr() as u64;
-        self.insert(base, len as u64)?;
+        let reg = self.insert(base, len as u64)?;
         Ok(MemHandle {
+            reg,
             base,
             len: len as u64,
             seg: Some(seg),
@@ -121,12 +126,13 @@ impl Md {
         if addr.is_null() || base.checked_add(len as u64).is_none() {
             return Err(Status::InvalidParam);
         }
-        self.insert(base, len as u64)?;
+        let reg = self.insert(base, len as u64)?;
         let kind = match self.transport {
             Transport::SelfTl => RkeyKind::Local,
             Transport::Shm => RkeyKind::Cma,
         };
         Ok(MemHandle {
+            reg,
             base,
             len: len as u64,
             seg: None,
@@ -135,13 +141,11 @@ impl Md {
         })
     }
 
-    fn insert(&self, base: u64, len: u64) -> Result<()> {
+    fn insert(&self, base: u64, len: u64) -> Result<u64> {
         let mut r = self.regions.lock().map_err(|_| Status::IoError)?;
-        if r.contains_key(&base) {
-            return Err(Status::AlreadyExists);
-        }
-        r.insert(base, len);
-        Ok(())
+        let reg = NEXT_REG.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        r.insert((base, reg), len);
+        Ok(reg)
     }
 
     /// True when `[addr, addr+len)` lies inside one live registration of this domain.
@@ -149,9 +153,10 @@ impl Md {
         let Ok(r) = self.regions.lock() else {
             return false;
         };
-        r.range(..=addr)
-            .next_back()
-            .is_some_and(|(&b, &l)| addr.checked_add(len).is_some_and(|e| e <= b + l))
+        let Some(end) = addr.checked_add(len) else {
+            return false;
+        };
+        r.range(..=(addr, u64::MAX)).any(|(&(b, _), &l)| b + l >= end)
     }
 
     /// Unpacks a key packed by a peer (or by this process) and resolves its access path.
