@@ -17,7 +17,6 @@ use crate::worker::{
 };
 use std::time::Duration;
 use ucs::{Result, Status};
-use uct::Outcome;
 
 /// How long the blocking conveniences wait before they give up.
 const BLOCKING_TIMEOUT: Duration = Duration::from_secs(120);
@@ -54,22 +53,20 @@ impl Worker {
                     // SAFETY: the caller promised ptr..ptr+len is readable until completion.
                     unsafe { std::slice::from_raw_parts(ptr, len) }
                 };
-                let out = if len <= lane.th.max_short {
-                    iface.am_short(lane.ep, AM_EAGER_ONLY, tag_hdr(tag), data)?
-                } else if len <= lane.th.max_bcopy {
-                    match iface.am_bcopy(lane.ep, AM_EAGER_ONLY, |b| {
-                        b[..8].copy_from_slice(&tag.to_le_bytes());
-                        b[8..8 + len].copy_from_slice(data);
-                        8 + len
-                    })? {
-                        Outcome::Done(_) => Outcome::Done(()),
-                        Outcome::InProgress => Outcome::InProgress,
-                        Outcome::NoResource => Outcome::NoResource,
-                    }
-                } else {
-                    Outcome::NoResource
+                let done = match lane.th.select(len, false) {
+                    Proto::Short => iface
+                        .am_short(lane.ep, AM_EAGER_ONLY, tag_hdr(tag), data)?
+                        .is_done(),
+                    Proto::Bcopy => iface
+                        .am_bcopy(lane.ep, AM_EAGER_ONLY, |b| {
+                            b[..8].copy_from_slice(&tag.to_le_bytes());
+                            b[8..8 + len].copy_from_slice(data);
+                            8 + len
+                        })?
+                        .is_done(),
+                    Proto::Multi | Proto::Rndv => false,
                 };
-                if out.is_done() {
+                if done {
                     return Ok(None);
                 }
             }
