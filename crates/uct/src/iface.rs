@@ -207,11 +207,14 @@ impl Iface {
         rkey: &Rkey,
     ) -> Result<Outcome<usize>> {
         self.check_ep(ep)?;
-        let cap = self.attr().max_put_bcopy;
+        // The packer gets what fits both the transport's limit and the key's range, on
+        // every access path alike.
+        let (base, len) = rkey.range();
+        let room = (base + len)
+            .saturating_sub(addr)
+            .min(self.attr().max_put_bcopy as u64) as usize;
         if rkey.is_direct() {
-            // Pack straight into the target: the key's range bounds the slice.
-            let (base, len) = rkey.range();
-            let room = (base + len).saturating_sub(addr).min(cap as u64) as usize;
+            // Pack straight into the target.
             let p = rkey.ptr(addr, room)?;
             // SAFETY: ptr() checked `room` bytes at p lie in mapped memory of the key.
             let dst = unsafe { std::slice::from_raw_parts_mut(p, room) };
@@ -222,9 +225,9 @@ impl Iface {
                 Err(Status::InvalidParam)
             };
         }
-        let mut buf = vec![0u8; cap];
+        let mut buf = vec![0u8; room];
         let n = pack(&mut buf);
-        if n > cap {
+        if n > room {
             return Err(Status::InvalidParam);
         }
         rma::put(rkey, addr, &[&buf[..n]]).map(|_| Outcome::Done(n))

@@ -18,7 +18,9 @@ use ucs::{Result, Status};
 
 /// Registrations alive in a domain: (base address, registration id) → length. The same
 /// memory may be registered more than once; each registration is its own entry.
-type Regions = Arc<Mutex<BTreeMap<(u64, u64), u64>>>;
+/// Each entry also holds a liveness token that keys unpacked from it check before every
+/// access, so a key used after its memory was deregistered is an error, not a fault.
+type Regions = Arc<Mutex<BTreeMap<(u64, u64), (u64, Weak<()>)>>>;
 
 static NEXT_REG: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
@@ -34,6 +36,9 @@ pub struct Md {
 /// Memory allocated or registered by an [`Md`]; deregistered when dropped.
 pub struct MemHandle {
     reg: u64,
+    /// Keys unpacked from this registration hold a weak reference to it: dropping the
+    /// handle makes them refuse further access.
+    _alive: Arc<()>,
     base: u64,
     len: u64,
     seg: Option<Arc<ShmSegment>>,
@@ -108,9 +113,15 @@ impl Md {
     pub fn mem_alloc(&self, len: usize) -> Result<MemHandle> {
         let seg = Arc::new(ShmSegment::create("rucx-mem", len.max(1))?);
         let base = seg.as_ptr() as u64;
-        let reg = self.insert(base, len as u64)?;
+        let alive = Arc::new(());
+        let reg = self.insert(base, len as u64, &alive)?;
+        // Keys to our own segment resolve to this mapping, which they then keep alive.
+        if let Ok(mut cache) = self.attached.lock() {
+            cache.insert(*seg.id(), Arc::downgrade(&seg));
+        }
         Ok(MemHandle {
             reg,
+            _alive: alive,
             base,
             len: len as u64,
             seg: Some(seg),
@@ -126,13 +137,15 @@ impl Md {
         if addr.is_null() || base.checked_add(len as u64).is_none() {
             return Err(Status::InvalidParam);
         }
-        let reg = self.insert(base, len as u64)?;
+        let alive = Arc::new(());
+        let reg = self.insert(base, len as u64, &alive)?;
         let kind = match self.transport {
             Transport::SelfTl => RkeyKind::Local,
             Transport::Shm => RkeyKind::Cma,
         };
         Ok(MemHandle {
             reg,
+            _alive: alive,
             base,
             len: len as u64,
             seg: None,
@@ -141,22 +154,21 @@ impl Md {
         })
     }
 
-    fn insert(&self, base: u64, len: u64) -> Result<u64> {
+    fn insert(&self, base: u64, len: u64, alive: &Arc<()>) -> Result<u64> {
         let mut r = self.regions.lock().map_err(|_| Status::IoError)?;
         let reg = NEXT_REG.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        r.insert((base, reg), len);
+        r.insert((base, reg), (len, Arc::downgrade(alive)));
         Ok(reg)
     }
 
-    /// True when `[addr, addr+len)` lies inside one live registration of this domain.
-    fn is_registered(&self, addr: u64, len: u64) -> bool {
-        let Ok(r) = self.regions.lock() else {
-            return false;
-        };
-        let Some(end) = addr.checked_add(len) else {
-            return false;
-        };
-        r.range(..=(addr, u64::MAX)).any(|(&(b, _), &l)| b + l >= end)
+    /// The liveness token of a live registration of this domain that contains
+    /// `[addr, addr+len)`.
+    fn registration(&self, addr: u64, len: u64) -> Option<Weak<()>> {
+        let r = self.regions.lock().ok()?;
+        let end = addr.checked_add(len)?;
+        r.range(..=(addr, u64::MAX))
+            .find(|(&(b, _), (l, w))| b + l >= end && w.strong_count() > 0)
+            .map(|(_, (_, w))| w.clone())
     }
 
     /// Unpacks a key packed by a peer (or by this process) and resolves its access path.
@@ -165,12 +177,14 @@ impl Md {
         let me = current_pid();
         let access = match k.kind {
             RkeyKind::Local => {
-                if k.pid != me || !self.is_registered(k.base, k.len) {
+                if k.pid != me {
                     return Err(Status::InvalidParam);
                 }
-                Access::Local
+                let token = self
+                    .registration(k.base, k.len)
+                    .ok_or(Status::InvalidParam)?;
+                Access::Local(token)
             }
-            RkeyKind::Segment if k.pid == me && self.is_registered(k.base, k.len) => Access::Local,
             RkeyKind::Segment => Access::Mapped(self.attach(&k.segment_id())?),
             RkeyKind::Cma => Access::Cma,
         };

@@ -112,9 +112,10 @@ impl PackedRkey {
 /// The resolved access path of an unpacked key.
 #[derive(Clone)]
 pub(crate) enum Access {
-    /// `remote address == local address` (this process's own memory, validated against
-    /// the memory domain's registrations when unpacked).
-    Local,
+    /// `remote address == local address`: this process's own registered memory, checked
+    /// against the domain's registrations when unpacked. The token is the registration's
+    /// liveness: once it is gone, every access is refused (the memory may be gone too).
+    Local(std::sync::Weak<()>),
     /// Mapped segment: local address = map base + (remote address - key base).
     Mapped(Arc<ShmSegment>),
     /// Copy through process_vm_readv/writev of `pid`.
@@ -133,7 +134,7 @@ pub struct Rkey {
 impl std::fmt::Debug for Rkey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let kind = match self.access {
-            Access::Local => "local",
+            Access::Local(_) => "local",
             Access::Mapped(_) => "mapped",
             Access::Cma => "cma",
         };
@@ -162,7 +163,12 @@ impl Rkey {
     pub fn ptr(&self, addr: u64, len: usize) -> Result<*mut u8> {
         self.check(addr, len)?;
         match &self.access {
-            Access::Local => Ok(addr as usize as *mut u8),
+            Access::Local(alive) => {
+                if alive.strong_count() == 0 {
+                    return Err(Status::InvalidParam);
+                }
+                Ok(addr as usize as *mut u8)
+            }
             Access::Mapped(seg) => {
                 // SAFETY: check() proved addr - base + len <= key len <= segment len
                 // (the segment was attached with at least the key's length).

@@ -48,6 +48,9 @@ pub const ELEM_HDR: usize = 16;
 pub const FLAG_INLINE: u8 = 1;
 /// The element's payload is in the slot's bcopy buffer.
 pub const FLAG_BCOPY: u8 = 2;
+/// The slot carries no message: its producer gave up after claiming it (a packer that
+/// failed or panicked). The consumer skips it without counting it as malformed.
+pub const FLAG_SKIP: u8 = 3;
 
 #[repr(C, align(128))]
 struct Hdr {

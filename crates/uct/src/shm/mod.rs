@@ -10,7 +10,7 @@ use crate::config::IfaceConfig;
 use crate::slab::Slab;
 use crate::types::*;
 use address::ShmIfaceAddr;
-use fifo::{FifoRx, FifoTx, FLAG_BCOPY, FLAG_INLINE};
+use fifo::{FifoRx, FifoTx, FLAG_BCOPY, FLAG_INLINE, FLAG_SKIP};
 use std::collections::HashMap;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::sync::{Arc, Weak};
@@ -177,18 +177,25 @@ impl ShmIface {
         };
         let area = e.tx.bcopy_area(s);
         let cap = area.len();
-        // A packer that claims more than the buffer holds is a caller bug; the message is
-        // still published (the slot is claimed) but truncated to nothing, and the caller
-        // gets an error.
-        let n = pack(area);
-        let (len, res) = if n <= cap {
-            (n, Ok(Outcome::Done(n)))
-        } else {
-            (0, Err(Status::InvalidParam))
-        };
-        let w = e.tx.publish(s, id, FLAG_BCOPY, len);
-        Self::finish(e, w);
-        res
+        // The slot is claimed: whatever the packer does, it must be published, or the
+        // receiver would wait for it forever. A packer that panics or claims more than the
+        // buffer holds publishes an empty slot the receiver skips.
+        let packed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| pack(area)));
+        match packed {
+            Ok(n) if n <= cap => {
+                let w = e.tx.publish(s, id, FLAG_BCOPY, n);
+                Self::finish(e, w);
+                Ok(Outcome::Done(n))
+            }
+            Ok(_) => {
+                let _ = e.tx.publish(s, id, FLAG_SKIP, 0);
+                Err(Status::InvalidParam)
+            }
+            Err(panic) => {
+                let _ = e.tx.publish(s, id, FLAG_SKIP, 0);
+                std::panic::resume_unwind(panic)
+            }
+        }
     }
 
     /// Gathers `header` and `iov` straight into the peer's buffer: no intermediate copy,

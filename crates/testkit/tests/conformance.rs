@@ -1,0 +1,7 @@
+//! The transport conformance suite (see `testkit::conformance`), once per transport.
+//! A new transport is one more line.
+
+use uct::Transport;
+
+testkit::conformance_suite!(self_tl, Transport::SelfTl);
+testkit::conformance_suite!(shm, Transport::Shm);
