@@ -24,7 +24,7 @@
 use libfuzzer_sys::arbitrary::{Result, Unstructured};
 use libfuzzer_sys::fuzz_target;
 use std::collections::VecDeque;
-use uct::shm::fifo::{FifoRx, FifoTx, Geometry, Slot, ELEM_HDR, FLAG_BCOPY, FLAG_INLINE};
+use uct::shm::fifo::{FifoRx, FifoTx, Geometry, Slot, ELEM_HDR, FLAG_BCOPY, FLAG_INLINE, FLAG_SKIP};
 use uct::AM_ID_MAX;
 
 const GEO: Geometry = Geometry {
@@ -61,6 +61,8 @@ enum Expect {
     },
     /// Count it as dropped.
     Drop,
+    /// A slot its producer gave up on: consumed silently.
+    Skip,
 }
 
 struct Delivered {
@@ -229,6 +231,8 @@ impl Harness {
                 area[..len].to_vec()
             });
             Expect::Deliver { am_id, ptr, bytes }
+        } else if flags == FLAG_SKIP {
+            Expect::Skip
         } else {
             Expect::Drop
         };
@@ -267,6 +271,7 @@ impl Harness {
             self.consumed += 1;
             match expect {
                 Expect::Drop => self.dropped += 1,
+                Expect::Skip => {}
                 Expect::Deliver { am_id, ptr, bytes } => {
                     let d = got.next().expect("a well-formed element was not delivered");
                     assert_eq!(d.am_id, am_id);

@@ -307,6 +307,7 @@ impl FifoRx {
                 _ => None,
             };
             match data {
+                _ if flags == FLAG_SKIP => {}
                 Some(p) if am_id < crate::AM_ID_MAX => {
                     // SAFETY: p..p+len lies in this slot, which stays ours until head moves
                     // past it. A misbehaving peer could still change the bytes, which only
@@ -552,6 +553,19 @@ mod tests {
         assert_eq!(rx.poll(|_, b| got.push(b.to_vec())), 4);
         assert_eq!(got, vec![b"ok".to_vec()]);
         assert_eq!(rx.dropped(), 3);
+    }
+
+    #[test]
+    fn skipped_slots_are_consumed_silently() {
+        let mut rx = FifoRx::create(geo(4), 4).unwrap();
+        let mut tx = FifoTx::attach(rx.segment().clone()).unwrap();
+        let s = tx.claim().unwrap();
+        let _ = tx.publish(s, 3, FLAG_SKIP, 0);
+        assert!(send(&mut tx, b"next").is_some());
+        let mut got = vec![];
+        assert_eq!(rx.poll(|_, b| got.push(b.to_vec())), 2);
+        assert_eq!(got, vec![b"next".to_vec()]);
+        assert_eq!(rx.dropped(), 0);
     }
 
     #[test]

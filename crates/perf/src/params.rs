@@ -1,0 +1,114 @@
+//! [`Params`]: what one test run does. The initiator sends them to the responder at the
+//! start of every test, so both sides always agree on the test, size and counts.
+
+use crate::registry::{Layout, TestId};
+use serde::{Deserialize, Serialize};
+use ucs::{Result, Status};
+
+/// Largest message size accepted (the buffers are allocated whole on both sides).
+pub const MAX_SIZE: usize = 1 << 30;
+
+/// Largest iteration count: the per-iteration timestamps are kept in memory (8 bytes each).
+pub const MAX_ITERATIONS: u64 = 1 << 28;
+
+/// Parameters of one test run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Params {
+    pub test: TestId,
+    /// Transport name as given to `uct::Transport::from_name`.
+    pub transport: String,
+    /// Message size in bytes (for AM short: including the 8-byte header).
+    pub size: usize,
+    /// Measured iterations.
+    pub iterations: u64,
+    /// Iterations run before measuring, not reported.
+    pub warmup: u64,
+    /// Data layout; `None` picks the cheapest one the size fits (short, bcopy, zcopy).
+    pub layout: Option<Layout>,
+    /// am_bw: credit window of the sender (0: only the transport's own back-pressure);
+    /// put_bw/get_bw: operations between flushes (0: flush only at the end); others: unused.
+    pub window: u32,
+}
+
+impl Params {
+    /// Defaults of a test: 8 bytes, 10000 iterations, 1000 warm-up, layout by size.
+    pub fn new(test: TestId) -> Params {
+        Params {
+            test,
+            transport: "shm".into(),
+            size: 8,
+            iterations: 10_000,
+            warmup: 1_000,
+            layout: None,
+            window: 0,
+        }
+    }
+
+    /// Checks what can be checked without a transport.
+    pub fn validate(&self) -> Result<()> {
+        let info = self.test.info();
+        if self.size == 0 || self.size > MAX_SIZE {
+            tracing::error!(
+                "{}: size {} is out of range 1..={MAX_SIZE}",
+                info.name,
+                self.size
+            );
+            return Err(Status::InvalidParam);
+        }
+        if self.iterations == 0 || self.iterations > MAX_ITERATIONS {
+            tracing::error!(
+                "{}: iterations {} is out of range 1..={MAX_ITERATIONS}",
+                info.name,
+                self.iterations
+            );
+            return Err(Status::InvalidParam);
+        }
+        if self.warmup > MAX_ITERATIONS {
+            tracing::error!("{}: warm-up {} is too large", info.name, self.warmup);
+            return Err(Status::InvalidParam);
+        }
+        if let Some(l) = self.layout {
+            if !info.layouts.contains(&l) {
+                tracing::error!("{}: data layout '{l}' is not supported", info.name);
+                return Err(Status::Unsupported);
+            }
+        }
+        if uct::Transport::from_name(&self.transport).is_none() {
+            tracing::error!("unknown transport '{}'", self.transport);
+            return Err(Status::NoDevice);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn validation() {
+        let mut p = Params::new(TestId::GetLat);
+        assert!(p.validate().is_ok());
+        p.layout = Some(Layout::Short);
+        assert_eq!(p.validate(), Err(Status::Unsupported));
+        p.layout = Some(Layout::Zcopy);
+        p.size = 0;
+        assert_eq!(p.validate(), Err(Status::InvalidParam));
+        p.size = 8;
+        p.iterations = 0;
+        assert_eq!(p.validate(), Err(Status::InvalidParam));
+        p.iterations = 1;
+        p.transport = "ib".into();
+        assert_eq!(p.validate(), Err(Status::NoDevice));
+    }
+
+    #[test]
+    fn round_trips_through_json() {
+        let mut p = Params::new(TestId::PutBw);
+        p.layout = Some(Layout::Zcopy);
+        p.size = 1 << 20;
+        let s = serde_json::to_string(&p).unwrap();
+        assert!(s.contains("\"test\":\"put_bw\""), "{s}");
+        assert_eq!(serde_json::from_str::<Params>(&s).unwrap(), p);
+    }
+}
