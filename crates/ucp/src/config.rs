@@ -21,6 +21,11 @@ pub static VARS: &[Var] = &[
         doc: "Message size from which eager fragments are gathered straight from the user buffer instead of packed ('auto': 16k).",
     },
     Var {
+        name: "RMA_PATH",
+        default: "auto",
+        doc: "How put/get/atomics reach remote memory: auto, direct (mapping; fails if impossible), cma (one copy by cross-memory attach, atomics emulated), am (emulated by messages the target executes).",
+    },
+    Var {
         name: "MAX_EAGER_LANES",
         default: "1",
         doc: "Lanes used for eager messages (rucx uses one; kept for compatibility).",
@@ -34,6 +39,19 @@ pub enum Thresh {
     Bytes(usize),
 }
 
+/// How remote memory is reached (the `UCX_RMA_PATH` choice, and a resolved key's path).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RmaPath {
+    /// Pick per key: direct if mappable, else CMA, else emulated.
+    Auto,
+    /// Load/store through a mapping, CPU atomics.
+    Direct,
+    /// One copy by cross-memory attach; atomics emulated.
+    Cma,
+    /// Messages the target executes in its progress.
+    Emulated,
+}
+
 /// Configuration of a context.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Config {
@@ -41,6 +59,7 @@ pub struct Config {
     pub transports: Vec<Transport>,
     pub rndv_thresh: Thresh,
     pub zcopy_thresh: Thresh,
+    pub rma_path: RmaPath,
 }
 
 impl Default for Config {
@@ -49,6 +68,7 @@ impl Default for Config {
             transports: Transport::ALL.to_vec(),
             rndv_thresh: Thresh::Auto,
             zcopy_thresh: Thresh::Auto,
+            rma_path: RmaPath::Auto,
         }
     }
 }
@@ -63,6 +83,19 @@ fn thresh(var: &Var) -> Result<Thresh> {
         Status::InvalidParam
     })?;
     Ok(Thresh::Bytes(usize::try_from(n).unwrap_or(usize::MAX)))
+}
+
+fn rma_path(var: &Var) -> Result<RmaPath> {
+    match config::raw(var).trim().to_ascii_lowercase().as_str() {
+        "auto" => Ok(RmaPath::Auto),
+        "direct" => Ok(RmaPath::Direct),
+        "cma" => Ok(RmaPath::Cma),
+        "am" | "emulated" => Ok(RmaPath::Emulated),
+        v => {
+            tracing::error!("invalid value '{v}' for UCX_{}", var.name);
+            Err(Status::InvalidParam)
+        }
+    }
 }
 
 /// Parses a `UCX_TLS` value into the transports it allows.
@@ -113,6 +146,7 @@ impl Config {
             transports: parse_tls(&tls)?,
             rndv_thresh: thresh(&VARS[0])?,
             zcopy_thresh: thresh(&VARS[1])?,
+            rma_path: rma_path(&VARS[2])?,
         })
     }
 }

@@ -3,9 +3,10 @@
 
 use crate::config::Config;
 use bitflags::bitflags;
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use ucs::{Result, Status};
-use uct::{IfaceAttr, IfaceConfig, Transport};
+use uct::{IfaceAttr, IfaceConfig, Md, Transport};
 
 bitflags! {
     /// Features requested by the application (UCP_FEATURE_* of UCX).
@@ -31,6 +32,11 @@ pub struct Resource {
 
 struct Inner {
     features: Features,
+    /// One memory domain per resource, shared by every worker of the context.
+    mds: Vec<Arc<Md>>,
+    /// Regions mapped with `mem_map`, by key id: what emulated remote accesses are
+    /// checked against.
+    regions: Mutex<HashMap<u64, (u64, u64)>>,
     config: Config,
     iface_config: IfaceConfig,
     resources: Vec<Resource>,
@@ -71,9 +77,15 @@ impl Context {
             return Err(Status::NoDevice);
         }
         ucs::config::warn_unknown();
+        let mds = resources
+            .iter()
+            .map(|r| Arc::new(Md::open(r.transport)))
+            .collect();
         Ok(Context {
             inner: Arc::new(Inner {
                 features,
+                mds,
+                regions: Mutex::default(),
                 config,
                 iface_config,
                 resources,
@@ -91,6 +103,16 @@ impl Context {
 
     pub fn iface_config(&self) -> &IfaceConfig {
         &self.inner.iface_config
+    }
+
+    /// The memory domain of resource `i`.
+    pub(crate) fn md(&self, i: usize) -> &Arc<Md> {
+        &self.inner.mds[i]
+    }
+
+    /// The mapped regions registry.
+    pub(crate) fn regions(&self) -> &Mutex<HashMap<u64, (u64, u64)>> {
+        &self.inner.regions
     }
 
     /// The transports found.

@@ -9,14 +9,20 @@
 pub mod address;
 pub mod config;
 pub mod context;
+pub mod mem;
 pub mod proto;
 pub mod request;
+pub mod rma;
 pub mod shared;
 pub mod tag;
 pub mod worker;
 
 pub use config::Config;
+pub use config::RmaPath;
 pub use context::{Context, Features, Resource};
+pub use mem::MemH;
 pub use request::{Buf, Callback, RecvInfo, Request};
+pub use rma::RemoteKey;
 pub use shared::SharedWorker;
+pub use uct::{AtomicOp, AtomicSize};
 pub use worker::{Ep, EpStatus, Message, ThreadMode, Worker};

@@ -208,6 +208,8 @@ pub(crate) struct RecvState {
 pub(crate) enum ReqKind {
     Send(SendState),
     Recv(RecvState),
+    /// An emulated remote access or atomic.
+    Rma(crate::rma::RmaState),
     /// Completes when the endpoint (or, with `None`, every endpoint) has nothing in flight.
     Flush(Option<u32>),
     /// Like Flush, then destroys the endpoint.

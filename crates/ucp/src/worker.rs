@@ -59,6 +59,7 @@ pub(crate) struct Lane {
 pub(crate) enum Queued {
     Wireup,
     Send(Request),
+    Rma(Request),
 }
 
 pub(crate) struct EpState {
@@ -136,6 +137,7 @@ pub(crate) enum Deferred {
 pub struct Message(pub(crate) u64);
 
 pub(crate) struct State {
+    pub ctx: Context,
     pub uuid: u64,
     pub cfg: crate::config::Config,
     pub eps: Vec<Option<EpState>>,
@@ -148,6 +150,8 @@ pub(crate) struct State {
     pub probed: HashMap<u64, (u64, Unexp)>,
     pub next_probed: u64,
     pub deferred: VecDeque<Deferred>,
+    /// Replies to emulated remote accesses, waiting for room on their lane.
+    pub rma_replies: VecDeque<crate::rma::RmaReply>,
     /// Endpoints with a non-empty queue.
     pub active: VecDeque<u32>,
     pub completed: Vec<Request>,
@@ -160,7 +164,7 @@ pub(crate) struct State {
 pub(crate) struct Tl {
     pub transport: Transport,
     pub iface: Iface,
-    pub md: Md,
+    pub md: std::sync::Arc<Md>,
     /// Progress this interface (it has endpoints, or peers may send to it).
     pub live: bool,
 }
@@ -184,12 +188,12 @@ impl Worker {
     /// Creates a worker with an interface for each transport of the context.
     pub fn new(ctx: &Context, mode: ThreadMode) -> Result<Worker> {
         let mut tls = Vec::new();
-        for r in ctx.resources() {
+        for (i, r) in ctx.resources().iter().enumerate() {
             let iface = Iface::open(r.transport, ctx.iface_config())?;
             tls.push(Tl {
                 transport: r.transport,
                 iface,
-                md: Md::open(r.transport),
+                md: ctx.md(i).clone(),
                 live: false,
             });
         }
@@ -222,6 +226,7 @@ impl Worker {
             mode,
             tls,
             st: State {
+                ctx: ctx.clone(),
                 uuid,
                 cfg: ctx.config().clone(),
                 eps: Vec::new(),
@@ -233,6 +238,7 @@ impl Worker {
                 probed: HashMap::new(),
                 next_probed: 1,
                 deferred: VecDeque::new(),
+                rma_replies: VecDeque::new(),
                 active: VecDeque::new(),
                 completed: Vec::new(),
                 flushes: Vec::new(),
@@ -320,6 +326,9 @@ impl Worker {
         if !self.st.deferred.is_empty() {
             n += self.run_deferred();
         }
+        if !self.st.rma_replies.is_empty() {
+            n += self.run_rma_replies();
+        }
         if !self.st.active.is_empty() {
             n += self.run_queues();
         }
@@ -342,6 +351,24 @@ impl Worker {
                 Ok(None) => n += 1,
                 Ok(Some(again)) => self.st.deferred.push_back(again),
                 Err(s) => tracing::debug!("deferred protocol work failed: {s}"),
+            }
+        }
+        n
+    }
+
+    fn run_rma_replies(&mut self) -> usize {
+        let mut n = 0;
+        for _ in 0..self.st.rma_replies.len() {
+            let Some(r) = self.st.rma_replies.pop_front() else {
+                break;
+            };
+            match crate::rma::send_reply(&mut self.tls, &mut self.st, r) {
+                Ok(None) => n += 1,
+                Ok(Some(rest)) => {
+                    self.st.rma_replies.push_front(rest);
+                    break;
+                }
+                Err(s) => tracing::debug!("reply to an emulated access failed: {s}"),
             }
         }
         n
@@ -645,12 +672,13 @@ impl State {
                 return;
             }
             q.status = Some(status);
-            if let ReqKind::Send(s) = &q.kind {
-                if s.remote_pending {
-                    if let Some(Some(e)) = self.eps.get_mut(s.ep as usize) {
-                        e.outstanding = e.outstanding.saturating_sub(1);
-                    }
-                }
+            let counted = match &q.kind {
+                ReqKind::Send(s) if s.remote_pending => Some(s.ep),
+                ReqKind::Rma(s) => Some(s.ep),
+                _ => None,
+            };
+            if let Some(Some(e)) = counted.and_then(|ep| self.eps.get_mut(ep as usize)) {
+                e.outstanding = e.outstanding.saturating_sub(1);
             }
             if q.cb.is_some() || q.released {
                 self.completed.push(r);
@@ -738,7 +766,7 @@ fn destroy_ep(tls: &mut [Tl], st: &mut State, ep: u32, status: Status) {
         st.by_uuid.remove(&e.remote.uuid);
     }
     for q in e.queue {
-        if let Queued::Send(r) = q {
+        if let Queued::Send(r) | Queued::Rma(r) = q {
             st.complete(r, status);
         }
     }
@@ -748,6 +776,7 @@ fn destroy_ep(tls: &mut [Tl], st: &mut State, ep: u32, status: Status) {
         .iter()
         .filter_map(|(i, q)| match &q.kind {
             ReqKind::Send(s) if s.ep == ep && q.status.is_none() => Some(Request(i)),
+            ReqKind::Rma(s) if s.ep == ep && q.status.is_none() => Some(Request(i)),
             _ => None,
         })
         .collect();

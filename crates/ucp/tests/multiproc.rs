@@ -3,131 +3,13 @@
 //! peers talk to the test over stdin/stdout lines that start with `@@ `. Every byte
 //! received is checked; every wait is bounded; peers are killed when a test fails.
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc::{channel, Receiver};
+mod common;
+
+use common::*;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
-use ucp::{Buf, Context, Features, ThreadMode, Worker};
+use std::time::Instant;
+use ucp::{Buf, Worker};
 use ucs::Status;
-
-const TIMEOUT: Duration = Duration::from_secs(120);
-const STOP_TAG: u64 = u64::MAX;
-/// Largest message of these tests.
-const MAX: usize = 64 << 20;
-
-/// Multi-process tests spin on two cores; run them one at a time.
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-fn unhex(s: &str) -> Vec<u8> {
-    (0..s.len() / 2)
-        .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).unwrap())
-        .collect()
-}
-
-fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
-
-struct Peer {
-    child: Child,
-    stdin: ChildStdin,
-    lines: Receiver<String>,
-}
-
-impl Peer {
-    fn spawn(role: &str, args: &str) -> Peer {
-        let mut child = Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "peer_main",
-                "--nocapture",
-                "--test-threads",
-                "1",
-                "-q",
-            ])
-            .env("RUCX_TEST_ROLE", role)
-            .env("RUCX_TEST_ARGS", args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("spawn peer");
-        let stdin = child.stdin.take().unwrap();
-        let out = child.stdout.take().unwrap();
-        let (tx, lines) = channel();
-        std::thread::spawn(move || {
-            for l in BufReader::new(out).lines().map_while(Result::ok) {
-                if let Some(m) = l.strip_prefix("@@ ") {
-                    if tx.send(m.to_string()).is_err() {
-                        break;
-                    }
-                }
-            }
-        });
-        Peer {
-            child,
-            stdin,
-            lines,
-        }
-    }
-
-    fn line(&self) -> String {
-        self.lines
-            .recv_timeout(TIMEOUT)
-            .expect("peer did not answer in time")
-    }
-
-    fn send(&mut self, s: &str) {
-        writeln!(self.stdin, "{s}").unwrap();
-        self.stdin.flush().unwrap();
-    }
-
-    fn finish(mut self) {
-        let deadline = Instant::now() + TIMEOUT;
-        loop {
-            if let Some(st) = self.child.try_wait().unwrap() {
-                assert!(st.success(), "peer failed: {st}");
-                return;
-            }
-            assert!(Instant::now() < deadline, "peer did not exit");
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    }
-}
-
-impl Drop for Peer {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
-fn worker() -> Worker {
-    let ctx = Context::new(Features::TAG).unwrap();
-    Worker::new(&ctx, ThreadMode::Single).unwrap()
-}
-
-/// Connects this process's worker with a peer: exchanges addresses.
-fn connect(w: &mut Worker, p: &mut Peer) -> ucp::Ep {
-    let theirs = unhex(&p.line());
-    let addr = w.address();
-    p.send(&hex(&addr));
-    w.ep_create(&theirs).unwrap()
-}
 
 /// The sizes that cross every protocol threshold by ±1 byte, up to 64 MiB.
 fn threshold_sizes(w: &mut Worker, ep: ucp::Ep) -> Vec<usize> {
@@ -148,20 +30,6 @@ fn threshold_sizes(w: &mut Worker, ep: ucp::Ep) -> Vec<usize> {
     v.sort_unstable();
     v.dedup();
     v
-}
-
-// ----- peer roles --------------------------------------------------------------------------
-
-fn stdin_line() -> String {
-    let mut s = String::new();
-    std::io::stdin().read_line(&mut s).unwrap();
-    s.trim().to_string()
-}
-
-fn peer_connect(w: &mut Worker) -> ucp::Ep {
-    println!("@@ {}", hex(&w.address()));
-    let theirs = unhex(&stdin_line());
-    w.ep_create(&theirs).unwrap()
 }
 
 /// Receives any message and sends it back with its tag until the stop tag.

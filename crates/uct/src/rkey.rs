@@ -183,6 +183,17 @@ impl Rkey {
         !matches!(self.access, Access::Cma)
     }
 
+    /// The same memory reached by cross-memory attach instead (the key's addresses are
+    /// the owner's own, so a mapped or local key also works through CMA).
+    pub fn to_cma(&self) -> Rkey {
+        Rkey {
+            base: self.base,
+            len: self.len,
+            pid: self.pid,
+            access: Access::Cma,
+        }
+    }
+
     /// The owner's base address and length of the key's region.
     pub fn range(&self) -> (u64, u64) {
         (self.base, self.len)

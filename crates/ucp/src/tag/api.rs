@@ -216,6 +216,12 @@ impl Worker {
                     e.queue.retain(|x| !matches!(x, Queued::Send(y) if *y == r));
                 }
             }
+            ReqKind::Rma(s) => {
+                let ep = s.ep;
+                if let Ok(e) = st.ep_mut(ep) {
+                    e.queue.retain(|x| !matches!(x, Queued::Rma(y) if *y == r));
+                }
+            }
             ReqKind::Recv(rs) => {
                 if let Some(id) = rs.recv_id.take() {
                     st.matcher.cancel(id);
@@ -314,6 +320,7 @@ pub(crate) fn drain_queue(tls: &mut [Tl], st: &mut State, ep: u32) -> usize {
         let sent = match head {
             Queued::Wireup => send_wireup(tls, st, lane),
             Queued::Send(r) => send_step(tls, st, lane, r),
+            Queued::Rma(r) => crate::rma::rma_send_step(tls, st, lane, r),
         };
         match sent {
             Ok(true) => {
@@ -327,7 +334,7 @@ pub(crate) fn drain_queue(tls: &mut [Tl], st: &mut State, ep: u32) -> usize {
                 if let Ok(e) = st.ep_mut(ep) {
                     e.queue.pop_front();
                 }
-                if let Queued::Send(r) = head {
+                if let Queued::Send(r) | Queued::Rma(r) = head {
                     st.complete(r, s);
                 }
             }
@@ -616,6 +623,10 @@ impl State {
             AM_ATS => decode_ats(d).map(|(sreq, _)| self.remote_done(sreq)),
             AM_SYNC_ACK => decode_sync_ack(d).map(|sreq| self.remote_done(sreq)),
             AM_WIREUP => decode_wireup(d).and_then(|(uuid, a)| self.wireup(uuid, a)),
+            crate::proto::rma::AM_PUT..=crate::proto::rma::AM_ACK => {
+                let ctx = self.ctx.clone();
+                self.on_rma(&ctx, id, d)
+            }
             _ => Err(Status::InvalidParam),
         };
         if let Err(s) = r {

@@ -1,0 +1,155 @@
+//! Messages of emulated remote memory access: the initiator asks, the target (which owns
+//! the memory) checks the region and does the access in its progress, then answers.
+//! Every header is a run of little-endian u64 fields; data, where there is any, follows.
+//!
+//! ```text
+//! id  message   fields (u64 each)                                         data
+//!  9  Put       src uuid, request, key id, address                         bytes to write
+//! 10  GetReq    src uuid, request, key id, address, length                 -
+//! 11  GetRep    request, offset, status                                    bytes read
+//! 12  AmoReq    src uuid, request, key id, address, value, compare, op     -
+//! 13  AmoRep    request, status, previous value                            -
+//! 14  Ack       request, status                                            -
+//! op word: bits 0-7 operation, bits 8-15 size in bytes (4 or 8), bit 16 fetch;
+//! status: the ucs status code, sign-extended.
+//! ```
+
+use ucs::{Result, Status};
+use uct::{AtomicOp, AtomicSize};
+
+pub const AM_PUT: u8 = 9;
+pub const AM_GET_REQ: u8 = 10;
+pub const AM_GET_REP: u8 = 11;
+pub const AM_AMO_REQ: u8 = 12;
+pub const AM_AMO_REP: u8 = 13;
+pub const AM_ACK: u8 = 14;
+
+/// Header bytes of a Put.
+pub const PUT_HDR: usize = 32;
+/// Header bytes of a GetRep.
+pub const GET_REP_HDR: usize = 24;
+
+/// Writes `fields` at the start of `b`; returns the bytes written.
+pub fn encode(fields: &[u64], b: &mut [u8]) -> usize {
+    for (i, f) in fields.iter().enumerate() {
+        b[i * 8..i * 8 + 8].copy_from_slice(&f.to_le_bytes());
+    }
+    fields.len() * 8
+}
+
+/// Reads `N` fields; returns them and the rest (the data).
+pub fn decode<const N: usize>(b: &[u8]) -> Result<([u64; N], &[u8])> {
+    if b.len() < N * 8 {
+        return Err(Status::InvalidParam);
+    }
+    let mut f = [0u64; N];
+    for (i, v) in f.iter_mut().enumerate() {
+        *v = u64::from_le_bytes(
+            b[i * 8..i * 8 + 8]
+                .try_into()
+                .map_err(|_| Status::InvalidParam)?,
+        );
+    }
+    Ok((f, &b[N * 8..]))
+}
+
+/// Status as a field.
+pub fn status_field(s: Status) -> u64 {
+    i64::from(s.code()) as u64
+}
+
+/// A field as a status (an unknown code is a malformed message).
+pub fn field_status(v: u64) -> Result<Status> {
+    Status::from_code(v as i64 as i32).ok_or(Status::InvalidParam)
+}
+
+fn op_code(op: AtomicOp) -> u64 {
+    match op {
+        AtomicOp::Add => 1,
+        AtomicOp::And => 2,
+        AtomicOp::Or => 3,
+        AtomicOp::Xor => 4,
+        AtomicOp::Swap => 5,
+        AtomicOp::Cswap => 6,
+    }
+}
+
+/// Packs an atomic's operation, size and whether it fetches.
+pub fn op_word(op: AtomicOp, size: AtomicSize, fetch: bool) -> u64 {
+    op_code(op) | (size.bytes() as u64) << 8 | u64::from(fetch) << 16
+}
+
+/// Unpacks an op word.
+pub fn parse_op_word(w: u64) -> Result<(AtomicOp, AtomicSize, bool)> {
+    let op = match w & 0xff {
+        1 => AtomicOp::Add,
+        2 => AtomicOp::And,
+        3 => AtomicOp::Or,
+        4 => AtomicOp::Xor,
+        5 => AtomicOp::Swap,
+        6 => AtomicOp::Cswap,
+        _ => return Err(Status::InvalidParam),
+    };
+    let size = match (w >> 8) & 0xff {
+        4 => AtomicSize::B32,
+        8 => AtomicSize::B64,
+        _ => return Err(Status::InvalidParam),
+    };
+    if w >> 17 != 0 {
+        return Err(Status::InvalidParam);
+    }
+    Ok((op, size, (w >> 16) & 1 == 1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn fields_round_trip(f in proptest::collection::vec(any::<u64>(), 7), data in proptest::collection::vec(any::<u8>(), 0..32)) {
+            let mut b = vec![0u8; 56 + data.len()];
+            let n = encode(&f, &mut b);
+            b[n..].copy_from_slice(&data);
+            let (g, rest) = decode::<7>(&b).unwrap();
+            prop_assert_eq!(&g[..], &f[..]);
+            prop_assert_eq!(rest, &data[..]);
+        }
+
+        #[test]
+        fn decode_never_panics(b in proptest::collection::vec(any::<u8>(), 0..64), w: u64) {
+            let _ = decode::<7>(&b);
+            let _ = decode::<2>(&b);
+            let _ = parse_op_word(w);
+            let _ = field_status(w);
+        }
+    }
+
+    #[test]
+    fn op_words_round_trip() {
+        for op in [
+            AtomicOp::Add,
+            AtomicOp::And,
+            AtomicOp::Or,
+            AtomicOp::Xor,
+            AtomicOp::Swap,
+            AtomicOp::Cswap,
+        ] {
+            for size in [AtomicSize::B32, AtomicSize::B64] {
+                for fetch in [false, true] {
+                    assert_eq!(
+                        parse_op_word(op_word(op, size, fetch)).unwrap(),
+                        (op, size, fetch)
+                    );
+                }
+            }
+        }
+        assert!(parse_op_word(7).is_err());
+        assert!(parse_op_word(1 | 3 << 8).is_err());
+        assert!(parse_op_word(1 | 8 << 8 | 1 << 20).is_err());
+        for s in ucs::status::ALL {
+            assert_eq!(field_status(status_field(s)).unwrap(), s);
+        }
+    }
+}

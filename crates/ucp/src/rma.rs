@@ -1,0 +1,785 @@
+//! Remote memory access and atomics: remote keys resolved once per endpoint, and the
+//! three access paths — direct load/store through a mapping, cross-memory attach, and
+//! emulation by messages that the target executes in its progress.
+//!
+//! Path choice (at unpack, never per operation): the endpoint's lane decides which
+//! transport key applies; a mapped key gives `Direct` (and CPU atomics), a CMA key gives
+//! `Cma` for put/get and emulated atomics, and no usable key gives `Emulated` for both.
+//! `UCX_RMA_PATH` forces a path for testing and tuning. Atomics on one word stay correct
+//! when paths mix: the emulating target uses the same CPU atomics a mapping peer does.
+//!
+//! Emulated operations are requests in the endpoint's queue, so they keep their order;
+//! each counts as outstanding on the endpoint until the target's reply, which is what
+//! flush waits for.
+
+use crate::config::RmaPath;
+use crate::proto::rma::*;
+use crate::request::{Buf, Callback, Req, ReqKind, Request};
+use crate::worker::{connect, Ep, Queued, State, Tl, Worker};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::Duration;
+use ucs::{Result, Status};
+use uct::{AtomicOp, AtomicSize};
+
+/// A remote key unpacked for one endpoint.
+#[derive(Clone, Debug)]
+pub struct RemoteKey {
+    ep: u32,
+    key_id: u64,
+    base: u64,
+    len: u64,
+    rma: RmaPath,
+    amo: RmaPath,
+    uct: Option<uct::Rkey>,
+}
+
+impl RemoteKey {
+    /// How put and get reach the memory.
+    pub fn rma_path(&self) -> RmaPath {
+        self.rma
+    }
+
+    /// How atomics reach the memory.
+    pub fn amo_path(&self) -> RmaPath {
+        self.amo
+    }
+
+    /// A local pointer to remote address `addr` when the memory is mapped into this
+    /// process (`UCS_ERR_UNSUPPORTED` otherwise, as `ucp_rkey_ptr`).
+    pub fn ptr(&self, addr: u64) -> Result<*mut u8> {
+        match (&self.uct, self.rma) {
+            (Some(k), RmaPath::Direct) => k.ptr(addr, 0),
+            _ => Err(Status::Unsupported),
+        }
+    }
+
+    fn check(&self, ep: Ep, addr: u64, len: usize) -> Result<()> {
+        if ep.0 != self.ep {
+            return Err(Status::InvalidParam);
+        }
+        let end = addr.checked_add(len as u64).ok_or(Status::InvalidParam)?;
+        if addr < self.base || end > self.base + self.len {
+            return Err(Status::InvalidParam);
+        }
+        Ok(())
+    }
+}
+
+/// The kinds of emulated operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RmaOp {
+    Put,
+    Get,
+    Amo {
+        op: AtomicOp,
+        size: AtomicSize,
+        fetch: bool,
+    },
+}
+
+/// State of an emulated operation.
+pub(crate) struct RmaState {
+    pub ep: u32,
+    pub op: RmaOp,
+    pub key_id: u64,
+    pub addr: u64,
+    /// Put: the source; get: the destination; fetching atomic: the 8-byte result.
+    pub local: Buf,
+    /// Put data copied when the caller's buffer may not outlive the call (nbi).
+    pub owned: Option<Vec<u8>>,
+    pub len: usize,
+    pub value: u64,
+    pub compare: u64,
+    /// Bytes sent (put) or whether the request went out (get, atomic: 0 or 1).
+    pub sent: usize,
+    /// Put: acknowledgements still due; get: bytes received.
+    pub progress: usize,
+    pub error: Option<Status>,
+}
+
+impl Worker {
+    /// Unpacks a remote key for use on `ep` and resolves its access path.
+    pub fn rkey_unpack(&mut self, ep: Ep, packed: &[u8]) -> Result<RemoteKey> {
+        let k = crate::mem::PackedKey::decode(packed)?;
+        let lane = connect(&mut self.tls, &mut self.st, ep.0)?;
+        let tl = &self.tls[lane.tl];
+        let want = crate::address::tl_id(tl.transport);
+        let mode = self.st.cfg.rma_path;
+        let uct = match k.keys.iter().find(|(t, _)| *t == want) {
+            Some((_, bytes)) if mode != RmaPath::Emulated => match tl.md.rkey_unpack(bytes) {
+                Ok(rk) => Some(rk),
+                // A key that decodes but names memory we cannot reach (a peer gone, a
+                // mapping refused) falls back to emulation; a malformed one is an error.
+                Err(Status::InvalidParam) => return Err(Status::InvalidParam),
+                Err(s) => {
+                    tracing::debug!("remote key not reachable directly ({s}); emulating");
+                    None
+                }
+            },
+            _ => None,
+        };
+        let (rma, amo, uct) = match (uct, mode) {
+            (None, _) => (RmaPath::Emulated, RmaPath::Emulated, None),
+            (Some(rk), RmaPath::Cma) => (RmaPath::Cma, RmaPath::Emulated, Some(rk.to_cma())),
+            (Some(rk), _) if rk.is_direct() => (RmaPath::Direct, RmaPath::Direct, Some(rk)),
+            (Some(rk), RmaPath::Direct) => {
+                tracing::debug!("UCX_RMA_PATH=direct but the key is not mappable: {rk:?}");
+                return Err(Status::Unsupported);
+            }
+            (Some(rk), _) => (RmaPath::Cma, RmaPath::Emulated, Some(rk)),
+        };
+        Ok(RemoteKey {
+            ep: ep.0,
+            key_id: k.key_id,
+            base: k.base,
+            len: k.len,
+            rma,
+            amo,
+            uct,
+        })
+    }
+
+    fn rma_req(&mut self, st: RmaState, cb: Option<Callback>, released: bool) -> Result<Request> {
+        let ep = st.ep;
+        let r = self.st.new_req(ReqKind::Rma(st), cb);
+        if let Some(q) = self.st.reqs.get_mut(r.0) {
+            q.released = released;
+        }
+        let e = self.st.ep_mut(ep)?;
+        e.queue.push_back(Queued::Rma(r));
+        e.outstanding += 1;
+        if e.queue.len() == 1 {
+            self.st.active.push_back(ep);
+        }
+        crate::tag::api::drain_queue(&mut self.tls, &mut self.st, ep);
+        Ok(r)
+    }
+
+    /// Writes `len` bytes from `src` to `addr` in the key's memory. `None`: complete.
+    ///
+    /// # Safety
+    /// `src` must stay readable and unchanged until the request completes.
+    pub unsafe fn put_nb(
+        &mut self,
+        ep: Ep,
+        src: *const u8,
+        len: usize,
+        addr: u64,
+        rk: &RemoteKey,
+        cb: Option<Callback>,
+    ) -> Result<Option<Request>> {
+        rk.check(ep, addr, len)?;
+        if let Some(k) = rk.uct.as_ref().filter(|_| rk.rma != RmaPath::Emulated) {
+            // SAFETY: the caller promised src..src+len is readable.
+            let data = unsafe { slice(src, len) };
+            uct::rma::put(k, addr, &[data])?;
+            return Ok(None);
+        }
+        let st = self.rma_state(
+            ep,
+            RmaOp::Put,
+            rk,
+            addr,
+            Buf::contig(src.cast_mut(), len),
+            len,
+        );
+        self.rma_req(st, cb, false).map(Some)
+    }
+
+    /// Writes `data` to `addr`; locally complete on return (the data was taken), remotely
+    /// complete after a flush.
+    pub fn put_nbi(&mut self, ep: Ep, data: &[u8], addr: u64, rk: &RemoteKey) -> Result<()> {
+        rk.check(ep, addr, data.len())?;
+        if let Some(k) = rk.uct.as_ref().filter(|_| rk.rma != RmaPath::Emulated) {
+            return uct::rma::put(k, addr, &[data]);
+        }
+        let mut st = self.rma_state(
+            ep,
+            RmaOp::Put,
+            rk,
+            addr,
+            Buf::contig(std::ptr::null_mut(), 0),
+            data.len(),
+        );
+        st.owned = Some(data.to_vec());
+        self.rma_req(st, None, true).map(|_| ())
+    }
+
+    /// Reads `len` bytes at `addr` into `dst`. `None`: complete.
+    ///
+    /// # Safety
+    /// `dst` must stay writable, and not otherwise accessed, until the request completes.
+    pub unsafe fn get_nb(
+        &mut self,
+        ep: Ep,
+        dst: *mut u8,
+        len: usize,
+        addr: u64,
+        rk: &RemoteKey,
+        cb: Option<Callback>,
+    ) -> Result<Option<Request>> {
+        rk.check(ep, addr, len)?;
+        if let Some(k) = rk.uct.as_ref().filter(|_| rk.rma != RmaPath::Emulated) {
+            // SAFETY: the caller promised dst..dst+len is writable and ours.
+            let buf = unsafe { slice_mut(dst, len) };
+            uct::rma::get(k, addr, &mut [buf])?;
+            return Ok(None);
+        }
+        let st = self.rma_state(ep, RmaOp::Get, rk, addr, Buf::contig(dst, len), len);
+        self.rma_req(st, cb, false).map(Some)
+    }
+
+    /// An atomic without result; remotely complete after a flush.
+    pub fn atomic_post(
+        &mut self,
+        ep: Ep,
+        op: AtomicOp,
+        size: AtomicSize,
+        value: u64,
+        addr: u64,
+        rk: &RemoteKey,
+    ) -> Result<()> {
+        if matches!(op, AtomicOp::Swap | AtomicOp::Cswap) {
+            return Err(Status::InvalidParam);
+        }
+        rk.check(ep, addr, size.bytes())?;
+        if let (RmaPath::Direct, Some(k)) = (rk.amo, rk.uct.as_ref()) {
+            return uct::rma::atomic(k, op, size, addr, value, 0).map(|_| ());
+        }
+        check_aligned(addr, size)?;
+        let mut st = self.rma_state(
+            ep,
+            RmaOp::Amo {
+                op,
+                size,
+                fetch: false,
+            },
+            rk,
+            addr,
+            Buf::contig(std::ptr::null_mut(), 0),
+            size.bytes(),
+        );
+        st.value = value;
+        self.rma_req(st, None, true).map(|_| ())
+    }
+
+    /// An atomic that returns the previous value into `*result` (`compare` is for
+    /// cswap). `None`: complete, `*result` written.
+    ///
+    /// # Safety
+    /// `result` must stay writable until the request completes.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn atomic_fetch_nb(
+        &mut self,
+        ep: Ep,
+        op: AtomicOp,
+        size: AtomicSize,
+        value: u64,
+        compare: u64,
+        result: *mut u64,
+        addr: u64,
+        rk: &RemoteKey,
+        cb: Option<Callback>,
+    ) -> Result<Option<Request>> {
+        rk.check(ep, addr, size.bytes())?;
+        if result.is_null() {
+            return Err(Status::InvalidParam);
+        }
+        if let (RmaPath::Direct, Some(k)) = (rk.amo, rk.uct.as_ref()) {
+            let old = uct::rma::atomic(k, op, size, addr, value, compare)?;
+            // SAFETY: the caller promised `result` is writable.
+            unsafe { result.write_unaligned(old) };
+            return Ok(None);
+        }
+        check_aligned(addr, size)?;
+        let mut st = self.rma_state(
+            ep,
+            RmaOp::Amo {
+                op,
+                size,
+                fetch: true,
+            },
+            rk,
+            addr,
+            Buf::contig(result.cast(), 8),
+            size.bytes(),
+        );
+        st.value = value;
+        st.compare = compare;
+        self.rma_req(st, cb, false).map(Some)
+    }
+
+    fn rma_state(
+        &self,
+        ep: Ep,
+        op: RmaOp,
+        rk: &RemoteKey,
+        addr: u64,
+        local: Buf,
+        len: usize,
+    ) -> RmaState {
+        RmaState {
+            ep: ep.0,
+            op,
+            key_id: rk.key_id,
+            addr,
+            local,
+            owned: None,
+            len,
+            value: 0,
+            compare: 0,
+            sent: 0,
+            progress: 0,
+            error: None,
+        }
+    }
+
+    /// Orders earlier remote accesses before later ones. Every path here executes in
+    /// issue order (direct and CMA complete in the call, emulated ones travel in order on
+    /// one lane and run in order at the target), so there is nothing to wait for.
+    pub fn fence(&mut self) -> Result<()> {
+        std::sync::atomic::fence(Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// Blocking put: returns when the data is in the remote memory.
+    pub fn put(&mut self, ep: Ep, data: &[u8], addr: u64, rk: &RemoteKey) -> Result<()> {
+        self.put_nbi(ep, data, addr, rk)?;
+        self.flush_ep_blocking(ep)
+    }
+
+    /// Blocking get.
+    pub fn get(&mut self, ep: Ep, buf: &mut [u8], addr: u64, rk: &RemoteKey) -> Result<()> {
+        // SAFETY: `buf` is borrowed for this whole call; on timeout the request is
+        // aborted before returning.
+        let r = unsafe { self.get_nb(ep, buf.as_mut_ptr(), buf.len(), addr, rk, None)? };
+        self.finish_blocking(r)
+    }
+
+    /// Blocking fetching atomic; returns the previous value.
+    #[allow(clippy::too_many_arguments)]
+    pub fn atomic_fetch(
+        &mut self,
+        ep: Ep,
+        op: AtomicOp,
+        size: AtomicSize,
+        value: u64,
+        compare: u64,
+        addr: u64,
+        rk: &RemoteKey,
+    ) -> Result<u64> {
+        let mut out = 0u64;
+        // SAFETY: `out` lives for this whole call; on timeout the request is aborted.
+        let r = unsafe {
+            self.atomic_fetch_nb(ep, op, size, value, compare, &mut out, addr, rk, None)?
+        };
+        self.finish_blocking(r)?;
+        Ok(out)
+    }
+
+    fn finish_blocking(&mut self, r: Option<Request>) -> Result<()> {
+        let Some(r) = r else { return Ok(()) };
+        match self.wait_done(r, Duration::from_secs(120)) {
+            Ok(s) => {
+                self.request_free(r)?;
+                if s == Status::Ok {
+                    Ok(())
+                } else {
+                    Err(s)
+                }
+            }
+            Err(e) => {
+                self.request_abort(r)?;
+                self.request_free(r)?;
+                Err(e)
+            }
+        }
+    }
+
+    /// Flushes `ep` and waits.
+    pub fn flush_ep_blocking(&mut self, ep: Ep) -> Result<()> {
+        match self.ep_flush_nb(ep, None)? {
+            None => Ok(()),
+            Some(r) => match self.wait_request(r, Duration::from_secs(120))? {
+                Status::Ok => Ok(()),
+                s => Err(s),
+            },
+        }
+    }
+}
+
+fn check_aligned(addr: u64, size: AtomicSize) -> Result<()> {
+    if addr % size.bytes() as u64 == 0 {
+        Ok(())
+    } else {
+        Err(Status::InvalidParam)
+    }
+}
+
+/// # Safety
+/// `p..p+len` readable (or `len == 0`).
+unsafe fn slice<'a>(p: *const u8, len: usize) -> &'a [u8] {
+    if len == 0 {
+        &[]
+    } else {
+        // SAFETY: per the function's contract.
+        unsafe { std::slice::from_raw_parts(p, len) }
+    }
+}
+
+/// # Safety
+/// `p..p+len` writable and unaliased (or `len == 0`).
+unsafe fn slice_mut<'a>(p: *mut u8, len: usize) -> &'a mut [u8] {
+    if len == 0 {
+        &mut []
+    } else {
+        // SAFETY: per the function's contract.
+        unsafe { std::slice::from_raw_parts_mut(p, len) }
+    }
+}
+
+/// Sends what an emulated operation still has to send. `Ok(true)`: all sent.
+pub(crate) fn rma_send_step(
+    tls: &mut [Tl],
+    st: &mut State,
+    lane: crate::worker::Lane,
+    r: Request,
+) -> Result<bool> {
+    let uuid = st.uuid;
+    let sreq = r.to_u64();
+    let Some(Req {
+        kind: ReqKind::Rma(s),
+        status: None,
+        ..
+    }) = st.reqs.get_mut(r.0)
+    else {
+        return Ok(true);
+    };
+    let iface = &mut tls[lane.tl].iface;
+    match s.op {
+        RmaOp::Put => {
+            let chunk_max = lane.th.max_bcopy.saturating_sub(PUT_HDR - 8).max(1);
+            loop {
+                let off = s.sent;
+                let n = chunk_max.min(s.len - off);
+                let (owned, local) = (&s.owned, &s.local);
+                let addr = s.addr + off as u64;
+                let out = iface.am_bcopy(lane.ep, AM_PUT, |b| {
+                    let h = encode(&[uuid, sreq, s.key_id, addr], b);
+                    let dst = &mut b[h..h + n];
+                    match owned {
+                        Some(v) => dst.copy_from_slice(&v[off..off + n]),
+                        None => {
+                            // SAFETY: the initiator promised the source stays readable.
+                            unsafe { local.read_at(off, dst) };
+                        }
+                    }
+                    h + n
+                })?;
+                if !out.is_done() {
+                    return Ok(false);
+                }
+                s.sent += n;
+                s.progress += 1;
+                if s.sent >= s.len {
+                    return Ok(true);
+                }
+            }
+        }
+        RmaOp::Get => {
+            let f = [uuid, sreq, s.key_id, s.addr, s.len as u64];
+            let out = iface.am_bcopy(lane.ep, AM_GET_REQ, |b| encode(&f, b))?;
+            Ok(out.is_done())
+        }
+        RmaOp::Amo { op, size, fetch } => {
+            let f = [
+                uuid,
+                sreq,
+                s.key_id,
+                s.addr,
+                s.value,
+                s.compare,
+                op_word(op, size, fetch),
+            ];
+            let out = iface.am_bcopy(lane.ep, AM_AMO_REQ, |b| encode(&f, b))?;
+            Ok(out.is_done())
+        }
+    }
+}
+
+/// Target-side work queued by a request that needs an interface.
+pub(crate) enum RmaReply {
+    Ack {
+        uuid: u64,
+        sreq: u64,
+        status: Status,
+    },
+    Amo {
+        uuid: u64,
+        sreq: u64,
+        status: Status,
+        old: u64,
+    },
+    Get {
+        uuid: u64,
+        sreq: u64,
+        addr: u64,
+        len: u64,
+        offset: u64,
+        status: Status,
+    },
+}
+
+/// Sends a reply (or as much of a get reply as fits); `Ok(Some(r))`: the rest, later.
+pub(crate) fn send_reply(
+    tls: &mut [Tl],
+    st: &mut State,
+    reply: RmaReply,
+) -> Result<Option<RmaReply>> {
+    let uuid = match reply {
+        RmaReply::Ack { uuid, .. } | RmaReply::Amo { uuid, .. } | RmaReply::Get { uuid, .. } => {
+            uuid
+        }
+    };
+    let ep = *st.by_uuid.get(&uuid).ok_or(Status::Unreachable)?;
+    let lane = connect(tls, st, ep)?;
+    let iface = &mut tls[lane.tl].iface;
+    match reply {
+        RmaReply::Ack { sreq, status, .. } => {
+            let f = [sreq, status_field(status)];
+            let out = iface.am_bcopy(lane.ep, AM_ACK, |b| encode(&f, b))?;
+            Ok((!out.is_done()).then_some(reply))
+        }
+        RmaReply::Amo {
+            sreq, status, old, ..
+        } => {
+            let f = [sreq, status_field(status), old];
+            let out = iface.am_bcopy(lane.ep, AM_AMO_REP, |b| encode(&f, b))?;
+            Ok((!out.is_done()).then_some(reply))
+        }
+        RmaReply::Get {
+            uuid,
+            sreq,
+            addr,
+            len,
+            mut offset,
+            status,
+        } => {
+            let chunk_max = lane.th.max_bcopy.saturating_sub(GET_REP_HDR - 8).max(1) as u64;
+            loop {
+                let n = if status == Status::Ok {
+                    chunk_max.min(len - offset)
+                } else {
+                    0
+                };
+                let src = addr + offset;
+                let out = iface.am_bcopy(lane.ep, AM_GET_REP, |b| {
+                    let h = encode(&[sreq, offset, status_field(status)], b);
+                    if n > 0 {
+                        // SAFETY: the request was checked against a region this process
+                        // mapped (region_check) when it arrived; the region is our memory.
+                        unsafe {
+                            std::ptr::copy_nonoverlapping(
+                                src as usize as *const u8,
+                                b[h..].as_mut_ptr(),
+                                n as usize,
+                            )
+                        };
+                    }
+                    h + n as usize
+                })?;
+                if !out.is_done() {
+                    return Ok(Some(RmaReply::Get {
+                        uuid,
+                        sreq,
+                        addr,
+                        len,
+                        offset,
+                        status,
+                    }));
+                }
+                offset += n;
+                if offset >= len || status != Status::Ok {
+                    return Ok(None);
+                }
+            }
+        }
+    }
+}
+
+impl State {
+    /// Handles the emulated-access messages (both roles). `ctx` validates target
+    /// regions.
+    pub(crate) fn on_rma(&mut self, ctx: &crate::Context, id: u8, d: &[u8]) -> Result<()> {
+        match id {
+            AM_PUT => {
+                let ([uuid, sreq, key, addr], data) = decode::<4>(d)?;
+                let status = if ctx.region_check(key, addr, data.len() as u64) {
+                    // SAFETY: region_check proved [addr, addr+len) lies in a region this
+                    // process mapped and still has mapped.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(
+                            data.as_ptr(),
+                            addr as usize as *mut u8,
+                            data.len(),
+                        )
+                    };
+                    Status::Ok
+                } else {
+                    tracing::debug!(
+                        "refused emulated put of {} bytes at {addr:#x} (key {key:#x})",
+                        data.len()
+                    );
+                    Status::InvalidAddr
+                };
+                self.rma_replies
+                    .push_back(RmaReply::Ack { uuid, sreq, status });
+            }
+            AM_GET_REQ => {
+                let ([uuid, sreq, key, addr, len], _) = decode::<5>(d)?;
+                let status = if ctx.region_check(key, addr, len) {
+                    Status::Ok
+                } else {
+                    Status::InvalidAddr
+                };
+                self.rma_replies.push_back(RmaReply::Get {
+                    uuid,
+                    sreq,
+                    addr,
+                    len,
+                    offset: 0,
+                    status,
+                });
+            }
+            AM_AMO_REQ => {
+                let ([uuid, sreq, key, addr, value, compare, w], _) = decode::<7>(d)?;
+                let (op, size, _) = parse_op_word(w)?;
+                let ok = ctx.region_check(key, addr, size.bytes() as u64)
+                    && addr % size.bytes() as u64 == 0;
+                let (status, old) = if ok {
+                    // SAFETY: checked above: inside a live region of ours, aligned.
+                    (Status::Ok, unsafe {
+                        local_atomic(op, size, addr, value, compare)
+                    })
+                } else {
+                    (Status::InvalidAddr, 0)
+                };
+                self.rma_replies.push_back(RmaReply::Amo {
+                    uuid,
+                    sreq,
+                    status,
+                    old,
+                });
+            }
+            AM_ACK => {
+                let ([sreq, status], _) = decode::<2>(d)?;
+                let status = field_status(status)?;
+                let r = Request::from_u64(sreq);
+                let done = match self.reqs.get_mut(r.0) {
+                    Some(Req {
+                        kind: ReqKind::Rma(s),
+                        status: None,
+                        ..
+                    }) if s.op == RmaOp::Put && s.progress > 0 => {
+                        s.progress -= 1;
+                        if status != Status::Ok {
+                            s.error = Some(status);
+                        }
+                        (s.progress == 0 && s.sent >= s.len).then(|| s.error.unwrap_or(Status::Ok))
+                    }
+                    _ => return Err(Status::InvalidParam),
+                };
+                if let Some(s) = done {
+                    self.complete(r, s);
+                }
+            }
+            AM_GET_REP => {
+                let ([sreq, offset, status], data) = decode::<3>(d)?;
+                let status = field_status(status)?;
+                let r = Request::from_u64(sreq);
+                let done = match self.reqs.get_mut(r.0) {
+                    Some(Req {
+                        kind: ReqKind::Rma(s),
+                        status: None,
+                        ..
+                    }) if s.op == RmaOp::Get => {
+                        let off = usize::try_from(offset).map_err(|_| Status::InvalidParam)?;
+                        if status != Status::Ok {
+                            Some(status)
+                        } else if off != s.progress || off + data.len() > s.len {
+                            return Err(Status::InvalidParam);
+                        } else {
+                            // SAFETY: the initiator promised the destination is writable.
+                            unsafe { s.local.write_at(off, data) };
+                            s.progress += data.len();
+                            (s.progress == s.len).then_some(Status::Ok)
+                        }
+                    }
+                    _ => return Err(Status::InvalidParam),
+                };
+                if let Some(s) = done {
+                    self.complete(r, s);
+                }
+            }
+            AM_AMO_REP => {
+                let ([sreq, status, old], _) = decode::<3>(d)?;
+                let status = field_status(status)?;
+                let r = Request::from_u64(sreq);
+                match self.reqs.get_mut(r.0) {
+                    Some(Req {
+                        kind: ReqKind::Rma(s),
+                        status: None,
+                        ..
+                    }) if matches!(s.op, RmaOp::Amo { .. }) => {
+                        if let (RmaOp::Amo { fetch: true, .. }, Status::Ok) = (s.op, status) {
+                            // SAFETY: the initiator promised the result slot is writable.
+                            unsafe { s.local.write_at(0, &old.to_ne_bytes()) };
+                        }
+                    }
+                    _ => return Err(Status::InvalidParam),
+                }
+                self.complete(r, status);
+            }
+            _ => return Err(Status::InvalidParam),
+        }
+        Ok(())
+    }
+}
+
+/// A CPU atomic on this process's memory; returns the previous value.
+///
+/// # Safety
+/// `addr` must be aligned for `size` and lie in memory mapped by this process.
+unsafe fn local_atomic(op: AtomicOp, size: AtomicSize, addr: u64, value: u64, compare: u64) -> u64 {
+    match size {
+        AtomicSize::B64 => {
+            // SAFETY: per the function's contract.
+            let a = unsafe { AtomicU64::from_ptr(addr as usize as *mut u64) };
+            match op {
+                AtomicOp::Add => a.fetch_add(value, Ordering::SeqCst),
+                AtomicOp::And => a.fetch_and(value, Ordering::SeqCst),
+                AtomicOp::Or => a.fetch_or(value, Ordering::SeqCst),
+                AtomicOp::Xor => a.fetch_xor(value, Ordering::SeqCst),
+                AtomicOp::Swap => a.swap(value, Ordering::SeqCst),
+                AtomicOp::Cswap => a
+                    .compare_exchange(compare, value, Ordering::SeqCst, Ordering::SeqCst)
+                    .unwrap_or_else(|v| v),
+            }
+        }
+        AtomicSize::B32 => {
+            let (v, c) = (value as u32, compare as u32);
+            // SAFETY: per the function's contract.
+            let a = unsafe { AtomicU32::from_ptr(addr as usize as *mut u32) };
+            u64::from(match op {
+                AtomicOp::Add => a.fetch_add(v, Ordering::SeqCst),
+                AtomicOp::And => a.fetch_and(v, Ordering::SeqCst),
+                AtomicOp::Or => a.fetch_or(v, Ordering::SeqCst),
+                AtomicOp::Xor => a.fetch_xor(v, Ordering::SeqCst),
+                AtomicOp::Swap => a.swap(v, Ordering::SeqCst),
+                AtomicOp::Cswap => a
+                    .compare_exchange(c, v, Ordering::SeqCst, Ordering::SeqCst)
+                    .unwrap_or_else(|v| v),
+            })
+        }
+    }
+}

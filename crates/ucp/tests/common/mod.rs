@@ -1,0 +1,160 @@
+//! Shared helpers of the multi-process tests: peers are this test binary run again with
+//! `RUCX_TEST_ROLE` set; they talk to the test over stdin/stdout lines starting `@@ `.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{channel, Receiver};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+use ucp::{Context, Features, ThreadMode, Worker};
+
+pub const TIMEOUT: Duration = Duration::from_secs(120);
+pub const STOP_TAG: u64 = u64::MAX;
+/// Largest message of these tests.
+pub const MAX: usize = 64 << 20;
+
+/// Multi-process tests spin on two cores; run them one at a time.
+pub static SERIAL: Mutex<()> = Mutex::new(());
+
+pub fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+pub fn unhex(s: &str) -> Vec<u8> {
+    (0..s.len() / 2)
+        .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).unwrap())
+        .collect()
+}
+
+pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+pub struct Peer {
+    child: Child,
+    stdin: ChildStdin,
+    pub lines: Receiver<String>,
+}
+
+impl Peer {
+    pub fn spawn(role: &str, args: &str) -> Peer {
+        Self::spawn_env(role, args, &[])
+    }
+
+    /// Like `spawn`, with extra environment variables for the peer.
+    pub fn spawn_env(role: &str, args: &str, env: &[(&str, &str)]) -> Peer {
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .envs(env.iter().copied())
+            .args([
+                "--exact",
+                "peer_main",
+                "--nocapture",
+                "--test-threads",
+                "1",
+                "-q",
+            ])
+            .env("RUCX_TEST_ROLE", role)
+            .env("RUCX_TEST_ARGS", args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn peer");
+        let stdin = child.stdin.take().unwrap();
+        let out = child.stdout.take().unwrap();
+        let (tx, lines) = channel();
+        std::thread::spawn(move || {
+            for l in BufReader::new(out).lines().map_while(Result::ok) {
+                if let Some(m) = l.strip_prefix("@@ ") {
+                    if tx.send(m.to_string()).is_err() {
+                        break;
+                    }
+                }
+            }
+        });
+        Peer {
+            child,
+            stdin,
+            lines,
+        }
+    }
+
+    pub fn line(&self) -> String {
+        self.lines
+            .recv_timeout(TIMEOUT)
+            .expect("peer did not answer in time")
+    }
+
+    pub fn send(&mut self, s: &str) {
+        writeln!(self.stdin, "{s}").unwrap();
+        self.stdin.flush().unwrap();
+    }
+
+    pub fn finish(mut self) {
+        let deadline = Instant::now() + TIMEOUT;
+        loop {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                assert!(st.success(), "peer failed: {st}");
+                return;
+            }
+            assert!(Instant::now() < deadline, "peer did not exit");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+pub fn worker() -> Worker {
+    let ctx =
+        Context::new(Features::TAG | Features::RMA | Features::AMO64 | Features::AMO32).unwrap();
+    Worker::new(&ctx, ThreadMode::Single).unwrap()
+}
+
+/// Connects this process's worker with a peer: exchanges addresses.
+pub fn connect(w: &mut Worker, p: &mut Peer) -> ucp::Ep {
+    let theirs = unhex(&p.line());
+    let addr = w.address();
+    p.send(&hex(&addr));
+    w.ep_create(&theirs).unwrap()
+}
+
+pub fn stdin_line() -> String {
+    let mut s = String::new();
+    std::io::stdin().read_line(&mut s).unwrap();
+    s.trim().to_string()
+}
+
+pub fn peer_connect(w: &mut Worker) -> ucp::Ep {
+    println!("@@ {}", hex(&w.address()));
+    let theirs = unhex(&stdin_line());
+    w.ep_create(&theirs).unwrap()
+}
+
+/// Lines from stdin, read by a thread, so a peer can progress while it waits for orders.
+pub fn stdin_lines() -> Receiver<String> {
+    let (tx, rx) = channel();
+    std::thread::spawn(move || {
+        for l in std::io::stdin().lock().lines().map_while(Result::ok) {
+            if tx.send(l.trim().to_string()).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}

@@ -1,0 +1,480 @@
+//! Remote memory access through every path (direct mapping, CMA, emulation), each forced
+//! by configuration, from 1 B to 16 MiB with every byte checked; atomics from four
+//! processes on shared words with mixed paths; and refusal of bad keys and ranges.
+
+mod common;
+
+use common::*;
+use std::time::Instant;
+use ucp::{AtomicOp, AtomicSize, Config, Context, Features, RmaPath, ThreadMode, Worker};
+use ucs::Status;
+
+const REGION: usize = (16 << 20) + 64;
+
+fn ctx_with(path: RmaPath) -> Context {
+    let cfg = Config {
+        rma_path: path,
+        ..Config::from_env().unwrap()
+    };
+    Context::with_config(
+        Features::TAG | Features::RMA | Features::AMO32 | Features::AMO64,
+        cfg,
+        uct::IfaceConfig::default(),
+    )
+    .unwrap()
+}
+
+fn read_u64(p: *const u8) -> u64 {
+    // SAFETY: callers pass addresses inside a mapped region they own.
+    unsafe { (p as *const u64).read_volatile() }
+}
+
+// ----- peer roles ---------------------------------------------------------------------------
+
+/// Owns a region (allocated or registered) and answers check/fill orders while it
+/// progresses (so emulated accesses are served).
+fn role_target(args: &str) {
+    let alloc = args == "alloc";
+    let mut w = worker();
+    let _ep = peer_connect(&mut w);
+    let ctx = w.context().clone();
+    let mut own = vec![0u8; if alloc { 0 } else { REGION }];
+    let mem = ctx
+        .mem_map(if alloc { None } else { Some(own.as_mut_ptr()) }, REGION)
+        .unwrap();
+    // SAFETY: the region is REGION bytes mapped for as long as `mem` lives.
+    let region = unsafe { std::slice::from_raw_parts_mut(mem.address(), REGION) };
+    println!("@@ {} {}", mem.address() as u64, hex(&mem.rkey_pack()));
+    let lines = stdin_lines();
+    loop {
+        if let Ok(l) = lines.try_recv() {
+            let f: Vec<&str> = l.split(' ').collect();
+            match f[0] {
+                "check" => {
+                    let (seed, off, len): (u64, usize, usize) = (
+                        f[1].parse().unwrap(),
+                        f[2].parse().unwrap(),
+                        f[3].parse().unwrap(),
+                    );
+                    let ok = region[off..off + len] == pattern(len, seed)[..];
+                    println!("@@ {}", if ok { "ok" } else { "bad" });
+                }
+                "fill" => {
+                    region.copy_from_slice(&pattern(REGION, f[1].parse().unwrap()));
+                    println!("@@ filled");
+                }
+                "bye" => break,
+                o => panic!("unknown order {o}"),
+            }
+        }
+        if w.progress() == 0 {
+            w.wait(1).unwrap();
+        }
+    }
+    drop(mem);
+    drop(own);
+}
+
+/// Does atomics on the test's words; reports sums it needs to check them.
+fn role_amo(args: &str) {
+    let id: u64 = args.parse().unwrap();
+    let mut w = worker();
+    let ep = peer_connect(&mut w);
+    let l = stdin_line();
+    let (base, key) = l.split_once(' ').unwrap();
+    let base: u64 = base.parse().unwrap();
+    let rk = w.rkey_unpack(ep, &unhex(key)).unwrap();
+    println!("@@ path {:?}", rk.amo_path());
+    assert_eq!(stdin_line(), "go");
+    let n = AMO_N;
+    let mut swap_olds = 0u64;
+    for k in 0..n {
+        w.atomic_post(ep, AtomicOp::Add, AtomicSize::B64, id + 1, base, &rk)
+            .unwrap();
+        w.atomic_fetch(ep, AtomicOp::Add, AtomicSize::B32, 1, 0, base + 8, &rk)
+            .unwrap();
+        w.atomic_post(
+            ep,
+            AtomicOp::Xor,
+            AtomicSize::B64,
+            0xf << (4 * id),
+            base + 16,
+            &rk,
+        )
+        .unwrap();
+        w.atomic_fetch(
+            ep,
+            AtomicOp::Xor,
+            AtomicSize::B32,
+            0xf << (4 * id),
+            0,
+            base + 56,
+            &rk,
+        )
+        .unwrap();
+        if k == 0 {
+            w.atomic_post(ep, AtomicOp::Or, AtomicSize::B64, 1 << id, base + 24, &rk)
+                .unwrap();
+            w.atomic_fetch(
+                ep,
+                AtomicOp::And,
+                AtomicSize::B64,
+                !(1u64 << id),
+                0,
+                base + 32,
+                &rk,
+            )
+            .unwrap();
+            w.atomic_fetch(
+                ep,
+                AtomicOp::Or,
+                AtomicSize::B32,
+                1 << id,
+                0,
+                base + 48,
+                &rk,
+            )
+            .unwrap();
+            w.atomic_post(
+                ep,
+                AtomicOp::And,
+                AtomicSize::B32,
+                !(1u64 << id),
+                base + 52,
+                &rk,
+            )
+            .unwrap();
+        }
+        swap_olds = swap_olds.wrapping_add(
+            w.atomic_fetch(
+                ep,
+                AtomicOp::Swap,
+                AtomicSize::B64,
+                id << 32 | (k + 1),
+                0,
+                base + 40,
+                &rk,
+            )
+            .unwrap(),
+        );
+        // A lock taken with cswap protects a plain counter read and written with get/put.
+        while w
+            .atomic_fetch(
+                ep,
+                AtomicOp::Cswap,
+                AtomicSize::B64,
+                id + 1,
+                0,
+                base + 64,
+                &rk,
+            )
+            .unwrap()
+            != 0
+        {}
+        let mut c = [0u8; 8];
+        w.get(ep, &mut c, base + 128, &rk).unwrap();
+        w.put(
+            ep,
+            &(u64::from_ne_bytes(c) + 1).to_ne_bytes(),
+            base + 128,
+            &rk,
+        )
+        .unwrap();
+        assert_eq!(
+            w.atomic_fetch(
+                ep,
+                AtomicOp::Cswap,
+                AtomicSize::B64,
+                0,
+                id + 1,
+                base + 64,
+                &rk
+            )
+            .unwrap(),
+            id + 1
+        );
+    }
+    w.flush_ep_blocking(ep).unwrap();
+    println!("@@ done {swap_olds}");
+    assert_eq!(stdin_line(), "bye");
+}
+
+const AMO_N: u64 = 300;
+
+#[test]
+fn peer_main() {
+    let Ok(role) = std::env::var("RUCX_TEST_ROLE") else {
+        return;
+    };
+    let args = std::env::var("RUCX_TEST_ARGS").unwrap_or_default();
+    match role.as_str() {
+        "target" => role_target(&args),
+        "amo" => role_amo(&args),
+        r => panic!("unknown role {r}"),
+    }
+}
+
+// ----- tests --------------------------------------------------------------------------------
+
+fn rma_path_case(target_mem: &str, mode: RmaPath, expect: RmaPath) {
+    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let mut p = Peer::spawn("target", target_mem);
+    let mut w = Worker::new(&ctx_with(mode), ThreadMode::Single).unwrap();
+    let ep = connect(&mut w, &mut p);
+    let l = p.line();
+    let (base, key) = l.split_once(' ').unwrap();
+    let base: u64 = base.parse().unwrap();
+    let rk = w.rkey_unpack(ep, &unhex(key)).unwrap();
+    assert_eq!(rk.rma_path(), expect, "{target_mem} memory with {mode:?}");
+    for (i, size) in [1usize, 7, 64, 4095, 4096, 65_537, (1 << 20) + 3, 16 << 20]
+        .into_iter()
+        .enumerate()
+    {
+        let off = if size + 3 <= REGION { 3 } else { 0 };
+        let seed = 100 + i as u64;
+        let data = pattern(size, seed);
+        w.put(ep, &data, base + off as u64, &rk).unwrap();
+        p.send(&format!("check {seed} {off} {size}"));
+        assert_eq!(p.line(), "ok", "put of {size} bytes ({expect:?})");
+        p.send(&format!("fill {}", seed + 1000));
+        assert_eq!(p.line(), "filled");
+        let mut back = vec![0u8; size];
+        w.get(ep, &mut back, base + off as u64, &rk).unwrap();
+        let want = pattern(REGION, seed + 1000);
+        assert!(
+            back[..] == want[off..off + size],
+            "get of {size} bytes ({expect:?})"
+        );
+    }
+    // Nonblocking variants, many in flight at once, then one flush.
+    let chunks: Vec<Vec<u8>> = (0..32).map(|i| pattern(1000, 7000 + i)).collect();
+    let reqs: Vec<_> = chunks
+        .iter()
+        .enumerate()
+        // SAFETY: `chunks` outlives the requests, waited for below.
+        .map(|(i, c)| unsafe {
+            w.put_nb(ep, c.as_ptr(), c.len(), base + (i * 1000) as u64, &rk, None)
+                .unwrap()
+        })
+        .collect();
+    for r in reqs.into_iter().flatten() {
+        assert_eq!(w.wait_request(r, TIMEOUT).unwrap(), Status::Ok);
+    }
+    w.flush_ep_blocking(ep).unwrap();
+    for (i, _) in chunks.iter().enumerate() {
+        p.send(&format!("check {} {} 1000", 7000 + i, i * 1000));
+        assert_eq!(p.line(), "ok", "nonblocking put {i}");
+    }
+    p.send("bye");
+    p.finish();
+}
+
+#[test]
+fn rma_direct_mapping() {
+    rma_path_case("alloc", RmaPath::Auto, RmaPath::Direct);
+}
+
+#[test]
+fn rma_cma_registered_memory() {
+    rma_path_case("reg", RmaPath::Auto, RmaPath::Cma);
+}
+
+#[test]
+fn rma_cma_forced() {
+    rma_path_case("alloc", RmaPath::Cma, RmaPath::Cma);
+}
+
+#[test]
+fn rma_emulated_forced() {
+    rma_path_case("alloc", RmaPath::Emulated, RmaPath::Emulated);
+    rma_path_case("reg", RmaPath::Emulated, RmaPath::Emulated);
+}
+
+/// Four processes, two with direct CPU atomics and two emulated, on the same words.
+#[test]
+fn four_processes_atomics_on_shared_words() {
+    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let mut w = worker();
+    let ctx = w.context().clone();
+    let mem = ctx.mem_map(None, 4096).unwrap();
+    let base = mem.address();
+    // SAFETY: the region is 4096 bytes; set the initial values before anyone has the key.
+    unsafe {
+        (base.add(32) as *mut u64).write(u64::MAX);
+        (base.add(52) as *mut u32).write(u32::MAX);
+    }
+    let mut peers: Vec<Peer> = (0..4u64)
+        .map(|id| {
+            let path = if id < 2 { "auto" } else { "am" };
+            Peer::spawn_env("amo", &id.to_string(), &[("UCX_RMA_PATH", path)])
+        })
+        .collect();
+    for p in peers.iter_mut() {
+        connect(&mut w, p);
+        p.send(&format!("{} {}", base as u64, hex(&mem.rkey_pack())));
+    }
+    let paths: Vec<String> = peers.iter().map(|p| p.line()).collect();
+    assert_eq!(
+        paths,
+        [
+            "path Direct",
+            "path Direct",
+            "path Emulated",
+            "path Emulated"
+        ]
+    );
+    for p in peers.iter_mut() {
+        p.send("go");
+    }
+    let mut olds = 0u64;
+    let mut done = 0;
+    let deadline = Instant::now() + TIMEOUT;
+    while done < 4 {
+        for p in peers.iter() {
+            if let Ok(l) = p.lines.try_recv() {
+                olds = olds.wrapping_add(l.strip_prefix("done ").unwrap().parse::<u64>().unwrap());
+                done += 1;
+            }
+        }
+        if w.progress() == 0 {
+            w.wait(1).unwrap();
+        }
+        assert!(Instant::now() < deadline, "atomics workers did not finish");
+    }
+    let n = AMO_N;
+    let word = |off: usize| read_u64(base.wrapping_add(off));
+    // SAFETY: 4-byte aligned offsets inside the 4096-byte region.
+    let word32 = |off: usize| unsafe { (base.add(off) as *const u32).read_volatile() };
+    assert_eq!(word(0), n * (1 + 2 + 3 + 4), "add64");
+    assert_eq!(word32(8), (4 * n) as u32, "fetch-add32");
+    let x = if n % 2 == 1 { 0xffff } else { 0 };
+    assert_eq!(word(16), x, "xor64");
+    assert_eq!(word32(56), x as u32, "fetch-xor32");
+    assert_eq!(word(24), 0xf, "or64");
+    assert_eq!(word(32), !0xfu64, "fetch-and64");
+    assert_eq!(word32(48), 0xf, "fetch-or32");
+    assert_eq!(word32(52), !0xfu32, "and32");
+    // Swap conserves values: what was swapped in is either returned to someone or left.
+    let swapped_in: u64 = (0..4u64)
+        .flat_map(|id| (1..=n).map(move |k| id << 32 | k))
+        .fold(0, u64::wrapping_add);
+    assert_eq!(olds.wrapping_add(word(40)), swapped_in, "swap");
+    assert_eq!(word(64), 0, "the lock is free");
+    assert_eq!(word(128), 4 * n, "the counter protected by the cswap lock");
+    for mut p in peers {
+        p.send("bye");
+        p.finish();
+    }
+}
+
+/// Malformed keys are refused at unpack; emulated accesses outside the region or with a
+/// stale key are refused by the target, which writes nothing.
+#[test]
+fn bad_keys_and_ranges_are_refused() {
+    let target_ctx = ctx_with(RmaPath::Auto);
+    let mut t = Worker::new(&target_ctx, ThreadMode::Single).unwrap();
+    let mut i = Worker::new(&ctx_with(RmaPath::Emulated), ThreadMode::Single).unwrap();
+    let ep = i.ep_create(&t.address()).unwrap();
+    let _ = i.address();
+    let mut backing = vec![0xeeu8; 4096];
+    // SAFETY: the region is inside `backing`, which outlives the mapping.
+    let region = unsafe { backing.as_mut_ptr().add(1024) };
+    let mem = target_ctx.mem_map(Some(region), 1024).unwrap();
+    let packed = mem.rkey_pack();
+    let base = region as u64;
+
+    for bad in [&packed[..packed.len() - 1], &[], &[2u8; 40][..]] {
+        assert!(i.rkey_unpack(ep, bad).is_err());
+    }
+    let mut flipped = packed.clone();
+    flipped[0] ^= 0xff;
+    assert!(i.rkey_unpack(ep, &flipped).is_err());
+
+    let rk = i.rkey_unpack(ep, &packed).unwrap();
+    assert_eq!(rk.rma_path(), RmaPath::Emulated);
+    // The initiator refuses what its key does not cover.
+    assert_eq!(
+        i.put_nbi(ep, &[1; 8], base + 1020, &rk),
+        Err(Status::InvalidParam)
+    );
+
+    // A forged key that claims more memory gets past the initiator; the target refuses.
+    let mut forged = ucp::mem::PackedKey::decode(&packed).unwrap();
+    forged.len = 4096;
+    let fk = i.rkey_unpack(ep, &forged.encode()).unwrap();
+    let pump = |i: &mut Worker,
+                t: &mut Worker,
+                f: &mut dyn FnMut(&mut Worker) -> Option<ucp::Request>|
+     -> Status {
+        let r = f(i);
+        let Some(r) = r else { return Status::Ok };
+        let deadline = Instant::now() + TIMEOUT;
+        loop {
+            t.progress();
+            i.progress();
+            if let Some(s) = i.request_test(r).unwrap() {
+                i.request_free(r).unwrap();
+                return s;
+            }
+            assert!(Instant::now() < deadline);
+        }
+    };
+    let data = [7u8; 64];
+    let s = pump(&mut i, &mut t, &mut |i| {
+        // SAFETY: `data` outlives the request (pump waits for it).
+        unsafe {
+            i.put_nb(ep, data.as_ptr(), 64, base + 1000, &fk, None)
+                .unwrap()
+        }
+    });
+    assert_eq!(s, Status::InvalidAddr);
+    let mut out = [0u8; 64];
+    let s = pump(&mut i, &mut t, &mut |i| {
+        // SAFETY: `out` outlives the request.
+        unsafe {
+            i.get_nb(ep, out.as_mut_ptr(), 64, base + 1000, &fk, None)
+                .unwrap()
+        }
+    });
+    assert_eq!(s, Status::InvalidAddr);
+    let mut res = 0u64;
+    let s = pump(&mut i, &mut t, &mut |i| {
+        // SAFETY: `res` outlives the request.
+        unsafe {
+            i.atomic_fetch_nb(
+                ep,
+                AtomicOp::Add,
+                AtomicSize::B64,
+                1,
+                0,
+                &mut res,
+                base + 2000,
+                &fk,
+                None,
+            )
+            .unwrap()
+        }
+    });
+    assert_eq!(s, Status::InvalidAddr);
+
+    // A good put lands.
+    let s = pump(&mut i, &mut t, &mut |i| {
+        // SAFETY: `data` outlives the request.
+        unsafe { i.put_nb(ep, data.as_ptr(), 64, base, &rk, None).unwrap() }
+    });
+    assert_eq!(s, Status::Ok);
+    // Stale key: the region is unmapped, the same key is refused.
+    drop(mem);
+    let s = pump(&mut i, &mut t, &mut |i| {
+        // SAFETY: `data` outlives the request.
+        unsafe {
+            i.put_nb(ep, [9u8; 64].as_ptr(), 64, base + 64, &rk, None)
+                .unwrap()
+        }
+    });
+    assert_eq!(s, Status::InvalidAddr);
+    // Nothing but the one good put changed the memory.
+    assert!(backing[..1024].iter().all(|&b| b == 0xee));
+    assert_eq!(backing[1024..1088], [7u8; 64]);
+    assert!(backing[1088..].iter().all(|&b| b == 0xee));
+}
