@@ -7,6 +7,7 @@
 //! counterpart. The C ABI (crate capi) is a thin layer over this.
 
 pub mod address;
+pub mod am;
 pub mod config;
 pub mod context;
 pub mod mem;
@@ -14,9 +15,11 @@ pub mod proto;
 pub mod request;
 pub mod rma;
 pub mod shared;
+pub mod stream;
 pub mod tag;
 pub mod worker;
 
+pub use am::{AmAction, AmData, AmDesc, AmMsg};
 pub use config::Config;
 pub use config::RmaPath;
 pub use context::{Context, Features, Resource};

@@ -181,7 +181,22 @@ impl Buf {
 }
 
 /// State of a send in progress.
+/// What a send carries.
+pub(crate) enum SendKind {
+    Tag,
+    /// An active message: its id, user header and whether the receiver gets a reply
+    /// endpoint.
+    Am {
+        id: u16,
+        header: Vec<u8>,
+        reply: bool,
+    },
+    /// Bytes of the endpoint's stream.
+    Stream,
+}
+
 pub(crate) struct SendState {
+    pub kind: SendKind,
     pub ep: u32,
     pub buf: Buf,
     pub tag: u64,
@@ -203,6 +218,8 @@ pub(crate) struct RecvState {
     /// Bytes that arrived so far (fragmented messages).
     pub received: usize,
     pub truncated: bool,
+    /// Stream receive that completes only when the buffer is full.
+    pub waitall: bool,
 }
 
 pub(crate) enum ReqKind {

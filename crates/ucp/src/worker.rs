@@ -69,6 +69,14 @@ pub(crate) struct EpState {
     pub queue: VecDeque<Queued>,
     /// Sends waiting for the peer's acknowledgement.
     pub outstanding: usize,
+    /// Created by the worker on a peer's wireup, not by the application (yet).
+    pub implicit: bool,
+    /// Stream bytes received and not yet consumed, in order.
+    pub stream_rx: VecDeque<Vec<u8>>,
+    /// Bytes already consumed from the front chunk of `stream_rx`.
+    pub stream_off: usize,
+    /// Stream receives waiting for data, in posting order.
+    pub stream_reqs: VecDeque<Request>,
 }
 
 /// An unexpected message (arrived before its receive was posted).
@@ -155,6 +163,8 @@ pub(crate) struct State {
     /// Endpoints with a non-empty queue.
     pub active: VecDeque<u32>,
     pub completed: Vec<Request>,
+    /// Active-message handlers and data kept by them.
+    pub am: crate::am::AmState,
     /// Flush and close requests waiting for their endpoints to drain.
     pub flushes: Vec<Request>,
     pub next_msg_id: u64,
@@ -241,6 +251,7 @@ impl Worker {
                 rma_replies: VecDeque::new(),
                 active: VecDeque::new(),
                 completed: Vec::new(),
+                am: crate::am::AmState::default(),
                 flushes: Vec::new(),
                 next_msg_id: 1,
                 dropped: 0,
@@ -286,6 +297,16 @@ impl Worker {
     pub fn ep_create(&mut self, address: &[u8]) -> Result<Ep> {
         let remote = WorkerAddress::decode(address)?;
         let uuid = remote.uuid;
+        // A peer that connected to us first already has an endpoint (made on its wireup,
+        // holding whatever it sent, e.g. stream bytes): that one becomes the application's.
+        if let Some(&idx) = self.st.by_uuid.get(&uuid) {
+            if let Ok(e) = self.st.ep_mut(idx) {
+                if e.implicit {
+                    e.implicit = false;
+                    return Ok(Ep(idx));
+                }
+            }
+        }
         let idx = self.st.insert_ep(remote);
         self.st.by_uuid.entry(uuid).or_insert(idx);
         Ok(Ep(idx))
@@ -645,6 +666,10 @@ impl State {
             status: EpStatus::Created,
             queue: VecDeque::new(),
             outstanding: 0,
+            implicit: false,
+            stream_rx: VecDeque::new(),
+            stream_off: 0,
+            stream_reqs: VecDeque::new(),
         };
         if let Some(i) = self.eps.iter().position(Option::is_none) {
             self.eps[i] = Some(e);
@@ -769,6 +794,9 @@ fn destroy_ep(tls: &mut [Tl], st: &mut State, ep: u32, status: Status) {
         if let Queued::Send(r) | Queued::Rma(r) = q {
             st.complete(r, status);
         }
+    }
+    for r in e.stream_reqs {
+        st.complete(r, status);
     }
     // Sends waiting for an acknowledgement from this peer will never get one.
     let waiting: Vec<Request> = st

@@ -77,6 +77,7 @@ impl Worker {
         }
         let r = st.new_req(
             ReqKind::Send(SendState {
+                kind: SendKind::Tag,
                 ep: ep.0,
                 buf,
                 tag,
@@ -117,6 +118,7 @@ impl Worker {
                 recv_id: None,
                 received: 0,
                 truncated: false,
+                waitall: false,
             }),
             cb,
         );
@@ -191,6 +193,7 @@ impl Worker {
                 recv_id: None,
                 received: 0,
                 truncated: false,
+                waitall: false,
             }),
             cb,
         );
@@ -357,7 +360,7 @@ fn send_wireup(tls: &mut [Tl], st: &mut State, lane: Lane) -> Result<bool> {
 }
 
 /// Advances one queued send. `Ok(true)`: nothing more to send for it.
-fn send_step(tls: &mut [Tl], st: &mut State, lane: Lane, r: Request) -> Result<bool> {
+pub(crate) fn send_step(tls: &mut [Tl], st: &mut State, lane: Lane, r: Request) -> Result<bool> {
     let uuid = st.uuid;
     let Some(q) = st.reqs.get_mut(r.0) else {
         return Ok(true);
@@ -368,6 +371,11 @@ fn send_step(tls: &mut [Tl], st: &mut State, lane: Lane, r: Request) -> Result<b
     let ReqKind::Send(s) = &mut q.kind else {
         return Ok(true);
     };
+    match s.kind {
+        SendKind::Tag => {}
+        SendKind::Am { .. } => return crate::am::am_send_step(tls, st, lane, r),
+        SendKind::Stream => return crate::stream::stream_send_step(tls, st, lane, r),
+    }
     let iface = &mut tls[lane.tl].iface;
     let len = s.buf.len();
     let sreq = r.to_u64();
@@ -623,6 +631,8 @@ impl State {
             AM_ATS => decode_ats(d).map(|(sreq, _)| self.remote_done(sreq)),
             AM_SYNC_ACK => decode_sync_ack(d).map(|sreq| self.remote_done(sreq)),
             AM_WIREUP => decode_wireup(d).and_then(|(uuid, a)| self.wireup(uuid, a)),
+            crate::am::AM_AM_EAGER | crate::am::AM_AM_RTS => self.on_am_msg(id, d),
+            crate::stream::AM_STREAM => self.on_stream(d),
             crate::proto::rma::AM_PUT..=crate::proto::rma::AM_ACK => {
                 let ctx = self.ctx.clone();
                 self.on_rma(&ctx, id, d)
@@ -863,6 +873,9 @@ impl State {
             return Err(Status::InvalidAddr);
         }
         let ep = self.insert_ep(a);
+        if let Ok(e) = self.ep_mut(ep) {
+            e.implicit = true;
+        }
         self.by_uuid.insert(uuid, ep);
         Ok(())
     }

@@ -1,0 +1,570 @@
+//! Active messages: handlers by id, sends of a user header plus data, eagerly in one
+//! transport message or by rendezvous (the receiver pulls the data when the application
+//! asks for it with [`Worker::am_recv_data_nb`]), an optional reply endpoint, and data a
+//! handler keeps after it returns.
+//!
+//! ```text
+//! id 15  AmEager: am id u16 | flags u16 | header length u32 | src uuid u64 | header | data
+//! id 16  AmRts:   am id u16 | flags u16 | header length u32 | src uuid u64 | sender request u64
+//!                 | length u64 | address u64 | rkey length u16 | header | rkey
+//! flags: bit 0 = the receiver may reply (reply endpoint given); other bits reserved (0)
+//! ```
+//! Handlers run inside progress and get the data in place; they may return
+//! [`AmAction::Keep`], and the data (or the rendezvous descriptor) then stays available
+//! under the message's [`AmDesc`] until released.
+
+use crate::proto::header::AM_ATS;
+use crate::proto::select::Proto;
+use crate::request::*;
+use crate::worker::{connect, Deferred, Ep, Lane, Queued, State, Tl, Worker};
+use std::collections::HashMap;
+use std::time::Duration;
+use ucs::{Result, Status};
+use uct::wire::Reader;
+
+pub const AM_AM_EAGER: u8 = 15;
+pub const AM_AM_RTS: u8 = 16;
+const EAGER_HDR: usize = 16;
+const RTS_HDR: usize = 42;
+const FLAG_REPLY: u16 = 1;
+
+/// Names a received message's data for `am_data`, `am_data_release` and
+/// `am_recv_data_nb`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct AmDesc(pub u64);
+
+/// The data of a received active message.
+#[derive(Debug)]
+pub enum AmData<'a> {
+    /// All of it, in place.
+    Eager(&'a [u8]),
+    /// Announced by rendezvous: `length` bytes to pull with `am_recv_data_nb` (return
+    /// `Keep` to do so after the handler).
+    Rndv { length: usize },
+}
+
+/// A received active message, as its handler sees it.
+#[derive(Debug)]
+pub struct AmMsg<'a> {
+    pub id: u16,
+    pub header: &'a [u8],
+    pub data: AmData<'a>,
+    /// The endpoint to the sender, when it asked for replies.
+    pub reply_ep: Option<Ep>,
+    pub desc: AmDesc,
+}
+
+/// What a handler does with the data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AmAction {
+    /// Done with it: the data may go.
+    Done,
+    /// Keep it under the message's descriptor until `am_data_release` (eager) or
+    /// `am_recv_data_nb` (rendezvous).
+    Keep,
+}
+
+/// A handler. It runs inside progress, so it cannot call the worker; it records what it
+/// needs and the application acts after progress returns.
+pub type AmHandler = Box<dyn FnMut(&AmMsg<'_>) -> AmAction + Send>;
+
+/// How to send.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AmSendFlags {
+    /// Give the receiver an endpoint to reply on.
+    pub reply: bool,
+    /// Use the eager protocol (the message must fit one transport message).
+    pub eager: bool,
+    /// Use the rendezvous protocol.
+    pub rndv: bool,
+}
+
+enum Kept {
+    Data(Vec<u8>),
+    Rndv {
+        uuid: u64,
+        sreq: u64,
+        len: u64,
+        addr: u64,
+        rkey: Vec<u8>,
+    },
+}
+
+#[derive(Default)]
+pub(crate) struct AmState {
+    handlers: HashMap<u16, AmHandler>,
+    kept: HashMap<u64, Kept>,
+    next_desc: u64,
+}
+
+struct Fields {
+    id: u16,
+    flags: u16,
+    hdr_len: usize,
+    uuid: u64,
+}
+
+fn put_fields(b: &mut [u8], f: &Fields) -> usize {
+    b[0..2].copy_from_slice(&f.id.to_le_bytes());
+    b[2..4].copy_from_slice(&f.flags.to_le_bytes());
+    b[4..8].copy_from_slice(&(f.hdr_len as u32).to_le_bytes());
+    b[8..16].copy_from_slice(&f.uuid.to_le_bytes());
+    16
+}
+
+fn get_fields(r: &mut Reader<'_>) -> Result<Fields> {
+    let bad = Status::InvalidParam;
+    let f = Fields {
+        id: r.u16().ok_or(bad)?,
+        flags: r.u16().ok_or(bad)?,
+        hdr_len: r.u32().ok_or(bad)? as usize,
+        uuid: r.u64().ok_or(bad)?,
+    };
+    if f.flags & !FLAG_REPLY != 0 {
+        return Err(bad);
+    }
+    Ok(f)
+}
+
+/// Decodes an AmEager into (fields, header, data).
+fn decode_eager(d: &[u8]) -> Result<(Fields, &[u8], &[u8])> {
+    let mut r = Reader::new(d);
+    let f = get_fields(&mut r)?;
+    let header = r.bytes(f.hdr_len).ok_or(Status::InvalidParam)?;
+    let data = &d[EAGER_HDR + f.hdr_len..];
+    Ok((f, header, data))
+}
+
+/// A decoded AmRts.
+struct Rts<'a> {
+    f: Fields,
+    sreq: u64,
+    len: u64,
+    addr: u64,
+    header: &'a [u8],
+    rkey: &'a [u8],
+}
+
+fn decode_rts(d: &[u8]) -> Result<Rts<'_>> {
+    let bad = Status::InvalidParam;
+    let mut r = Reader::new(d);
+    let f = get_fields(&mut r)?;
+    let (sreq, len, addr) = (
+        r.u64().ok_or(bad)?,
+        r.u64().ok_or(bad)?,
+        r.u64().ok_or(bad)?,
+    );
+    let klen = r.u16().ok_or(bad)? as usize;
+    let header = r.bytes(f.hdr_len).ok_or(bad)?;
+    let rkey = r.bytes(klen).ok_or(bad)?;
+    if !r.is_empty() {
+        return Err(bad);
+    }
+    Ok(Rts {
+        f,
+        sreq,
+        len,
+        addr,
+        header,
+        rkey,
+    })
+}
+
+impl Worker {
+    /// Installs (or with `None` removes) the handler of active-message id `id`.
+    pub fn am_set_handler(&mut self, id: u16, h: Option<AmHandler>) {
+        match h {
+            Some(h) => self.st.am.handlers.insert(id, h),
+            None => self.st.am.handlers.remove(&id),
+        };
+    }
+
+    /// Sends active message `id` with `header` and `data`. `None`: complete.
+    ///
+    /// # Safety
+    /// `data` must stay readable and unchanged until the send completes.
+    pub unsafe fn am_send_nb(
+        &mut self,
+        ep: Ep,
+        id: u16,
+        header: &[u8],
+        data: Buf,
+        flags: AmSendFlags,
+        cb: Option<Callback>,
+    ) -> Result<Option<Request>> {
+        if flags.eager && flags.rndv {
+            return Err(Status::InvalidParam);
+        }
+        let (tls, st) = (&mut self.tls, &mut self.st);
+        let lane = connect(tls, st, ep.0)?;
+        let len = data.len();
+        let fits = EAGER_HDR + header.len() + len <= lane.th.max_bcopy + 8;
+        let rndv = flags.rndv || (!flags.eager && (!fits || (len >= lane.th.rndv && len > 0)));
+        if !rndv && !fits {
+            return Err(Status::InvalidParam);
+        }
+        if rndv && data.contig_ptr().is_none() {
+            return Err(Status::Unsupported);
+        }
+        let f = Fields {
+            id,
+            flags: if flags.reply { FLAG_REPLY } else { 0 },
+            hdr_len: header.len(),
+            uuid: st.uuid,
+        };
+        if !rndv && st.ep(ep.0)?.queue.is_empty() {
+            let out = tls[lane.tl].iface.am_bcopy(lane.ep, AM_AM_EAGER, |b| {
+                let h = put_fields(b, &f);
+                b[h..h + header.len()].copy_from_slice(header);
+                let o = h + header.len();
+                // SAFETY: the caller promised `data` is readable until completion.
+                o + unsafe { data.read_at(0, &mut b[o..o + len]) }
+            })?;
+            if out.is_done() {
+                return Ok(None);
+            }
+        }
+        let r = st.new_req(
+            ReqKind::Send(SendState {
+                kind: SendKind::Am {
+                    id,
+                    header: header.to_vec(),
+                    reply: flags.reply,
+                },
+                ep: ep.0,
+                buf: data,
+                tag: 0,
+                sync: false,
+                offset: 0,
+                msg_id: 0,
+                proto: if rndv { Proto::Rndv } else { Proto::Bcopy },
+                mem: None,
+                remote_pending: false,
+            }),
+            cb,
+        );
+        let e = st.ep_mut(ep.0)?;
+        e.queue.push_back(Queued::Send(r));
+        if e.queue.len() == 1 {
+            st.active.push_back(ep.0);
+        }
+        crate::tag::api::drain_queue(tls, st, ep.0);
+        Ok(Some(r))
+    }
+
+    /// Sends and waits for completion.
+    pub fn am_send(
+        &mut self,
+        ep: Ep,
+        id: u16,
+        header: &[u8],
+        data: &[u8],
+        flags: AmSendFlags,
+    ) -> Result<()> {
+        // SAFETY: `data` is borrowed for the whole call; the request completes or is
+        // aborted before returning.
+        let r = unsafe {
+            self.am_send_nb(
+                ep,
+                id,
+                header,
+                Buf::contig(data.as_ptr().cast_mut(), data.len()),
+                flags,
+                None,
+            )?
+        };
+        let Some(r) = r else { return Ok(()) };
+        match self.wait_done(r, Duration::from_secs(120)) {
+            Ok(s) => {
+                self.request_free(r)?;
+                if s == Status::Ok {
+                    Ok(())
+                } else {
+                    Err(s)
+                }
+            }
+            Err(e) => {
+                self.request_abort(r)?;
+                self.request_free(r)?;
+                Err(e)
+            }
+        }
+    }
+
+    /// The data a handler kept (eager messages).
+    pub fn am_data(&self, desc: AmDesc) -> Option<&[u8]> {
+        match self.st.am.kept.get(&desc.0) {
+            Some(Kept::Data(v)) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// Releases kept data. For a kept rendezvous message that will not be received, the
+    /// sender is told it is done.
+    pub fn am_data_release(&mut self, desc: AmDesc) -> Result<()> {
+        match self.st.am.kept.remove(&desc.0) {
+            Some(Kept::Data(_)) => Ok(()),
+            Some(Kept::Rndv { uuid, sreq, .. }) => {
+                self.st.deferred.push_back(Deferred::Ats {
+                    uuid,
+                    sreq,
+                    status: Status::Canceled,
+                });
+                Ok(())
+            }
+            None => Err(Status::InvalidParam),
+        }
+    }
+
+    /// Pulls the data of a kept rendezvous message into `buf` (or copies kept eager
+    /// data). Completes with `MessageTruncated` when `buf` is too small.
+    ///
+    /// # Safety
+    /// `buf` must stay writable and unaliased until the request completes.
+    pub unsafe fn am_recv_data_nb(
+        &mut self,
+        desc: AmDesc,
+        buf: Buf,
+        cb: Option<Callback>,
+    ) -> Result<Request> {
+        let kept = self
+            .st
+            .am
+            .kept
+            .remove(&desc.0)
+            .ok_or(Status::InvalidParam)?;
+        let r = self.st.new_req(
+            ReqKind::Recv(RecvState {
+                buf,
+                recv_id: None,
+                received: 0,
+                truncated: false,
+                waitall: false,
+            }),
+            cb,
+        );
+        match kept {
+            Kept::Data(v) => self.st.consume_unexp(
+                r,
+                0,
+                crate::worker::Unexp::Eager {
+                    data: v,
+                    sync: None,
+                },
+            ),
+            Kept::Rndv {
+                uuid,
+                sreq,
+                len,
+                addr,
+                rkey,
+            } => {
+                self.st.consume_unexp(
+                    r,
+                    0,
+                    crate::worker::Unexp::Rts {
+                        uuid,
+                        sreq,
+                        len,
+                        addr,
+                        rkey,
+                    },
+                );
+            }
+        }
+        self.progress();
+        Ok(r)
+    }
+
+    /// Blocking `am_recv_data_nb`; returns the message length.
+    pub fn am_recv_data(&mut self, desc: AmDesc, buf: &mut [u8]) -> Result<usize> {
+        // SAFETY: `buf` is borrowed for the whole call; the request completes or is
+        // aborted before returning.
+        let r =
+            unsafe { self.am_recv_data_nb(desc, Buf::contig(buf.as_mut_ptr(), buf.len()), None)? };
+        let s = match self.wait_done(r, Duration::from_secs(120)) {
+            Ok(s) => s,
+            Err(e) => {
+                self.request_abort(r)?;
+                self.request_free(r)?;
+                return Err(e);
+            }
+        };
+        let info = self.request_info(r)?;
+        self.request_free(r)?;
+        if s == Status::Ok {
+            Ok(info.length)
+        } else {
+            Err(s)
+        }
+    }
+}
+
+/// Sends a queued active message (eager, or the rendezvous announcement).
+pub(crate) fn am_send_step(tls: &mut [Tl], st: &mut State, lane: Lane, r: Request) -> Result<bool> {
+    let uuid = st.uuid;
+    let sreq = r.to_u64();
+    let Some(Req {
+        kind: ReqKind::Send(s),
+        ..
+    }) = st.reqs.get_mut(r.0)
+    else {
+        return Ok(true);
+    };
+    let SendKind::Am { id, header, reply } = &s.kind else {
+        return Ok(true);
+    };
+    let f = Fields {
+        id: *id,
+        flags: if *reply { FLAG_REPLY } else { 0 },
+        hdr_len: header.len(),
+        uuid,
+    };
+    let len = s.buf.len();
+    if s.proto != Proto::Rndv {
+        let buf = &s.buf;
+        let out = tls[lane.tl].iface.am_bcopy(lane.ep, AM_AM_EAGER, |b| {
+            let h = put_fields(b, &f);
+            b[h..h + header.len()].copy_from_slice(header);
+            let o = h + header.len();
+            // SAFETY: the sender promised the data stays readable until completion.
+            o + unsafe { buf.read_at(0, &mut b[o..o + len]) }
+        })?;
+        if !out.is_done() {
+            return Ok(false);
+        }
+        st.complete(r, Status::Ok);
+        return Ok(true);
+    }
+    if s.mem.is_none() {
+        let ptr = s.buf.contig_ptr().ok_or(Status::InvalidParam)?;
+        s.mem = Some(tls[lane.tl].md.mem_reg(ptr, len.max(1))?);
+    }
+    let (rkey, addr) = match &s.mem {
+        Some(m) => (m.pack_rkey(), m.address() as u64),
+        None => return Err(Status::NoMemory),
+    };
+    let out = tls[lane.tl].iface.am_bcopy(lane.ep, AM_AM_RTS, |b| {
+        if b.len() < RTS_HDR + header.len() + rkey.len() {
+            return usize::MAX;
+        }
+        let mut o = put_fields(b, &f);
+        for v in [sreq, len as u64, addr] {
+            b[o..o + 8].copy_from_slice(&v.to_le_bytes());
+            o += 8;
+        }
+        b[o..o + 2].copy_from_slice(&(rkey.len() as u16).to_le_bytes());
+        o += 2;
+        b[o..o + header.len()].copy_from_slice(header);
+        o += header.len();
+        b[o..o + rkey.len()].copy_from_slice(&rkey);
+        o + rkey.len()
+    })?;
+    if !out.is_done() {
+        return Ok(false);
+    }
+    s.remote_pending = true;
+    let ep = s.ep;
+    if let Ok(e) = st.ep_mut(ep) {
+        e.outstanding += 1;
+    }
+    Ok(true)
+}
+
+impl State {
+    /// Delivers an active message (eager or rendezvous announcement) to its handler.
+    pub(crate) fn on_am_msg(&mut self, id: u8, d: &[u8]) -> Result<()> {
+        let desc = AmDesc(self.am.next_desc);
+        self.am.next_desc += 1;
+        if id == AM_AM_EAGER {
+            let (f, header, data) = decode_eager(d)?;
+            let reply_ep = (f.flags & FLAG_REPLY != 0)
+                .then(|| self.by_uuid.get(&f.uuid).map(|&e| Ep(e)))
+                .flatten();
+            let msg = AmMsg {
+                id: f.id,
+                header,
+                data: AmData::Eager(data),
+                reply_ep,
+                desc,
+            };
+            let action = match self.am.handlers.get_mut(&f.id) {
+                Some(h) => h(&msg),
+                None => {
+                    tracing::debug!("active message id {} has no handler; dropped", f.id);
+                    AmAction::Done
+                }
+            };
+            if action == AmAction::Keep {
+                self.am.kept.insert(desc.0, Kept::Data(data.to_vec()));
+            }
+            return Ok(());
+        }
+        let rts = decode_rts(d)?;
+        let reply_ep = (rts.f.flags & FLAG_REPLY != 0)
+            .then(|| self.by_uuid.get(&rts.f.uuid).map(|&e| Ep(e)))
+            .flatten();
+        let msg = AmMsg {
+            id: rts.f.id,
+            header: rts.header,
+            data: AmData::Rndv {
+                length: rts.len as usize,
+            },
+            reply_ep,
+            desc,
+        };
+        let action = match self.am.handlers.get_mut(&rts.f.id) {
+            Some(h) => h(&msg),
+            None => AmAction::Done,
+        };
+        match action {
+            AmAction::Keep => {
+                self.am.kept.insert(
+                    desc.0,
+                    Kept::Rndv {
+                        uuid: rts.f.uuid,
+                        sreq: rts.sreq,
+                        len: rts.len,
+                        addr: rts.addr,
+                        rkey: rts.rkey.to_vec(),
+                    },
+                );
+            }
+            // Not wanted: the sender may let go of its buffer.
+            AmAction::Done => self.deferred.push_back(Deferred::Ats {
+                uuid: rts.f.uuid,
+                sreq: rts.sreq,
+                status: Status::Canceled,
+            }),
+        }
+        let _ = AM_ATS;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn decoders_never_panic(b in proptest::collection::vec(any::<u8>(), 0..96)) {
+            let _ = decode_eager(&b);
+            let _ = decode_rts(&b);
+        }
+
+        #[test]
+        fn eager_round_trip(id: u16, reply: bool, uuid: u64, header in proptest::collection::vec(any::<u8>(), 0..20), data in proptest::collection::vec(any::<u8>(), 0..40)) {
+            let mut b = vec![0u8; 16 + header.len() + data.len()];
+            let f = Fields { id, flags: if reply { FLAG_REPLY } else { 0 }, hdr_len: header.len(), uuid };
+            let h = put_fields(&mut b, &f);
+            b[h..h + header.len()].copy_from_slice(&header);
+            b[h + header.len()..].copy_from_slice(&data);
+            let (g, hd, dd) = decode_eager(&b).unwrap();
+            prop_assert_eq!((g.id, g.flags, g.uuid), (id, f.flags, uuid));
+            prop_assert_eq!(hd, &header[..]);
+            prop_assert_eq!(dd, &data[..]);
+        }
+    }
+}

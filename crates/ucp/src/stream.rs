@@ -1,0 +1,270 @@
+//! Streams: an ordered byte stream per endpoint. Sends are cut into transport messages
+//! that carry the sender's worker id; the receiver appends them to the endpoint's stream
+//! and hands bytes to receives in posting order, either "whatever is there" or "exactly
+//! this many" (`waitall`).
+//!
+//! ```text
+//! id 17  Stream: src uuid u64 | bytes
+//! ```
+
+use crate::proto::select::Proto;
+use crate::request::*;
+use crate::worker::{connect, Ep, Lane, Queued, State, Tl, Worker};
+use std::time::Duration;
+use ucs::{Result, Status};
+
+pub const AM_STREAM: u8 = 17;
+const HDR: usize = 8;
+
+/// Outcome of a stream receive.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StreamRecv {
+    /// Completed in the call with this many bytes.
+    Done(usize),
+    /// Waiting for data.
+    Pending(Request),
+}
+
+impl Worker {
+    /// Sends `buf` on `ep`'s stream. `None`: complete.
+    ///
+    /// # Safety
+    /// `buf` must stay readable and unchanged until the send completes.
+    pub unsafe fn stream_send_nb(
+        &mut self,
+        ep: Ep,
+        buf: Buf,
+        cb: Option<Callback>,
+    ) -> Result<Option<Request>> {
+        let (tls, st) = (&mut self.tls, &mut self.st);
+        connect(tls, st, ep.0)?;
+        let r = st.new_req(
+            ReqKind::Send(SendState {
+                kind: SendKind::Stream,
+                ep: ep.0,
+                buf,
+                tag: 0,
+                sync: false,
+                offset: 0,
+                msg_id: 0,
+                proto: Proto::Multi,
+                mem: None,
+                remote_pending: false,
+            }),
+            cb,
+        );
+        let e = st.ep_mut(ep.0)?;
+        e.queue.push_back(Queued::Send(r));
+        if e.queue.len() == 1 {
+            st.active.push_back(ep.0);
+        }
+        crate::tag::api::drain_queue(tls, st, ep.0);
+        if st
+            .reqs
+            .get_ref(r.0)
+            .is_some_and(|q| q.status == Some(Status::Ok))
+            && !st.completed.contains(&r)
+        {
+            st.reqs.put(r.0);
+            return Ok(None);
+        }
+        Ok(Some(r))
+    }
+
+    /// Receives from `ep`'s stream into `buf`: with `waitall`, exactly `buf.len()` bytes;
+    /// otherwise whatever is there (at least one byte).
+    ///
+    /// # Safety
+    /// `buf` must stay writable and unaliased until the receive completes.
+    pub unsafe fn stream_recv_nb(
+        &mut self,
+        ep: Ep,
+        buf: Buf,
+        waitall: bool,
+        cb: Option<Callback>,
+    ) -> Result<StreamRecv> {
+        let st = &mut self.st;
+        st.ep(ep.0)?;
+        if buf.is_empty() {
+            return Err(Status::InvalidParam);
+        }
+        let r = st.new_req(
+            ReqKind::Recv(RecvState {
+                buf,
+                recv_id: None,
+                received: 0,
+                truncated: false,
+                waitall,
+            }),
+            cb,
+        );
+        st.ep_mut(ep.0)?.stream_reqs.push_back(r);
+        st.stream_satisfy(ep.0);
+        // Completed in the call: report the length and drop the request.
+        let q = st.reqs.get_ref(r.0).ok_or(Status::InvalidParam)?;
+        if q.status == Some(Status::Ok) && !st.completed.contains(&r) {
+            let n = q.info.length;
+            st.reqs.put(r.0);
+            return Ok(StreamRecv::Done(n));
+        }
+        Ok(StreamRecv::Pending(r))
+    }
+
+    /// Takes whatever stream bytes `ep` has received (in one piece as they arrived), if
+    /// any; no receive buffer involved.
+    pub fn stream_recv_data(&mut self, ep: Ep) -> Result<Option<Vec<u8>>> {
+        let e = self.st.ep_mut(ep.0)?;
+        if !e.stream_reqs.is_empty() {
+            return Ok(None);
+        }
+        let Some(mut v) = e.stream_rx.pop_front() else {
+            return Ok(None);
+        };
+        if e.stream_off > 0 {
+            v.drain(..e.stream_off);
+            e.stream_off = 0;
+        }
+        Ok(Some(v))
+    }
+
+    /// Blocking send.
+    pub fn stream_send(&mut self, ep: Ep, data: &[u8]) -> Result<()> {
+        // SAFETY: `data` is borrowed for the whole call; the request completes or is
+        // aborted before returning.
+        let r = unsafe {
+            self.stream_send_nb(ep, Buf::contig(data.as_ptr().cast_mut(), data.len()), None)?
+        };
+        self.stream_finish(r).map(|_| ())
+    }
+
+    /// Blocking receive; returns the byte count.
+    pub fn stream_recv(&mut self, ep: Ep, buf: &mut [u8], waitall: bool) -> Result<usize> {
+        // SAFETY: as in stream_send.
+        match unsafe {
+            self.stream_recv_nb(ep, Buf::contig(buf.as_mut_ptr(), buf.len()), waitall, None)?
+        } {
+            StreamRecv::Done(n) => Ok(n),
+            StreamRecv::Pending(r) => self.stream_finish(Some(r)),
+        }
+    }
+
+    fn stream_finish(&mut self, r: Option<Request>) -> Result<usize> {
+        let Some(r) = r else { return Ok(0) };
+        match self.wait_done(r, Duration::from_secs(120)) {
+            Ok(s) => {
+                let n = self.request_info(r)?.length;
+                self.request_free(r)?;
+                if s == Status::Ok {
+                    Ok(n)
+                } else {
+                    Err(s)
+                }
+            }
+            Err(e) => {
+                self.request_abort(r)?;
+                self.request_free(r)?;
+                Err(e)
+            }
+        }
+    }
+}
+
+/// Sends the next pieces of a stream send.
+pub(crate) fn stream_send_step(
+    tls: &mut [Tl],
+    st: &mut State,
+    lane: Lane,
+    r: Request,
+) -> Result<bool> {
+    let uuid = st.uuid;
+    let Some(Req {
+        kind: ReqKind::Send(s),
+        ..
+    }) = st.reqs.get_mut(r.0)
+    else {
+        return Ok(true);
+    };
+    let len = s.buf.len();
+    let chunk_max = lane.th.max_bcopy.max(1);
+    while s.offset < len {
+        let off = s.offset;
+        let n = chunk_max.min(len - off);
+        let buf = &s.buf;
+        let out = tls[lane.tl].iface.am_bcopy(lane.ep, AM_STREAM, |b| {
+            b[..HDR].copy_from_slice(&uuid.to_le_bytes());
+            // SAFETY: the sender promised the buffer stays readable until completion.
+            HDR + unsafe { buf.read_at(off, &mut b[HDR..HDR + n]) }
+        })?;
+        if !out.is_done() {
+            return Ok(false);
+        }
+        s.offset += n;
+    }
+    st.complete(r, Status::Ok);
+    Ok(true)
+}
+
+impl State {
+    /// Appends arrived stream bytes to the sender's endpoint.
+    pub(crate) fn on_stream(&mut self, d: &[u8]) -> Result<()> {
+        if d.len() < HDR {
+            return Err(Status::InvalidParam);
+        }
+        let uuid = u64::from_le_bytes(d[..HDR].try_into().map_err(|_| Status::InvalidParam)?);
+        let ep = *self.by_uuid.get(&uuid).ok_or(Status::InvalidParam)?;
+        if d.len() > HDR {
+            self.ep_mut(ep)?.stream_rx.push_back(d[HDR..].to_vec());
+            self.stream_satisfy(ep);
+        }
+        Ok(())
+    }
+
+    /// Moves received stream bytes into waiting receives, in order.
+    pub(crate) fn stream_satisfy(&mut self, ep: u32) {
+        loop {
+            let Ok(e) = self.ep_mut(ep) else { return };
+            let Some(&r) = e.stream_reqs.front() else {
+                return;
+            };
+            if e.stream_rx.is_empty() {
+                return;
+            }
+            let Some(Req {
+                kind: ReqKind::Recv(rs),
+                info,
+                ..
+            }) = self.reqs.get_mut(r.0)
+            else {
+                if let Ok(e) = self.ep_mut(ep) {
+                    e.stream_reqs.pop_front();
+                }
+                continue;
+            };
+            let Some(Some(e)) = self.eps.get_mut(ep as usize) else {
+                return;
+            };
+            let want = rs.buf.len();
+            while rs.received < want {
+                let Some(front) = e.stream_rx.front() else {
+                    break;
+                };
+                let avail = &front[e.stream_off..];
+                // SAFETY: the receiver promised the buffer is writable until completion.
+                let n = unsafe { rs.buf.write_at(rs.received, avail) };
+                rs.received += n;
+                e.stream_off += n;
+                if e.stream_off == front.len() {
+                    e.stream_rx.pop_front();
+                    e.stream_off = 0;
+                }
+            }
+            let done = rs.received == want || (!rs.waitall && rs.received > 0);
+            info.length = rs.received;
+            if !done {
+                return;
+            }
+            e.stream_reqs.pop_front();
+            self.complete(r, Status::Ok);
+        }
+    }
+}
