@@ -229,6 +229,29 @@ impl Worker {
         self.rma_req(st, cb, false).map(Some)
     }
 
+    /// Reads `len` bytes at `addr` into `dst`; the data is there after a flush of the
+    /// endpoint (or the worker).
+    ///
+    /// # Safety
+    /// `dst` must stay writable, and not otherwise accessed, until that flush completes.
+    pub unsafe fn get_nbi(
+        &mut self,
+        ep: Ep,
+        dst: *mut u8,
+        len: usize,
+        addr: u64,
+        rk: &RemoteKey,
+    ) -> Result<()> {
+        rk.check(ep, addr, len)?;
+        if let Some(k) = rk.uct.as_ref().filter(|_| rk.rma != RmaPath::Emulated) {
+            // SAFETY: the caller promised dst..dst+len is writable and ours.
+            let buf = unsafe { slice_mut(dst, len) };
+            return uct::rma::get(k, addr, &mut [buf]);
+        }
+        let st = self.rma_state(ep, RmaOp::Get, rk, addr, Buf::contig(dst, len), len);
+        self.rma_req(st, None, true).map(|_| ())
+    }
+
     /// An atomic without result; remotely complete after a flush.
     pub fn atomic_post(
         &mut self,

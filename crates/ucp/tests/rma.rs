@@ -265,6 +265,19 @@ fn rma_path_case(target_mem: &str, mode: RmaPath, expect: RmaPath) {
         p.send(&format!("check {} {} 1000", 7000 + i, i * 1000));
         assert_eq!(p.line(), "ok", "nonblocking put {i}");
     }
+    // Implicit gets: the data is there after the flush.
+    let mut outs = vec![vec![0u8; 1000]; 32];
+    for (i, o) in outs.iter_mut().enumerate() {
+        // SAFETY: `outs` outlives the flush below, which completes the gets.
+        unsafe {
+            w.get_nbi(ep, o.as_mut_ptr(), 1000, base + (i * 1000) as u64, &rk)
+                .unwrap()
+        };
+    }
+    w.flush_ep_blocking(ep).unwrap();
+    for (i, o) in outs.iter().enumerate() {
+        assert!(o[..] == chunks[i][..], "implicit get {i}");
+    }
     p.send("bye");
     p.finish();
 }
