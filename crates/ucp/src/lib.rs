@@ -24,7 +24,7 @@ pub use config::Config;
 pub use config::RmaPath;
 pub use context::{Context, Features, Resource};
 pub use mem::MemH;
-pub use request::{Buf, Callback, RecvInfo, Request};
+pub use request::{Buf, Callback, GenericDt, RecvInfo, Request};
 pub use rma::RemoteKey;
 pub use shared::SharedWorker;
 pub use uct::{AtomicOp, AtomicSize};

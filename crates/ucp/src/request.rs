@@ -34,18 +34,44 @@ pub struct RecvInfo {
 /// may use the worker again through whatever handle it captured).
 pub type Callback = Box<dyn FnOnce(Request, Status, RecvInfo) + Send>;
 
+/// A datatype whose packing the application does (UCX's generic datatypes): the library
+/// asks for the packed stream in pieces when sending and hands pieces back when receiving.
+pub trait GenericDt: Send {
+    /// Bytes of the packed stream.
+    fn packed_size(&self) -> usize;
+    /// Writes the packed bytes at stream offset `off` into `dst`; returns how many.
+    fn pack(&mut self, off: usize, dst: &mut [u8]) -> usize;
+    /// Takes `src` as the packed bytes at stream offset `off`.
+    fn unpack(&mut self, off: usize, src: &[u8]) -> ucs::Result<()>;
+}
+
 /// A user buffer: contiguous, or an I/O vector. The memory belongs to the caller, who
 /// keeps it valid and unaliased until the request completes (the `unsafe` contract of the
 /// nonblocking calls).
-#[derive(Clone, Debug)]
 pub enum Buf {
-    Contig { ptr: *mut u8, len: usize },
+    Contig {
+        ptr: *mut u8,
+        len: usize,
+    },
     Iov(Box<[(*mut u8, usize)]>),
+    /// Packed and unpacked by the application.
+    Generic(Box<std::cell::RefCell<dyn GenericDt>>),
 }
 
-// SAFETY: a Buf is only an address range; whoever created it promised (by the unsafe
-// contract of the call that took it) that the memory stays valid until completion, which
-// may happen on another thread in multi-thread mode.
+impl std::fmt::Debug for Buf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Buf::Contig { ptr, len } => write!(f, "Contig({ptr:?}, {len})"),
+            Buf::Iov(v) => write!(f, "Iov({} segments)", v.len()),
+            Buf::Generic(_) => write!(f, "Generic"),
+        }
+    }
+}
+
+// SAFETY: a Buf is an address range or a generic datatype (which is Send by its trait
+// bound); whoever created an address range promised (by the unsafe contract of the call
+// that took it) that the memory stays valid until completion, which may happen on another
+// thread in multi-thread mode.
 unsafe impl Send for Buf {}
 
 impl Buf {
@@ -59,6 +85,7 @@ impl Buf {
         match self {
             Buf::Contig { len, .. } => *len,
             Buf::Iov(v) => v.iter().map(|s| s.1).sum(),
+            Buf::Generic(g) => g.borrow().packed_size(),
         }
     }
 
@@ -84,6 +111,7 @@ impl Buf {
         match self {
             Buf::Contig { ptr, len } => vec![one(*ptr, *len)],
             Buf::Iov(v) => v.iter().map(|&(p, l)| one(p, l)).collect(),
+            Buf::Generic(_) => Vec::new(),
         }
     }
 
@@ -91,7 +119,7 @@ impl Buf {
     pub fn contig_ptr(&self) -> Option<*mut u8> {
         match self {
             Buf::Contig { ptr, .. } => Some(*ptr),
-            Buf::Iov(_) => None,
+            Buf::Iov(_) | Buf::Generic(_) => None,
         }
     }
 
@@ -131,6 +159,14 @@ impl Buf {
                     done += n;
                 }
                 done
+            }
+            Buf::Generic(g) => {
+                let mut g = g.borrow_mut();
+                let n = data.len().min(g.packed_size().saturating_sub(off));
+                if n > 0 && g.unpack(off, &data[..n]).is_err() {
+                    return 0;
+                }
+                n
             }
         }
     }
@@ -175,6 +211,11 @@ impl Buf {
                     done += n;
                 }
                 done
+            }
+            Buf::Generic(g) => {
+                let mut g = g.borrow_mut();
+                let n = dst.len().min(g.packed_size().saturating_sub(off));
+                g.pack(off, &mut dst[..n])
             }
         }
     }

@@ -287,3 +287,65 @@ fn close_flushes_then_removes_the_endpoint() {
     assert_eq!(a.ep_status(ep), Err(Status::InvalidParam));
     assert_eq!(a.tag_send(ep, b"x", 1), Err(Status::InvalidParam));
 }
+
+/// A strided layout packed by the application: every other byte of a buffer.
+struct Strided {
+    mem: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+}
+
+impl ucp::GenericDt for Strided {
+    fn packed_size(&self) -> usize {
+        self.mem.lock().unwrap().len() / 2
+    }
+    fn pack(&mut self, off: usize, dst: &mut [u8]) -> usize {
+        let m = self.mem.lock().unwrap();
+        for (i, d) in dst.iter_mut().enumerate() {
+            *d = m[2 * (off + i)];
+        }
+        dst.len()
+    }
+    fn unpack(&mut self, off: usize, src: &[u8]) -> ucs::Result<()> {
+        let mut m = self.mem.lock().unwrap();
+        for (i, s) in src.iter().enumerate() {
+            m[2 * (off + i)] = *s;
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn generic_datatypes_across_protocols() {
+    let c = ctx();
+    let mut a = Worker::new(&c, ThreadMode::Single).unwrap();
+    let mut b = Worker::new(&c, ThreadMode::Single).unwrap();
+    let ep = a.ep_create(&b.address()).unwrap();
+    for packed in [0usize, 5, 3000, 20_000, 300_000] {
+        let src = std::sync::Arc::new(std::sync::Mutex::new(pattern(2 * packed, 4)));
+        let dst = std::sync::Arc::new(std::sync::Mutex::new(vec![0u8; 2 * packed]));
+        let sbuf = Buf::Generic(Box::new(std::cell::RefCell::new(Strided {
+            mem: src.clone(),
+        })));
+        let rbuf = Buf::Generic(Box::new(std::cell::RefCell::new(Strided {
+            mem: dst.clone(),
+        })));
+        // SAFETY: generic buffers own their memory (shared Arc): nothing to outlive.
+        let rr = unsafe { b.tag_recv_nb(rbuf, 8, u64::MAX, None).unwrap() };
+        // SAFETY: as above.
+        let sr = unsafe { a.tag_send_nb(ep, sbuf, 8, false, None).unwrap() };
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while b.request_test(rr).unwrap().is_none()
+            || sr.is_some_and(|r| a.request_test(r).unwrap().is_none())
+        {
+            a.progress();
+            b.progress();
+            assert!(std::time::Instant::now() < deadline);
+        }
+        assert_eq!(b.request_test(rr).unwrap(), Some(Status::Ok));
+        assert_eq!(b.request_info(rr).unwrap().length, packed);
+        let (s, d) = (src.lock().unwrap(), dst.lock().unwrap());
+        for i in 0..packed {
+            assert_eq!(d[2 * i], s[2 * i], "packed byte {i} of {packed}");
+            assert_eq!(d[2 * i + 1], 0, "gap byte {i} of {packed} untouched");
+        }
+    }
+}

@@ -591,6 +591,26 @@ fn rndv_get(
     };
     let mut want = usize::try_from(len).map_err(|_| Status::InvalidParam)?;
     let truncated = want > rs.buf.len();
+    if let Buf::Generic(_) = rs.buf {
+        // The application unpacks: pull into a bounce buffer, then hand it over.
+        let n = want.min(rs.buf.len());
+        let mut tmp = vec![0u8; n];
+        let out = tls[lane.tl]
+            .iface
+            .get_zcopy(lane.ep, &mut [&mut tmp[..]], addr, &rk, 0)?;
+        if !out.is_done() {
+            return Err(Status::IoError);
+        }
+        // SAFETY: a generic buffer has no memory of ours to be valid; unpack is safe.
+        if unsafe { rs.buf.write_at(0, &tmp) } < n {
+            return Err(Status::IoError);
+        }
+        return Ok(if truncated {
+            Status::MessageTruncated
+        } else {
+            Status::Ok
+        });
+    }
     // SAFETY: the receiver promised the buffer is writable and ours until completion;
     // the slices are dropped before the request completes.
     let mut slices = unsafe { rs.buf.slices_mut() };
