@@ -157,14 +157,13 @@ mod tests {
 
     #[test]
     fn tls_lists() {
+        use Transport::*;
         assert_eq!(parse_tls("all").unwrap(), Transport::ALL.to_vec());
         assert_eq!(parse_tls("").unwrap(), Transport::ALL.to_vec());
-        assert_eq!(
-            parse_tls("posix,self").unwrap(),
-            vec![Transport::SelfTl, Transport::Shm]
-        );
-        assert_eq!(parse_tls("^shm").unwrap(), vec![Transport::SelfTl]);
-        assert_eq!(parse_tls("tcp").unwrap(), vec![]);
-        assert_eq!(parse_tls("sm,tcp").unwrap(), vec![Transport::Shm]);
+        assert_eq!(parse_tls("posix,self").unwrap(), vec![SelfTl, Shm]);
+        assert_eq!(parse_tls("^shm").unwrap(), vec![SelfTl, Tcp]);
+        assert_eq!(parse_tls("tcp").unwrap(), vec![Tcp]);
+        assert_eq!(parse_tls("sm,tcp").unwrap(), vec![Shm, Tcp]);
+        assert_eq!(parse_tls("rc,ud").unwrap(), vec![]);
     }
 }

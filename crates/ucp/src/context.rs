@@ -26,7 +26,7 @@ bitflags! {
 #[derive(Clone, Debug)]
 pub struct Resource {
     pub transport: Transport,
-    pub device: &'static str,
+    pub device: String,
     pub attr: IfaceAttr,
 }
 
@@ -34,6 +34,8 @@ struct Inner {
     features: Features,
     /// One memory domain per resource, shared by every worker of the context.
     mds: Vec<Arc<Md>>,
+    /// Allocates `mem_map` memory when no resource's domain can (tcp only).
+    alloc_md: Arc<Md>,
     /// Regions mapped with `mem_map`, by key id: what emulated remote accesses are
     /// checked against.
     regions: Mutex<HashMap<u64, (u64, u64)>>,
@@ -63,13 +65,15 @@ impl Context {
         ucs::log::init();
         let mut resources = Vec::new();
         for &t in &config.transports {
-            match uct::Iface::open(t, &iface_config) {
-                Ok(i) => resources.push(Resource {
-                    transport: t,
-                    device: t.device(),
-                    attr: i.attr().clone(),
-                }),
-                Err(s) => tracing::info!("transport {} unavailable: {s}", t.name()),
+            for (dev, _) in t.devices() {
+                match uct::Iface::open_device(t, &dev, &iface_config) {
+                    Ok(i) => resources.push(Resource {
+                        transport: t,
+                        device: dev,
+                        attr: i.attr().clone(),
+                    }),
+                    Err(s) => tracing::info!("transport {} on {dev} unavailable: {s}", t.name()),
+                }
             }
         }
         if resources.is_empty() {
@@ -85,6 +89,7 @@ impl Context {
             inner: Arc::new(Inner {
                 features,
                 mds,
+                alloc_md: Arc::new(Md::open(Transport::Shm)),
                 regions: Mutex::default(),
                 config,
                 iface_config,
@@ -108,6 +113,18 @@ impl Context {
     /// The memory domain of resource `i`.
     pub(crate) fn md(&self, i: usize) -> &Arc<Md> {
         &self.inner.mds[i]
+    }
+
+    /// The domain `mem_map` allocates in: the shm resource's, else a private one.
+    pub(crate) fn alloc_md(&self) -> (Transport, &Arc<Md>) {
+        match self
+            .resources()
+            .iter()
+            .position(|r| r.transport == Transport::Shm)
+        {
+            Some(i) => (Transport::Shm, self.md(i)),
+            None => (Transport::Shm, &self.inner.alloc_md),
+        }
     }
 
     /// The mapped regions registry.

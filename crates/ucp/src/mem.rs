@@ -101,23 +101,21 @@ impl Context {
         let mut handles = Vec::new();
         let (base, allocated) = match address {
             None => {
-                // Allocate in the shm domain (or the first one) and register that memory
-                // with the others.
-                let i = self
-                    .resources()
-                    .iter()
-                    .position(|r| r.transport == Transport::Shm)
-                    .unwrap_or(0);
-                let h = self.md(i).mem_alloc(len)?;
+                // Allocate in a shared segment (the shm domain's, or a private one) and
+                // register that memory with the other domains.
+                let (t, md) = self.alloc_md();
+                let h = md.mem_alloc(len)?;
                 let base = h.address();
-                handles.push((self.resources()[i].transport, h));
+                handles.push((t, h));
                 (base, true)
             }
             Some(p) if p.is_null() => return Err(Status::InvalidParam),
             Some(p) => (p, false),
         };
         for (i, r) in self.resources().iter().enumerate() {
-            if handles.iter().any(|(t, _)| *t == r.transport) {
+            // One key per transport; transports without keys (tcp) are reached by
+            // emulation.
+            if handles.iter().any(|(t, _)| *t == r.transport) || !self.md(i).supports_rkeys() {
                 continue;
             }
             handles.push((r.transport, self.md(i).mem_reg(base, len.max(1))?));

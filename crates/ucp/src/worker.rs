@@ -52,6 +52,8 @@ pub(crate) struct Lane {
     pub tl: usize,
     pub ep: EpId,
     pub th: Thresholds,
+    /// Index of the peer's interface entry this lane connects to.
+    pub entry: usize,
 }
 
 /// A queued operation of an endpoint, sent in order.
@@ -77,7 +79,12 @@ pub(crate) struct EpState {
     pub stream_off: usize,
     /// Stream receives waiting for data, in posting order.
     pub stream_reqs: VecDeque<Request>,
+    /// Called once when the endpoint fails (error handling mode "peer").
+    pub err_handler: Option<ErrHandler>,
 }
+
+/// Called when an endpoint fails: the peer died, reset or closed its connection.
+pub type ErrHandler = Box<dyn FnMut(Ep, Status) + Send>;
 
 /// An unexpected message (arrived before its receive was posted).
 pub(crate) enum Unexp {
@@ -163,6 +170,8 @@ pub(crate) struct State {
     /// Endpoints with a non-empty queue.
     pub active: VecDeque<u32>,
     pub completed: Vec<Request>,
+    /// Endpoints that failed since callbacks last ran.
+    pub ep_errors: Vec<(u32, Status)>,
     /// Active-message handlers and data kept by them.
     pub am: crate::am::AmState,
     /// Flush and close requests waiting for their endpoints to drain.
@@ -182,6 +191,7 @@ pub(crate) struct Tl {
 /// A worker.
 pub struct Worker {
     ctx: Context,
+    tick: u32,
     mode: ThreadMode,
     pub(crate) tls: Vec<Tl>,
     pub(crate) st: State,
@@ -199,7 +209,7 @@ impl Worker {
     pub fn new(ctx: &Context, mode: ThreadMode) -> Result<Worker> {
         let mut tls = Vec::new();
         for (i, r) in ctx.resources().iter().enumerate() {
-            let iface = Iface::open(r.transport, ctx.iface_config())?;
+            let iface = Iface::open_device(r.transport, &r.device, ctx.iface_config())?;
             tls.push(Tl {
                 transport: r.transport,
                 iface,
@@ -233,6 +243,7 @@ impl Worker {
         tracing::debug!("worker {uuid:#x} created with {} transports", tls.len());
         Ok(Worker {
             ctx: ctx.clone(),
+            tick: 0,
             mode,
             tls,
             st: State {
@@ -251,6 +262,7 @@ impl Worker {
                 rma_replies: VecDeque::new(),
                 active: VecDeque::new(),
                 completed: Vec::new(),
+                ep_errors: Vec::new(),
                 am: crate::am::AmState::default(),
                 flushes: Vec::new(),
                 next_msg_id: 1,
@@ -339,10 +351,19 @@ impl Worker {
     pub fn progress(&mut self) -> usize {
         let mut n = 0;
         let st = &mut self.st;
+        self.tick = self.tick.wrapping_add(1);
+        let idle_turn = self.tick % 64 == 0;
+        let mut events = false;
         for t in self.tls.iter_mut() {
-            if t.live {
+            // A connection-based interface without connections only waits for new ones:
+            // poll it now and then, not on every call.
+            if t.live && (idle_turn || !t.iface.is_idle()) {
                 n += t.iface.progress_with(|id, d| st.on_am(id, d));
+                events |= t.iface.has_events();
             }
+        }
+        if events {
+            self.handle_iface_events();
         }
         if !self.st.deferred.is_empty() {
             n += self.run_deferred();
@@ -356,10 +377,52 @@ impl Worker {
         if !self.st.flushes.is_empty() {
             self.check_flushes();
         }
-        if !self.st.completed.is_empty() {
+        if !self.st.completed.is_empty() || !self.st.ep_errors.is_empty() {
             self.run_callbacks();
         }
         n
+    }
+
+    /// Fails the endpoints whose connections broke.
+    #[cold]
+    fn handle_iface_events(&mut self) {
+        for tl in 0..self.tls.len() {
+            for ev in self.tls[tl].iface.take_events() {
+                let victims: Vec<u32> = self
+                    .st
+                    .eps
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, e)| {
+                        let e = e.as_ref()?;
+                        let l = e.lane?;
+                        let hit = l.tl == tl
+                            && match &ev {
+                                uct::IfaceEvent::EpFailed(uep, _) => l.ep == *uep,
+                                uct::IfaceEvent::PeerClosed(addr) => e
+                                    .remote
+                                    .ifaces
+                                    .get(l.entry)
+                                    .is_some_and(|x| x.addr == *addr),
+                            };
+                        hit.then_some(i as u32)
+                    })
+                    .collect();
+                let status = match ev {
+                    uct::IfaceEvent::EpFailed(_, s) => s,
+                    uct::IfaceEvent::PeerClosed(_) => Status::ConnectionReset,
+                };
+                for ep in victims {
+                    fail_ep(&mut self.st, ep, status);
+                }
+            }
+        }
+    }
+
+    /// Installs the handler called once if `ep` fails (UCP's error handling mode "peer").
+    pub fn ep_set_err_handler(&mut self, ep: Ep, h: Option<ErrHandler>) -> Result<()> {
+        self.st.ep_mut(ep.0)?.err_handler = h;
+        Ok(())
     }
 
     fn run_deferred(&mut self) -> usize {
@@ -427,7 +490,7 @@ impl Worker {
                     continue;
                 }
             };
-            if self.st.is_drained(target.0) {
+            if self.st.is_drained(target.0) && self.lanes_flushed(target.0) {
                 self.st.flushes.swap_remove(i);
                 if let (Some(e), true) = target {
                     destroy_ep(&mut self.tls, &mut self.st, e, Status::Canceled);
@@ -439,7 +502,26 @@ impl Worker {
         }
     }
 
+    /// True when the transports hold nothing of `ep` (or any endpoint) that has not left.
+    fn lanes_flushed(&self, ep: Option<u32>) -> bool {
+        let flushed = |e: &EpState| {
+            e.lane.map_or(true, |l| {
+                self.tls[l.tl].iface.ep_is_flushed(l.ep).unwrap_or(true)
+            })
+        };
+        match ep {
+            Some(i) => self.st.ep(i).map_or(true, flushed),
+            None => self.st.eps.iter().flatten().all(flushed),
+        }
+    }
+
     fn run_callbacks(&mut self) {
+        for (ep, s) in std::mem::take(&mut self.st.ep_errors) {
+            let h = self.st.ep_mut(ep).ok().and_then(|e| e.err_handler.take());
+            if let Some(mut h) = h {
+                h(Ep(ep), s);
+            }
+        }
         let done = std::mem::take(&mut self.st.completed);
         for r in done {
             let Some(q) = self.st.reqs.get_mut(r.0) else {
@@ -552,7 +634,7 @@ impl Worker {
         cb: Option<Callback>,
     ) -> Result<Option<Request>> {
         self.progress();
-        if self.st.is_drained(target) {
+        if self.st.is_drained(target) && self.lanes_flushed(target) {
             return Ok(None);
         }
         let r = self.st.new_req(kind, cb);
@@ -670,6 +752,7 @@ impl State {
             stream_rx: VecDeque::new(),
             stream_off: 0,
             stream_reqs: VecDeque::new(),
+            err_handler: None,
         };
         if let Some(i) = self.eps.iter().position(Option::is_none) {
             self.eps[i] = Some(e);
@@ -724,44 +807,36 @@ impl State {
 /// Picks the lane for `ep` and creates its transport endpoint; queues the wireup message.
 pub(crate) fn connect(tls: &mut [Tl], st: &mut State, ep: u32) -> Result<Lane> {
     let e = st.ep(ep)?;
-    if let Some(l) = e.lane {
-        return Ok(l);
-    }
-    if let EpStatus::Failed(s) = e.status {
-        return Err(s);
+    match (e.lane, e.status) {
+        (_, EpStatus::Failed(s)) => return Err(s),
+        (Some(l), _) => return Ok(l),
+        _ => {}
     }
     let dev = uct::shm::address::encode_device_addr(e.remote.host_id);
-    let mut best: Option<(usize, f64)> = None;
+    let mut best: Option<(usize, usize, f64)> = None;
+    let has_self = tls.iter().any(|t| t.transport == Transport::SelfTl);
     for (i, t) in tls.iter().enumerate() {
-        let Some(entry) = e.remote.iface(t.transport) else {
-            continue;
-        };
         if t.transport == Transport::SelfTl && e.remote.uuid != st.uuid {
             continue;
         }
-        if t.transport != Transport::SelfTl
-            && e.remote.uuid == st.uuid
-            && tls.iter().any(|t| t.transport == Transport::SelfTl)
-        {
+        if t.transport != Transport::SelfTl && e.remote.uuid == st.uuid && has_self {
             continue;
         }
-        if !t.iface.is_reachable(&dev, &entry.addr) {
-            continue;
-        }
-        let cost = t.iface.attr().cost.time(8);
-        if best.map_or(true, |(_, c)| cost < c) {
-            best = Some((i, cost));
+        for (j, entry) in e.remote.ifaces.iter().enumerate() {
+            if entry.transport != Some(t.transport) || !t.iface.is_reachable(&dev, &entry.addr) {
+                continue;
+            }
+            let cost = t.iface.attr().cost.time(8);
+            if best.map_or(true, |(_, _, c)| cost < c) {
+                best = Some((i, j, cost));
+            }
         }
     }
-    let Some((tl, _)) = best else {
+    let Some((tl, entry, _)) = best else {
         tracing::debug!("no transport reaches worker {:#x}", e.remote.uuid);
         return Err(Status::Unreachable);
     };
-    let addr = e
-        .remote
-        .iface(tls[tl].transport)
-        .map(|x| x.addr.clone())
-        .unwrap_or_default();
+    let addr = e.remote.ifaces[entry].addr.clone();
     let uct_ep = tls[tl].iface.ep_create(&addr)?;
     tls[tl].live = true;
     let attr = tls[tl].iface.attr();
@@ -770,6 +845,7 @@ pub(crate) fn connect(tls: &mut [Tl], st: &mut State, ep: u32) -> Result<Lane> {
         tl,
         ep: uct_ep,
         th: Thresholds::new(attr, &st.cfg, rma),
+        entry,
     };
     let e = st.ep_mut(ep)?;
     e.lane = Some(lane);
@@ -777,6 +853,61 @@ pub(crate) fn connect(tls: &mut [Tl], st: &mut State, ep: u32) -> Result<Lane> {
     e.queue.push_front(Queued::Wireup);
     st.active.push_back(ep);
     Ok(lane)
+}
+
+/// Marks `ep` failed: everything queued or waiting on it completes with `status`, the
+/// application's error handler is scheduled, and later operations get `status`.
+pub(crate) fn fail_ep(st: &mut State, ep: u32, status: Status) {
+    let Ok(e) = st.ep_mut(ep) else { return };
+    if matches!(e.status, EpStatus::Failed(_)) {
+        return;
+    }
+    e.status = EpStatus::Failed(status);
+    let queued: Vec<Queued> = e.queue.drain(..).collect();
+    let streams: Vec<Request> = e.stream_reqs.drain(..).collect();
+    let uuid = e.remote.uuid;
+    tracing::info!("endpoint to worker {uuid:#x} failed: {status}");
+    for q in queued {
+        if let Queued::Send(r) | Queued::Rma(r) = q {
+            st.complete(r, status);
+        }
+    }
+    for r in streams {
+        st.complete(r, status);
+    }
+    fail_waiting(st, ep, status);
+    // Messages of that peer still being reassembled will never finish.
+    let partial: Vec<Request> = st
+        .frags
+        .iter()
+        .filter(|(k, _)| k.0 == uuid)
+        .filter_map(|(_, d)| match d {
+            FragDest::Req(r) => Some(*r),
+            _ => None,
+        })
+        .collect();
+    st.frags.retain(|k, _| k.0 != uuid);
+    for r in partial {
+        st.complete(r, status);
+    }
+    st.active.retain(|&x| x != ep);
+    st.ep_errors.push((ep, status));
+}
+
+/// Completes the sends of `ep` that wait for the peer's acknowledgement.
+fn fail_waiting(st: &mut State, ep: u32, status: Status) {
+    let waiting: Vec<Request> = st
+        .reqs
+        .iter()
+        .filter_map(|(i, q)| match &q.kind {
+            ReqKind::Send(s) if s.ep == ep && q.status.is_none() => Some(Request(i)),
+            ReqKind::Rma(s) if s.ep == ep && q.status.is_none() => Some(Request(i)),
+            _ => None,
+        })
+        .collect();
+    for r in waiting {
+        st.complete(r, status);
+    }
 }
 
 /// Fails or cancels everything of `ep` and removes it.
@@ -799,17 +930,6 @@ fn destroy_ep(tls: &mut [Tl], st: &mut State, ep: u32, status: Status) {
         st.complete(r, status);
     }
     // Sends waiting for an acknowledgement from this peer will never get one.
-    let waiting: Vec<Request> = st
-        .reqs
-        .iter()
-        .filter_map(|(i, q)| match &q.kind {
-            ReqKind::Send(s) if s.ep == ep && q.status.is_none() => Some(Request(i)),
-            ReqKind::Rma(s) if s.ep == ep && q.status.is_none() => Some(Request(i)),
-            _ => None,
-        })
-        .collect();
-    for r in waiting {
-        st.complete(r, status);
-    }
+    fail_waiting(st, ep, status);
     st.active.retain(|&x| x != ep);
 }

@@ -38,6 +38,7 @@ pub static VARS: &[Var] = &[
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct IfaceConfig {
     pub fifo: Geometry,
+    pub tcp: crate::tcp::TcpConfig,
     pub max_poll: usize,
     pub self_seg_size: usize,
 }
@@ -45,6 +46,7 @@ pub struct IfaceConfig {
 impl Default for IfaceConfig {
     fn default() -> Self {
         IfaceConfig {
+            tcp: crate::tcp::TcpConfig::default(),
             fifo: Geometry {
                 fifo_size: 256,
                 elem_size: 128,
@@ -64,6 +66,7 @@ impl IfaceConfig {
             u32::try_from(config::size(&VARS[i])?).map_err(|_| Status::InvalidParam)
         };
         let cfg = IfaceConfig {
+            tcp: crate::tcp::TcpConfig::from_env()?,
             fifo: Geometry {
                 fifo_size: n(0)?,
                 elem_size: n(1)?,

@@ -10,15 +10,18 @@ use crate::config::IfaceConfig;
 use crate::rkey::Rkey;
 use crate::self_tl::SelfIface;
 use crate::shm::ShmIface;
+use crate::tcp::{IfaceEvent, TcpIface};
 use crate::types::*;
 use crate::{rma, Transport};
 use std::collections::VecDeque;
 use std::os::fd::BorrowedFd;
 use ucs::{Result, Status};
 
+#[allow(clippy::enum_variant_names)]
 enum Tl {
     SelfTl(SelfIface),
     Shm(ShmIface),
+    Tcp(TcpIface),
 }
 
 /// An open interface.
@@ -37,16 +40,37 @@ macro_rules! dispatch {
         match &mut $self.tl {
             Tl::SelfTl($t) => $e,
             Tl::Shm($t) => $e,
+            Tl::Tcp($t) => $e,
         }
     };
 }
 
 impl Iface {
-    /// Opens an interface of `transport` with `cfg`.
+    /// Opens an interface of `transport` on its default device with `cfg`.
     pub fn open(transport: Transport, cfg: &IfaceConfig) -> Result<Iface> {
+        let dev = transport
+            .devices()
+            .into_iter()
+            .next()
+            .ok_or(Status::NoDevice)?;
+        Self::open_device(transport, &dev.0, cfg)
+    }
+
+    /// Opens an interface of `transport` on `device` (a name from
+    /// [`Transport::devices`]).
+    pub fn open_device(transport: Transport, device: &str, cfg: &IfaceConfig) -> Result<Iface> {
         let tl = match transport {
             Transport::SelfTl => Tl::SelfTl(SelfIface::open(cfg)?),
             Transport::Shm => Tl::Shm(ShmIface::open(cfg)?),
+            Transport::Tcp => {
+                let ip = transport
+                    .devices()
+                    .into_iter()
+                    .find(|d| d.0 == device)
+                    .and_then(|d| d.1)
+                    .ok_or(Status::NoDevice)?;
+                Tl::Tcp(TcpIface::open(device, ip, cfg.tcp)?)
+            }
         };
         Ok(Iface {
             tl,
@@ -60,6 +84,15 @@ impl Iface {
         match self.tl {
             Tl::SelfTl(_) => Transport::SelfTl,
             Tl::Shm(_) => Transport::Shm,
+            Tl::Tcp(_) => Transport::Tcp,
+        }
+    }
+
+    /// The device this interface is on.
+    pub fn device(&self) -> &str {
+        match &self.tl {
+            Tl::Tcp(t) => t.device(),
+            _ => "memory",
         }
     }
 
@@ -67,6 +100,7 @@ impl Iface {
         match &self.tl {
             Tl::SelfTl(t) => t.attr(),
             Tl::Shm(t) => t.attr(),
+            Tl::Tcp(t) => t.attr(),
         }
     }
 
@@ -75,6 +109,7 @@ impl Iface {
         match &self.tl {
             Tl::SelfTl(t) => t.address(),
             Tl::Shm(t) => t.address(),
+            Tl::Tcp(t) => t.address(),
         }
     }
 
@@ -87,11 +122,13 @@ impl Iface {
     pub fn is_reachable(&self, device_addr: &[u8], iface_addr: &[u8]) -> bool {
         let same_host = crate::shm::address::decode_device_addr(device_addr)
             .is_ok_and(|h| h == ucs::sys::host::host_id());
-        same_host
-            && match &self.tl {
-                Tl::SelfTl(t) => t.is_reachable(iface_addr),
-                Tl::Shm(_) => crate::shm::address::ShmIfaceAddr::decode(iface_addr).is_ok(),
+        match &self.tl {
+            Tl::SelfTl(t) => same_host && t.is_reachable(iface_addr),
+            Tl::Shm(_) => {
+                same_host && crate::shm::address::ShmIfaceAddr::decode(iface_addr).is_ok()
             }
+            Tl::Tcp(t) => t.is_reachable(same_host, iface_addr),
+        }
     }
 
     /// Installs the handler for active-message id `id` (< 32).
@@ -126,14 +163,48 @@ impl Iface {
         match &self.tl {
             Tl::SelfTl(t) => t.ep_count(),
             Tl::Shm(t) => t.ep_count(),
+            Tl::Tcp(t) => t.ep_count(),
         }
     }
 
+    /// Checks `ep` exists and the transport can access remote memory.
     fn check_ep(&mut self, ep: EpId) -> Result<()> {
         match &mut self.tl {
             Tl::SelfTl(t) => t.check_ep(ep),
             Tl::Shm(t) => t.ep_has_space(ep).map(|_| ()),
+            Tl::Tcp(t) => t.check_ep(ep).and(Err(Status::Unsupported)),
         }
+    }
+
+    /// True when everything `ep` was given has left this process (tcp: handed to the
+    /// kernel). Self and shm deliver in the call, so they are always flushed.
+    pub fn ep_is_flushed(&self, ep: EpId) -> Result<bool> {
+        match &self.tl {
+            Tl::Tcp(t) => t.ep_is_flushed(ep),
+            _ => Ok(true),
+        }
+    }
+
+    /// Connection events (failed endpoints, closed peers) since the last call; empty for
+    /// transports without connections.
+    pub fn take_events(&mut self) -> Vec<IfaceEvent> {
+        match &mut self.tl {
+            Tl::Tcp(t) if t.has_events() => t.take_events(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// True for a connection-based interface with no connection at all: progress may poll
+    /// it rarely (a new connection waits a little; nothing else can).
+    #[inline]
+    pub fn is_idle(&self) -> bool {
+        matches!(&self.tl, Tl::Tcp(t) if t.is_idle())
+    }
+
+    /// True when [`Iface::take_events`] has something.
+    #[inline]
+    pub fn has_events(&self) -> bool {
+        matches!(&self.tl, Tl::Tcp(t) if t.has_events())
     }
 
     /// True when `ep` must queue behind its pending requests.
@@ -322,7 +393,9 @@ impl Iface {
     /// Completes all operations of `ep` issued so far, remotely. On self and shm
     /// everything is complete when issued, so this only orders memory.
     pub fn ep_flush(&mut self, ep: EpId, _comp: Comp) -> Result<Outcome> {
-        self.check_ep(ep)?;
+        if !self.ep_is_flushed(ep)? {
+            return Ok(Outcome::NoResource);
+        }
         if self.blocked(ep) {
             return Ok(Outcome::NoResource);
         }
@@ -351,6 +424,7 @@ impl Iface {
         let has_space = match &mut self.tl {
             Tl::SelfTl(t) => t.check_ep(ep).map(|_| t.has_space())?,
             Tl::Shm(t) => t.ep_has_space(ep)?,
+            Tl::Tcp(t) => t.ep_has_space(ep)?,
         };
         let q = self
             .pending
@@ -446,6 +520,7 @@ impl Iface {
         match &self.tl {
             Tl::SelfTl(_) => None,
             Tl::Shm(t) => Some(t.event_fd()),
+            Tl::Tcp(t) => Some(t.event_fd()),
         }
     }
 
@@ -456,6 +531,7 @@ impl Iface {
             Tl::SelfTl(t) if t.has_queued() => Err(Status::Busy),
             Tl::SelfTl(_) => Ok(()),
             Tl::Shm(t) => t.arm(),
+            Tl::Tcp(t) => t.arm(),
         }
     }
 
@@ -476,6 +552,7 @@ impl Iface {
         match &self.tl {
             Tl::SelfTl(_) => 0,
             Tl::Shm(t) => t.dropped(),
+            Tl::Tcp(t) => t.dropped(),
         }
     }
 }

@@ -15,6 +15,7 @@ pub mod rma;
 pub mod self_tl;
 pub mod shm;
 mod slab;
+pub mod tcp;
 pub mod types;
 pub mod wire;
 
@@ -22,6 +23,7 @@ pub use config::IfaceConfig;
 pub use iface::Iface;
 pub use md::{Md, MemHandle};
 pub use rkey::Rkey;
+pub use tcp::IfaceEvent;
 pub use types::*;
 
 /// The transports this build has.
@@ -31,17 +33,20 @@ pub enum Transport {
     SelfTl,
     /// Shared memory between processes of one host.
     Shm,
+    /// TCP sockets, between hosts (one interface per network device).
+    Tcp,
 }
 
 impl Transport {
     /// Every transport, in the order `rucx-info` lists them.
-    pub const ALL: [Transport; 2] = [Transport::SelfTl, Transport::Shm];
+    pub const ALL: [Transport; 3] = [Transport::SelfTl, Transport::Shm, Transport::Tcp];
 
     /// The name used in UCX_TLS and `-x`.
     pub fn name(self) -> &'static str {
         match self {
             Transport::SelfTl => "self",
             Transport::Shm => "shm",
+            Transport::Tcp => "tcp",
         }
     }
 
@@ -51,12 +56,45 @@ impl Transport {
         match s {
             "self" => Some(Transport::SelfTl),
             "shm" | "posix" | "sysv" | "mm" | "cma" => Some(Transport::Shm),
+            "tcp" => Some(Transport::Tcp),
             _ => None,
         }
     }
 
-    /// The device name (one device per transport on this host).
+    /// The default device name: `memory` for self and shm; for tcp the first device
+    /// [`Transport::devices`] lists.
     pub fn device(self) -> &'static str {
-        "memory"
+        match self {
+            Transport::Tcp => "default",
+            _ => "memory",
+        }
+    }
+
+    /// The devices of this transport on this host: for tcp the network interfaces that
+    /// are up, filtered by `UCX_NET_DEVICES` (names, or `all`/`any`), loopback last.
+    pub fn devices(self) -> Vec<(String, Option<std::net::IpAddr>)> {
+        match self {
+            Transport::SelfTl | Transport::Shm => vec![("memory".to_string(), None)],
+            Transport::Tcp => {
+                let want = ucs::config::list(&ucs::config::NET_DEVICES);
+                let all = want.is_empty() || want.iter().any(|w| w == "all" || w == "any");
+                let mut out: Vec<(String, Option<std::net::IpAddr>, bool)> = Vec::new();
+                for i in ucs::sys::net::interfaces() {
+                    if !i.up || !(all || want.iter().any(|w| w == &i.name)) {
+                        continue;
+                    }
+                    // One address per device: IPv4 first.
+                    if let Some(e) = out.iter_mut().find(|e| e.0 == i.name) {
+                        if e.1.is_some_and(|a| a.is_ipv6()) && i.addr.is_ipv4() {
+                            e.1 = Some(i.addr);
+                        }
+                        continue;
+                    }
+                    out.push((i.name.clone(), Some(i.addr), i.loopback));
+                }
+                out.sort_by_key(|e| e.2);
+                out.into_iter().map(|(n, a, _)| (n, a)).collect()
+            }
+        }
     }
 }

@@ -109,8 +109,17 @@ impl Md {
         self.transport
     }
 
+    /// True when the domain registers memory for remote access (tcp's does not: remote
+    /// memory over tcp is reached by the protocol layer's emulation).
+    pub fn supports_rkeys(&self) -> bool {
+        self.transport != Transport::Tcp
+    }
+
     /// Allocates `len` bytes (zeroed) in a shared segment.
     pub fn mem_alloc(&self, len: usize) -> Result<MemHandle> {
+        if !self.supports_rkeys() {
+            return Err(Status::Unsupported);
+        }
         let seg = Arc::new(ShmSegment::create("rucx-mem", len.max(1))?);
         let base = seg.as_ptr() as u64;
         let alive = Arc::new(());
@@ -142,6 +151,7 @@ impl Md {
         let kind = match self.transport {
             Transport::SelfTl => RkeyKind::Local,
             Transport::Shm => RkeyKind::Cma,
+            Transport::Tcp => return Err(Status::Unsupported),
         };
         Ok(MemHandle {
             reg,

@@ -1,9 +1,10 @@
 //! Host identity and machine facts.
 //!
 //! The host id decides shared-memory reachability: two interfaces can use shm only when
-//! their host ids are equal. It hashes the kernel's boot id, so processes in different
-//! network namespaces of one kernel still see each other (they can share memory), while
-//! two machines or two boots never collide in practice.
+//! their host ids are equal. It hashes the kernel's boot id, the host name and the network
+//! namespace: processes in different network namespaces (containers, or the test hosts
+//! made with `ip netns`) count as different hosts and talk over the network, as they would
+//! on separate machines, while two machines or two boots never collide in practice.
 
 use std::sync::OnceLock;
 
@@ -13,7 +14,10 @@ pub fn host_id() -> u64 {
     *ID.get_or_init(|| {
         let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
         let name = hostname();
-        fnv1a(boot.trim().as_bytes()) ^ fnv1a(name.as_bytes()).rotate_left(17)
+        let ns = crate::sys::net::netns_id();
+        fnv1a(boot.trim().as_bytes())
+            ^ fnv1a(name.as_bytes()).rotate_left(17)
+            ^ fnv1a(&ns.to_le_bytes()).rotate_left(39)
     })
 }
 

@@ -8,6 +8,7 @@ pub mod cma;
 pub mod eventfd;
 pub mod host;
 pub mod mapping;
+pub mod net;
 pub mod pidfd;
 pub mod poll;
 pub mod shm;

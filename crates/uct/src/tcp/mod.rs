@@ -1,0 +1,708 @@
+//! The tcp transport: nonblocking sockets on an epoll set, one listening socket per
+//! interface, one outgoing connection per endpoint, framed active messages.
+//!
+//! Connections are one-way: an endpoint's connection only carries what that endpoint
+//! sends, and the peer answers over a connection of its own endpoint. Two processes that
+//! connect to each other at the same time therefore never have to decide which of two
+//! connections survives, and a slow reader only stalls the connections that write to it.
+//!
+//! Sending writes straight from the caller's buffers (`writev`); what the socket does not
+//! take is kept in the endpoint's bounded send buffer and flushed by progress, and a full
+//! send buffer is `NoResource`. Receiving reads whole frames into the connection's buffer
+//! and delivers each one in place. A peer that resets or closes, or that keepalive finds
+//! dead, fails the endpoints that write to it (reported by [`TcpIface::take_events`]);
+//! nothing a peer sends can make this process panic: bad handshakes and frames close the
+//! connection and are counted.
+
+pub mod wire;
+
+use crate::am::AmTable;
+use crate::slab::Slab;
+use crate::types::*;
+use socket2::{Domain, Protocol, SockAddr, Socket, TcpKeepalive, Type};
+use std::io::{IoSlice, Read};
+use std::net::SocketAddr;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::time::Duration;
+use ucs::config::{self, Var};
+use ucs::{EventSet, Events, Result, Status};
+use wire::FRAME_HDR;
+
+pub static VARS: &[Var] = &[
+    Var {
+        name: "TCP_SEG_SIZE",
+        default: "64k",
+        doc: "Largest tcp active message (bcopy/zcopy payload), and the unit of the receive buffer.",
+    },
+    Var {
+        name: "TCP_TX_BUF",
+        default: "1m",
+        doc: "Bytes an endpoint may hold that its socket did not take yet; beyond it sends get NO_RESOURCE.",
+    },
+    Var {
+        name: "TCP_KEEPIDLE",
+        default: "10s",
+        doc: "Idle time before tcp keepalive probes a connection (detects silent peers).",
+    },
+    Var {
+        name: "TCP_KEEPINTVL",
+        default: "2s",
+        doc: "Time between tcp keepalive probes.",
+    },
+    Var {
+        name: "TCP_KEEPCNT",
+        default: "3",
+        doc: "Unanswered keepalive probes after which the peer is declared dead.",
+    },
+];
+
+/// Settings of a tcp interface.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TcpConfig {
+    pub seg_size: usize,
+    pub tx_buf: usize,
+    pub keepidle: Duration,
+    pub keepintvl: Duration,
+    pub keepcnt: u32,
+}
+
+impl Default for TcpConfig {
+    fn default() -> Self {
+        TcpConfig {
+            seg_size: 64 << 10,
+            tx_buf: 1 << 20,
+            keepidle: Duration::from_secs(10),
+            keepintvl: Duration::from_secs(2),
+            keepcnt: 3,
+        }
+    }
+}
+
+impl TcpConfig {
+    pub fn from_env() -> Result<TcpConfig> {
+        config::register(VARS);
+        let c = TcpConfig {
+            seg_size: config::size(&VARS[0])? as usize,
+            tx_buf: config::size(&VARS[1])? as usize,
+            keepidle: config::time(&VARS[2])?,
+            keepintvl: config::time(&VARS[3])?,
+            keepcnt: config::u64_value(&VARS[4])? as u32,
+        };
+        if c.seg_size < 256 || c.seg_size > 16 << 20 || c.tx_buf < c.seg_size {
+            return Err(Status::InvalidParam);
+        }
+        Ok(c)
+    }
+}
+
+/// Something that happened to an interface's connections, for the protocol layer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum IfaceEvent {
+    /// The endpoint's connection failed; its sends now return the status.
+    EpFailed(EpId, Status),
+    /// The peer with this interface address closed its connection to us.
+    PeerClosed(Vec<u8>),
+}
+
+const TOK_LISTENER: u64 = 0;
+const TOK_EP: u64 = 1 << 32;
+const TOK_RX: u64 = 2 << 32;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum EpState {
+    Connecting,
+    Connected,
+    Failed(Status),
+}
+
+struct TcpEp {
+    sock: Socket,
+    state: EpState,
+    /// Bytes the socket has not taken yet; `head` is the first unsent one.
+    tx: Vec<u8>,
+    head: usize,
+    want_out: bool,
+}
+
+impl TcpEp {
+    fn pending(&self) -> usize {
+        self.tx.len() - self.head
+    }
+}
+
+struct RxConn {
+    sock: Socket,
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+    /// The connector's interface address, once its handshake arrived.
+    peer: Option<Vec<u8>>,
+}
+
+/// A tcp interface on one device.
+pub struct TcpIface {
+    device: String,
+    local: SocketAddr,
+    listener: Socket,
+    events: EventSet,
+    eps: Slab<TcpEp>,
+    rx: Slab<RxConn>,
+    handlers: AmTable,
+    out_events: Vec<IfaceEvent>,
+    ready: Vec<(u64, Events)>,
+    scratch: Vec<u8>,
+    cfg: TcpConfig,
+    attr: IfaceAttr,
+    dropped: u64,
+}
+
+fn new_socket(addr: &SocketAddr) -> Result<Socket> {
+    let s = Socket::new(
+        Domain::for_address(*addr),
+        Type::STREAM.nonblocking().cloexec(),
+        Some(Protocol::TCP),
+    )?;
+    Ok(s)
+}
+
+impl TcpIface {
+    /// Opens an interface listening on `ip` (port chosen by the kernel) of `device`.
+    pub fn open(device: &str, ip: std::net::IpAddr, cfg: TcpConfig) -> Result<TcpIface> {
+        let bind = SocketAddr::new(ip, 0);
+        let listener = new_socket(&bind)?;
+        listener.set_reuse_address(true)?;
+        listener.bind(&SockAddr::from(bind)).map_err(|e| {
+            tracing::debug!("tcp: bind to {bind} failed: {e}");
+            Status::NoDevice
+        })?;
+        listener.listen(1024)?;
+        let local = listener.local_addr()?.as_socket().ok_or(Status::NoDevice)?;
+        let events = EventSet::new()?;
+        events.add(&listener, Events::READABLE, TOK_LISTENER)?;
+        let seg = cfg.seg_size;
+        let attr = IfaceAttr {
+            caps: Caps::AM_SHORT
+                | Caps::AM_BCOPY
+                | Caps::AM_ZCOPY
+                | Caps::CONNECT_TO_IFACE
+                | Caps::EVENT_RECV,
+            max_am_short: 256,
+            max_am_bcopy: seg,
+            max_am_zcopy: seg,
+            max_am_hdr: 128,
+            max_put_short: 0,
+            max_put_bcopy: 0,
+            max_put_zcopy: 0,
+            max_get_bcopy: 0,
+            max_get_zcopy: 0,
+            iface_addr_len: wire::encode_addr(&local).len(),
+            device_addr_len: crate::shm::address::DEVICE_ADDR_LEN,
+            cost: CostModel {
+                overhead: 1e-6,
+                latency: 10e-6,
+                bandwidth: 2e9,
+            },
+            rma_cost: CostModel {
+                overhead: 1e-6,
+                latency: 10e-6,
+                bandwidth: 2e9,
+            },
+        };
+        tracing::debug!("tcp: interface on {device} listening at {local}");
+        Ok(TcpIface {
+            device: device.to_string(),
+            local,
+            listener,
+            events,
+            eps: Slab::default(),
+            rx: Slab::default(),
+            handlers: AmTable::default(),
+            out_events: Vec::new(),
+            ready: Vec::new(),
+            scratch: vec![0; seg],
+            cfg,
+            attr,
+            dropped: 0,
+        })
+    }
+
+    pub fn attr(&self) -> &IfaceAttr {
+        &self.attr
+    }
+
+    pub fn device(&self) -> &str {
+        &self.device
+    }
+
+    /// The address the interface listens on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    pub fn address(&self) -> Vec<u8> {
+        wire::encode_addr(&self.local)
+    }
+
+    pub fn handlers(&mut self) -> &mut AmTable {
+        &mut self.handlers
+    }
+
+    /// Malformed input dropped (bad handshakes or frames).
+    pub fn dropped(&self) -> u64 {
+        self.dropped
+    }
+
+    /// True when `iface_addr` can be reached from this interface: same address family,
+    /// and a loopback peer only from a loopback interface of the same host.
+    pub fn is_reachable(&self, same_host: bool, iface_addr: &[u8]) -> bool {
+        let Ok(a) = wire::decode_addr(iface_addr) else {
+            return false;
+        };
+        a.is_ipv4() == self.local.is_ipv4()
+            && (a.ip().is_loopback() == self.local.ip().is_loopback())
+            && (!a.ip().is_loopback() || same_host)
+    }
+
+    pub fn ep_create(&mut self, iface_addr: &[u8]) -> Result<EpId> {
+        let peer = wire::decode_addr(iface_addr)?;
+        let sock = new_socket(&peer)?;
+        sock.set_nodelay(true)?;
+        let ka = TcpKeepalive::new()
+            .with_time(self.cfg.keepidle)
+            .with_interval(self.cfg.keepintvl)
+            .with_retries(self.cfg.keepcnt);
+        sock.set_tcp_keepalive(&ka)?;
+        let state = match sock.connect(&SockAddr::from(peer)) {
+            Ok(()) => EpState::Connected,
+            Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => EpState::Connecting,
+            Err(e) => {
+                tracing::debug!("tcp: connect to {peer} failed: {e}");
+                return Err(Status::Unreachable);
+            }
+        };
+        let mut tx = wire::encode_handshake(&self.address());
+        tx.reserve(self.cfg.seg_size);
+        let ep = self.eps.insert(TcpEp {
+            sock,
+            state,
+            tx,
+            head: 0,
+            want_out: true,
+        });
+        let e = self.eps.get(ep)?;
+        self.events.add(
+            &e.sock,
+            Events::READABLE | Events::WRITABLE,
+            TOK_EP | u64::from(ep.0),
+        )?;
+        if state == EpState::Connected {
+            self.flush_ep(ep);
+        }
+        Ok(ep)
+    }
+
+    pub fn ep_destroy(&mut self, ep: EpId) -> Result<()> {
+        let e = self.eps.remove(ep)?;
+        let _ = self.events.remove(&e.sock);
+        Ok(())
+    }
+
+    pub fn ep_count(&self) -> usize {
+        self.eps.len()
+    }
+
+    pub fn check_ep(&self, ep: EpId) -> Result<()> {
+        self.eps.get(ep).map(|_| ())
+    }
+
+    /// True when `ep` can take another message now.
+    pub fn ep_has_space(&self, ep: EpId) -> Result<bool> {
+        let e = self.eps.get(ep)?;
+        Ok(e.pending() + FRAME_HDR + self.cfg.seg_size <= self.cfg.tx_buf)
+    }
+
+    /// True when everything `ep` was given has been handed to the kernel.
+    pub fn ep_is_flushed(&self, ep: EpId) -> Result<bool> {
+        let e = self.eps.get(ep)?;
+        match e.state {
+            EpState::Failed(s) => Err(s),
+            _ => Ok(e.pending() == 0 && e.state == EpState::Connected),
+        }
+    }
+
+    fn fail_ep(&mut self, ep: EpId, s: Status) {
+        if let Ok(e) = self.eps.get_mut(ep) {
+            if !matches!(e.state, EpState::Failed(_)) {
+                e.state = EpState::Failed(s);
+                e.tx.clear();
+                e.head = 0;
+                let _ = self.events.remove(&e.sock);
+                self.out_events.push(IfaceEvent::EpFailed(ep, s));
+                tracing::debug!("tcp: endpoint {} failed: {s}", ep.0);
+            }
+        }
+    }
+
+    /// Writes a frame made of `parts`, from the caller's buffers when the socket takes it.
+    fn send_frame(&mut self, ep: EpId, id: u8, parts: &[&[u8]]) -> Result<Outcome> {
+        let total: usize = parts.iter().map(|p| p.len()).sum();
+        if id >= AM_ID_MAX || total > self.cfg.seg_size {
+            return Err(Status::InvalidParam);
+        }
+        let tx_max = self.cfg.tx_buf;
+        let e = self.eps.get_mut(ep)?;
+        if let EpState::Failed(s) = e.state {
+            return Err(s);
+        }
+        let hdr = wire::frame_header(id, total);
+        let mut sent = 0;
+        if e.pending() == 0 && e.state == EpState::Connected {
+            let mut iov: [IoSlice<'_>; 4] = [
+                IoSlice::new(&hdr),
+                IoSlice::new(&[]),
+                IoSlice::new(&[]),
+                IoSlice::new(&[]),
+            ];
+            for (i, p) in parts.iter().take(3).enumerate() {
+                iov[i + 1] = IoSlice::new(p);
+            }
+            match e
+                .sock
+                .send_vectored_with_flags(&iov[..1 + parts.len().min(3)], libc::MSG_NOSIGNAL)
+            {
+                Ok(n) => sent = n,
+                Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(err) => {
+                    tracing::debug!("tcp: send failed: {err}");
+                    self.fail_ep(ep, Status::ConnectionReset);
+                    return Err(Status::ConnectionReset);
+                }
+            }
+            if sent == FRAME_HDR + total && parts.len() <= 3 {
+                return Ok(Outcome::Done(()));
+            }
+        } else if e.pending() > 0 && e.pending() + FRAME_HDR + total > tx_max {
+            return Ok(Outcome::NoResource);
+        }
+        // Keep what the socket did not take.
+        if e.head > 0 && e.head == e.tx.len() {
+            e.tx.clear();
+            e.head = 0;
+        }
+        let mut skip = sent;
+        for piece in std::iter::once(&hdr[..]).chain(parts.iter().copied()) {
+            if skip >= piece.len() {
+                skip -= piece.len();
+                continue;
+            }
+            e.tx.extend_from_slice(&piece[skip..]);
+            skip = 0;
+        }
+        if !e.want_out {
+            e.want_out = true;
+            let _ = self.events.modify(
+                &e.sock,
+                Events::READABLE | Events::WRITABLE,
+                TOK_EP | u64::from(ep.0),
+            );
+        }
+        Ok(Outcome::Done(()))
+    }
+
+    /// Hands buffered bytes of `ep` to its socket.
+    fn flush_ep(&mut self, ep: EpId) {
+        let Ok(e) = self.eps.get_mut(ep) else { return };
+        if e.state != EpState::Connected {
+            return;
+        }
+        while e.head < e.tx.len() {
+            match e.sock.send_with_flags(&e.tx[e.head..], libc::MSG_NOSIGNAL) {
+                Ok(n) => e.head += n,
+                Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => return,
+                Err(_) => break,
+            }
+        }
+        if e.head < e.tx.len() {
+            self.fail_ep(ep, Status::ConnectionReset);
+            return;
+        }
+        e.tx.clear();
+        e.head = 0;
+        if e.want_out {
+            e.want_out = false;
+            let _ = self
+                .events
+                .modify(&e.sock, Events::READABLE, TOK_EP | u64::from(ep.0));
+        }
+    }
+
+    pub fn am_short(&mut self, ep: EpId, id: u8, hdr: u64, payload: &[u8]) -> Result<Outcome> {
+        if payload.len() > self.attr.max_am_short {
+            return Err(Status::InvalidParam);
+        }
+        self.send_frame(ep, id, &[&hdr.to_ne_bytes(), payload])
+    }
+
+    pub fn am_bcopy(
+        &mut self,
+        ep: EpId,
+        id: u8,
+        pack: impl FnOnce(&mut [u8]) -> usize,
+    ) -> Result<Outcome<usize>> {
+        let e = self.eps.get(ep)?;
+        if let EpState::Failed(s) = e.state {
+            return Err(s);
+        }
+        if e.pending() > 0 && e.pending() + FRAME_HDR + self.cfg.seg_size > self.cfg.tx_buf {
+            return Ok(Outcome::NoResource);
+        }
+        let mut scratch = std::mem::take(&mut self.scratch);
+        let n = pack(&mut scratch);
+        let r = if n > scratch.len() {
+            Err(Status::InvalidParam)
+        } else {
+            self.send_frame(ep, id, &[&scratch[..n]]).map(|o| match o {
+                Outcome::Done(()) => Outcome::Done(n),
+                Outcome::InProgress => Outcome::InProgress,
+                Outcome::NoResource => Outcome::NoResource,
+            })
+        };
+        self.scratch = scratch;
+        r
+    }
+
+    pub fn am_zcopy(&mut self, ep: EpId, id: u8, header: &[u8], iov: &[&[u8]]) -> Result<Outcome> {
+        if iov.len() <= 2 {
+            let mut parts: Vec<&[u8]> = Vec::with_capacity(3);
+            parts.push(header);
+            parts.extend_from_slice(iov);
+            return self.send_frame(ep, id, &parts);
+        }
+        let total = header.len() + iov.iter().map(|b| b.len()).sum::<usize>();
+        if total > self.cfg.seg_size {
+            return Err(Status::InvalidParam);
+        }
+        self.am_bcopy(ep, id, |b| {
+            let mut o = 0;
+            for p in std::iter::once(header).chain(iov.iter().copied()) {
+                b[o..o + p.len()].copy_from_slice(p);
+                o += p.len();
+            }
+            o
+        })
+        .map(|o| match o {
+            Outcome::Done(_) => Outcome::Done(()),
+            Outcome::InProgress => Outcome::InProgress,
+            Outcome::NoResource => Outcome::NoResource,
+        })
+    }
+
+    /// True when the interface has no connection either way (only the listener).
+    pub fn is_idle(&self) -> bool {
+        self.eps.len() == 0 && self.rx.len() == 0
+    }
+
+    /// What happened to connections since the last call.
+    pub fn take_events(&mut self) -> Vec<IfaceEvent> {
+        std::mem::take(&mut self.out_events)
+    }
+
+    /// True when events wait in [`TcpIface::take_events`].
+    pub fn has_events(&self) -> bool {
+        !self.out_events.is_empty()
+    }
+
+    /// Accepts connections, reads and delivers frames, flushes send buffers.
+    pub fn poll(&mut self, f: &mut impl FnMut(u8, &[u8])) -> usize {
+        let mut ready = std::mem::take(&mut self.ready);
+        ready.clear();
+        if self.events.wait(0, |t, e| ready.push((t, e))).is_err() {
+            self.ready = ready;
+            return 0;
+        }
+        let mut n = 0;
+        for &(tok, ev) in &ready {
+            match tok & !0xffff_ffff {
+                TOK_LISTENER => self.accept_all(),
+                TOK_EP => self.ep_event(EpId(tok as u32), ev),
+                TOK_RX => n += self.rx_event(tok as u32, f),
+                _ => {}
+            }
+        }
+        self.ready = ready;
+        n
+    }
+
+    pub fn progress(&mut self) -> usize {
+        let mut handlers = std::mem::take(&mut self.handlers);
+        let n = self.poll(&mut |id, d| handlers.dispatch(id, d));
+        self.handlers = handlers;
+        n
+    }
+
+    fn accept_all(&mut self) {
+        loop {
+            match self.listener.accept() {
+                Ok((sock, _)) => {
+                    if sock.set_nonblocking(true).is_err() {
+                        continue;
+                    }
+                    let _ = sock.set_nodelay(true);
+                    let conn = RxConn {
+                        sock,
+                        buf: vec![0; self.cfg.seg_size + FRAME_HDR + 128],
+                        start: 0,
+                        end: 0,
+                        peer: None,
+                    };
+                    let id = self.rx.insert(conn);
+                    if let Ok(c) = self.rx.get(id) {
+                        if self
+                            .events
+                            .add(&c.sock, Events::READABLE, TOK_RX | u64::from(id.0))
+                            .is_err()
+                        {
+                            let _ = self.rx.remove(id);
+                        }
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
+                Err(e) => {
+                    tracing::debug!("tcp: accept failed: {e}");
+                    return;
+                }
+            }
+        }
+    }
+
+    fn ep_event(&mut self, ep: EpId, ev: Events) {
+        let Ok(e) = self.eps.get_mut(ep) else { return };
+        if e.state == EpState::Connecting {
+            match e.sock.take_error() {
+                Ok(None) if ev.contains(Events::WRITABLE) => {
+                    e.state = EpState::Connected;
+                    self.flush_ep(ep);
+                }
+                Ok(None) => {}
+                Ok(Some(err)) | Err(err) => {
+                    let s = match err.raw_os_error() {
+                        Some(libc::ECONNREFUSED)
+                        | Some(libc::EHOSTUNREACH)
+                        | Some(libc::ENETUNREACH)
+                        | Some(libc::ETIMEDOUT) => Status::Unreachable,
+                        _ => Status::ConnectionReset,
+                    };
+                    self.fail_ep(ep, s);
+                }
+            }
+            return;
+        }
+        if ev.contains(Events::READABLE)
+            || ev.contains(Events::HANGUP)
+            || ev.contains(Events::ERROR)
+        {
+            // The peer never sends on this connection: readable means closed or reset.
+            let mut b = [0u8; 64];
+            match (&e.sock).read(&mut b) {
+                Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => {}
+                _ => {
+                    self.fail_ep(ep, Status::ConnectionReset);
+                    return;
+                }
+            }
+        }
+        if ev.contains(Events::WRITABLE) {
+            self.flush_ep(ep);
+        }
+    }
+
+    fn close_rx(&mut self, id: EpId) {
+        if let Ok(c) = self.rx.remove(id) {
+            let _ = self.events.remove(&c.sock);
+            if let Some(p) = c.peer {
+                self.out_events.push(IfaceEvent::PeerClosed(p));
+            }
+        }
+    }
+
+    fn rx_event(&mut self, idx: u32, f: &mut impl FnMut(u8, &[u8])) -> usize {
+        let id = EpId(idx);
+        let max = self.cfg.seg_size;
+        let mut delivered = 0;
+        loop {
+            let Ok(c) = self.rx.get_mut(id) else {
+                return delivered;
+            };
+            if c.start > 0 && c.end == c.buf.len() {
+                c.buf.copy_within(c.start..c.end, 0);
+                c.end -= c.start;
+                c.start = 0;
+            }
+            let got = match (&c.sock).read(&mut c.buf[c.end..]) {
+                Ok(0) => {
+                    self.close_rx(id);
+                    return delivered;
+                }
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return delivered,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(_) => {
+                    self.close_rx(id);
+                    return delivered;
+                }
+            };
+            c.end += got;
+            // Handshake first, then frames.
+            let mut bad = false;
+            if c.peer.is_none() {
+                match wire::decode_handshake(&c.buf[c.start..c.end]) {
+                    Ok(Some((peer, used))) => {
+                        c.peer = Some(peer);
+                        c.start += used;
+                    }
+                    Ok(None) => continue,
+                    Err(_) => bad = true,
+                }
+            }
+            while !bad && c.end - c.start >= FRAME_HDR {
+                match wire::parse_frame(&c.buf[c.start..c.start + FRAME_HDR], max) {
+                    Ok((am, len)) => {
+                        if c.end - c.start < FRAME_HDR + len {
+                            break;
+                        }
+                        let s = c.start + FRAME_HDR;
+                        f(am, &c.buf[s..s + len]);
+                        delivered += 1;
+                        c.start = s + len;
+                    }
+                    Err(_) => bad = true,
+                }
+            }
+            if bad {
+                self.dropped += 1;
+                tracing::debug!("tcp: malformed input from a peer; connection closed");
+                self.close_rx(id);
+                return delivered;
+            }
+            if c.start == c.end {
+                c.start = 0;
+                c.end = 0;
+            }
+        }
+    }
+
+    pub fn event_fd(&self) -> BorrowedFd<'_> {
+        self.events.as_fd()
+    }
+
+    /// Level-triggered epoll: the descriptor stays readable while anything is unread, so
+    /// there is nothing to arm; buffered complete frames would be missed, but frames are
+    /// always delivered as soon as they are read.
+    pub fn arm(&mut self) -> Result<()> {
+        if self.out_events.is_empty() {
+            Ok(())
+        } else {
+            Err(Status::Busy)
+        }
+    }
+}
