@@ -192,6 +192,8 @@ pub(crate) struct Tl {
 pub struct Worker {
     ctx: Context,
     tick: u32,
+    /// Listeners and their pending connection requests.
+    pub(crate) cm: crate::listener::CmState,
     mode: ThreadMode,
     pub(crate) tls: Vec<Tl>,
     pub(crate) st: State,
@@ -244,6 +246,7 @@ impl Worker {
         Ok(Worker {
             ctx: ctx.clone(),
             tick: 0,
+            cm: crate::listener::CmState::default(),
             mode,
             tls,
             st: State {
@@ -365,6 +368,9 @@ impl Worker {
         if events {
             self.handle_iface_events();
         }
+        if idle_turn && !self.cm.listeners.is_empty() && self.cm.poll() {
+            n += 1;
+        }
         if !self.st.deferred.is_empty() {
             n += self.run_deferred();
         }
@@ -377,7 +383,10 @@ impl Worker {
         if !self.st.flushes.is_empty() {
             self.check_flushes();
         }
-        if !self.st.completed.is_empty() || !self.st.ep_errors.is_empty() {
+        if !self.st.completed.is_empty()
+            || !self.st.ep_errors.is_empty()
+            || !self.cm.new_requests.is_empty()
+        {
             self.run_callbacks();
         }
         n
@@ -516,6 +525,11 @@ impl Worker {
     }
 
     fn run_callbacks(&mut self) {
+        for (l, id, client) in std::mem::take(&mut self.cm.new_requests) {
+            if let Some(Some(slot)) = self.cm.listeners.get_mut(l as usize) {
+                (slot.handler)(crate::listener::ConnReqId(id), client);
+            }
+        }
         for (ep, s) in std::mem::take(&mut self.st.ep_errors) {
             let h = self.st.ep_mut(ep).ok().and_then(|e| e.err_handler.take());
             if let Some(mut h) = h {
@@ -690,7 +704,19 @@ impl Worker {
         }
         self.events.wait(timeout_ms, |_, _| {})?;
         self.signal.drain();
+        if !self.cm.listeners.is_empty() && self.cm.poll() {
+            self.run_callbacks();
+        }
         Ok(())
+    }
+
+    /// Adds a descriptor whose readiness should end [`Worker::wait`].
+    pub(crate) fn add_wakeup_fd(&self, fd: BorrowedFd<'_>) -> Result<()> {
+        self.events.add(fd, Events::READABLE, u64::MAX - 1)
+    }
+
+    pub(crate) fn remove_wakeup_fd(&self, fd: BorrowedFd<'_>) {
+        let _ = self.events.remove(fd);
     }
 
     /// Wakes a thread sleeping in [`Worker::wait`] (callable through a shared handle).

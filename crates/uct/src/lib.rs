@@ -7,6 +7,7 @@
 //! through an enum. See docs/architecture.md and docs/wire-formats.md.
 
 pub mod am;
+pub mod cm;
 pub mod config;
 pub mod iface;
 pub mod md;
