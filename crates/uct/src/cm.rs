@@ -165,20 +165,15 @@ impl Listener {
     /// Accepts new connections and returns the requests that arrived whole. Clients that
     /// send nothing usable within 10 s are dropped.
     pub fn poll(&mut self) -> Vec<ConnRequest> {
-        loop {
-            match self.sock.accept() {
-                Ok((s, a)) => {
-                    if s.set_nonblocking(true).is_ok() {
-                        let peer = a.as_socket().unwrap_or(self.local);
-                        self.pending.push(Pending {
-                            sock: s,
-                            peer,
-                            buf: Vec::new(),
-                            since: Instant::now(),
-                        });
-                    }
-                }
-                Err(_) => break,
+        while let Ok((s, a)) = self.sock.accept() {
+            if s.set_nonblocking(true).is_ok() {
+                let peer = a.as_socket().unwrap_or(self.local);
+                self.pending.push(Pending {
+                    sock: s,
+                    peer,
+                    buf: Vec::new(),
+                    since: Instant::now(),
+                });
             }
         }
         let mut out = Vec::new();
