@@ -52,7 +52,21 @@ impl Peer {
 
     /// Like `spawn`, with extra environment variables for the peer.
     pub fn spawn_env(role: &str, args: &str, env: &[(&str, &str)]) -> Peer {
-        let mut child = Command::new(std::env::current_exe().unwrap())
+        Self::spawn_in(None, role, args, env)
+    }
+
+    /// Like `spawn_env`, inside network namespace `ns` when given (`ip netns exec`).
+    pub fn spawn_in(ns: Option<&str>, role: &str, args: &str, env: &[(&str, &str)]) -> Peer {
+        let exe = std::env::current_exe().unwrap();
+        let mut cmd = match ns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns]).arg(&exe);
+                c
+            }
+            None => Command::new(&exe),
+        };
+        let mut child = cmd
             .envs(env.iter().copied())
             .args([
                 "--exact",
@@ -96,6 +110,17 @@ impl Peer {
     pub fn send(&mut self, s: &str) {
         writeln!(self.stdin, "{s}").unwrap();
         self.stdin.flush().unwrap();
+    }
+
+    /// The peer's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Kills the peer now (SIGKILL) and reaps it.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 
     pub fn finish(mut self) {
@@ -157,4 +182,84 @@ pub fn stdin_lines() -> Receiver<String> {
         }
     });
     rx
+}
+
+/// Network namespaces joined by a bridge: test "hosts" with their own network stacks
+/// (and so their own host identity: shared memory is never chosen between them). Removed
+/// when dropped.
+pub struct Hosts {
+    pub names: Vec<String>,
+    switch: String,
+}
+
+fn ip(args: &[&str]) -> bool {
+    Command::new("ip")
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+impl Hosts {
+    /// `None` (with the reason printed) when this process may not make namespaces.
+    pub fn new(n: usize) -> Option<Hosts> {
+        if !rustix::process::geteuid().is_root() {
+            eprintln!("SKIPPED: network-namespace tests need root");
+            return None;
+        }
+        if !ip(&["netns", "list"]) {
+            eprintln!("SKIPPED: the ip command (iproute2) is not available");
+            return None;
+        }
+        let tag = std::process::id();
+        let switch = format!("rucx-sw-{tag}");
+        let mut h = Hosts {
+            names: Vec::new(),
+            switch: switch.clone(),
+        };
+        assert!(ip(&["netns", "add", &switch]), "ip netns add");
+        assert!(ip(&["-n", &switch, "link", "add", "br0", "type", "bridge"]));
+        assert!(ip(&["-n", &switch, "link", "set", "br0", "up"]));
+        for i in 0..n {
+            let ns = format!("rucx-h{i}-{tag}");
+            assert!(ip(&["netns", "add", &ns]));
+            h.names.push(ns.clone());
+            let (dev, peer) = (format!("rh{i}"), format!("rs{i}"));
+            assert!(ip(&[
+                "link", "add", &dev, "netns", &ns, "type", "veth", "peer", "name", &peer, "netns",
+                &switch
+            ]));
+            assert!(ip(&[
+                "-n", &switch, "link", "set", &peer, "master", "br0", "up"
+            ]));
+            // Addresses from TEST-NET-2 (RFC 5737): they exist only inside these namespaces.
+            assert!(ip(&[
+                "-n",
+                &ns,
+                "addr",
+                "add",
+                &format!("198.51.100.{}/24", i + 1),
+                "dev",
+                &dev
+            ]));
+            assert!(ip(&["-n", &ns, "link", "set", &dev, "up"]));
+            assert!(ip(&["-n", &ns, "link", "set", "lo", "up"]));
+        }
+        Some(h)
+    }
+
+    /// The address of host `i`.
+    pub fn addr(&self, i: usize) -> String {
+        format!("198.51.100.{}", i + 1)
+    }
+}
+
+impl Drop for Hosts {
+    fn drop(&mut self) {
+        for n in &self.names {
+            let _ = ip(&["netns", "del", n]);
+        }
+        let _ = ip(&["netns", "del", &self.switch]);
+    }
 }
