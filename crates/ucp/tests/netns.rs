@@ -15,6 +15,9 @@ use ucs::Status;
 
 const REGION: usize = 4 << 20;
 
+/// Active messages a handler kept: descriptor, header, reply endpoint.
+type Kept = Arc<Mutex<Vec<(ucp::AmDesc, Vec<u8>, Option<Ep>)>>>;
+
 /// Serves every client: echoes tag messages (tag's high half names the client), active
 /// messages and stream bytes, and owns a region for RMA. Stops after `n` stop tags.
 fn role_server(args: &str) {
@@ -27,7 +30,7 @@ fn role_server(args: &str) {
     let ctx = w.context().clone();
     let mem = ctx.mem_map(None, REGION).unwrap();
     println!("@@ {} {}", mem.address() as u64, hex(&mem.rkey_pack()));
-    let ams: Arc<Mutex<Vec<(ucp::AmDesc, Vec<u8>, Option<Ep>)>>> = Arc::default();
+    let ams: Kept = Arc::default();
     let a2 = ams.clone();
     w.am_set_handler(
         7,
