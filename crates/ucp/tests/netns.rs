@@ -318,10 +318,20 @@ fn open_fds() -> usize {
 /// Over tcp on one host: a peer killed while it streams to us fails its endpoint only.
 #[test]
 fn killed_peer_fails_only_its_endpoint() {
+    killed_peer_case("tcp", uct::Transport::Tcp);
+}
+
+/// The same over shared memory: the peer's death is seen through its process descriptor.
+#[test]
+fn killed_shm_peer_fails_only_its_endpoint() {
+    killed_peer_case("shm", uct::Transport::Shm);
+}
+
+fn killed_peer_case(tls: &str, transport: uct::Transport) {
     let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let tcp = [("UCX_TLS", "tcp")];
+    let tcp = [("UCX_TLS", tls)];
     let cfg = ucp::Config {
-        transports: vec![uct::Transport::Tcp],
+        transports: vec![transport],
         ..ucp::Config::from_env().unwrap()
     };
     let ctx = ucp::Context::with_config(
@@ -342,6 +352,8 @@ fn killed_peer_fails_only_its_endpoint() {
     let mut third = Peer::spawn_env("echo", "", &tcp);
     let tep = connect(&mut w, &mut third);
     assert_eq!(victim.line(), "ready");
+    w.ep_connect(vep).unwrap();
+    assert_eq!(w.ep_transport(vep).unwrap(), Some(transport));
     // Receive part of the stream, start sending a large message to the victim, kill it.
     let mut buf = vec![0u8; 8 << 20];
     w.tag_recv(&mut buf, 5, u64::MAX).unwrap();

@@ -190,6 +190,7 @@ impl Iface {
     pub fn take_events(&mut self) -> Vec<IfaceEvent> {
         match &mut self.tl {
             Tl::Tcp(t) if t.has_events() => t.take_events(),
+            Tl::Shm(t) if t.has_events() => t.take_events(),
             _ => Vec::new(),
         }
     }
@@ -204,7 +205,20 @@ impl Iface {
     /// True when [`Iface::take_events`] has something.
     #[inline]
     pub fn has_events(&self) -> bool {
-        matches!(&self.tl, Tl::Tcp(t) if t.has_events())
+        match &self.tl {
+            Tl::Tcp(t) => t.has_events(),
+            Tl::Shm(t) => t.has_events(),
+            Tl::SelfTl(_) => false,
+        }
+    }
+
+    /// Looks for peers that died without a connection to tell (shm: peer processes that
+    /// exited); their endpoints fail and show up in [`Iface::take_events`]. Costs a
+    /// system call, so the protocol layer calls it now and then.
+    pub fn check_peers(&mut self) {
+        if let Tl::Shm(t) = &mut self.tl {
+            t.check_peers();
+        }
     }
 
     /// True when `ep` must queue behind its pending requests.

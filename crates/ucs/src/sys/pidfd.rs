@@ -8,19 +8,25 @@ use crate::{Result, Status};
 use rustix::process::{pidfd_getfd, pidfd_open, Pid, PidfdFlags, PidfdGetfdFlags};
 use std::os::fd::{OwnedFd, RawFd};
 
-/// Duplicates descriptor `fd` of process `pid` into this process.
-pub fn fd_of_process(pid: u32, fd: i32) -> Result<OwnedFd> {
+/// A descriptor of process `pid`: it becomes readable when the process exits, which is
+/// how shared-memory peers notice that a peer died.
+pub fn open(pid: u32) -> Result<OwnedFd> {
     let pid = i32::try_from(pid)
         .ok()
         .and_then(Pid::from_raw)
         .ok_or(Status::InvalidAddr)?;
+    pidfd_open(pid, PidfdFlags::empty()).map_err(|e| {
+        tracing::debug!("pidfd_open({pid:?}) failed: {e}");
+        Status::Unreachable
+    })
+}
+
+/// Duplicates descriptor `fd` of process `pid` into this process.
+pub fn fd_of_process(pid: u32, fd: i32) -> Result<OwnedFd> {
     if fd < 0 {
         return Err(Status::InvalidAddr);
     }
-    let pidfd = pidfd_open(pid, PidfdFlags::empty()).map_err(|e| {
-        tracing::debug!("pidfd_open({pid:?}) failed: {e}");
-        Status::Unreachable
-    })?;
+    let pidfd = open(pid)?;
     pidfd_getfd(&pidfd, fd as RawFd, PidfdGetfdFlags::empty()).map_err(|e| {
         tracing::debug!("pidfd_getfd({pid:?}, {fd}) failed: {e}");
         Status::Unreachable

@@ -20,10 +20,13 @@ use ucs::{Result, Status};
 /// Bytes of the AM header that `am_short` prepends.
 const SHORT_HDR: usize = 8;
 
-/// An endpoint: a mapping of the peer's FIFO and its wakeup descriptor.
+/// An endpoint: a mapping of the peer's FIFO, its wakeup descriptor, and a process
+/// descriptor that tells when the peer died.
 pub struct ShmEp {
     tx: FifoTx,
     wake: EventFd,
+    peer: std::os::fd::OwnedFd,
+    failed: Option<Status>,
 }
 
 /// A shm interface.
@@ -33,6 +36,9 @@ pub struct ShmIface {
     handlers: AmTable,
     eps: Slab<ShmEp>,
     attached: HashMap<SegmentId, Weak<ShmSegment>>,
+    /// Process descriptors of the peers, readable once a peer exits.
+    peers: ucs::EventSet,
+    out_events: Vec<crate::tcp::IfaceEvent>,
     attr: IfaceAttr,
 }
 
@@ -86,6 +92,8 @@ impl ShmIface {
             handlers: AmTable::default(),
             eps: Slab::default(),
             attached: HashMap::new(),
+            peers: ucs::EventSet::new()?,
+            out_events: Vec::new(),
             attr,
         })
     }
@@ -124,11 +132,53 @@ impl ShmIface {
         };
         let tx = FifoTx::attach(seg)?;
         let wake = EventFd::from_owned(pidfd::fd_of_process(a.seg.pid, a.event_fd)?);
-        Ok(self.eps.insert(ShmEp { tx, wake }))
+        let peer = pidfd::open(a.seg.pid)?;
+        let ep = self.eps.insert(ShmEp {
+            tx,
+            wake,
+            peer,
+            failed: None,
+        });
+        if let Ok(e) = self.eps.get(ep) {
+            self.peers
+                .add(&e.peer, ucs::Events::READABLE, u64::from(ep.0))?;
+        }
+        Ok(ep)
     }
 
     pub fn ep_destroy(&mut self, ep: EpId) -> Result<()> {
-        self.eps.remove(ep).map(drop)
+        let e = self.eps.remove(ep)?;
+        let _ = self.peers.remove(&e.peer);
+        Ok(())
+    }
+
+    /// Looks for peers that exited; their endpoints fail (reported by `take_events`).
+    /// One `epoll_wait` for all peers: callers do this now and then, not per message.
+    pub fn check_peers(&mut self) {
+        let mut dead = Vec::new();
+        let _ = self.peers.wait(0, |tok, _| dead.push(EpId(tok as u32)));
+        for ep in dead {
+            if let Ok(e) = self.eps.get_mut(ep) {
+                let _ = self.peers.remove(&e.peer);
+                if e.failed.is_none() {
+                    e.failed = Some(Status::ConnectionReset);
+                    self.out_events.push(crate::tcp::IfaceEvent::EpFailed(
+                        ep,
+                        Status::ConnectionReset,
+                    ));
+                    tracing::debug!("shm: the peer of endpoint {} exited", ep.0);
+                }
+            }
+        }
+    }
+
+    /// Connection events since the last call.
+    pub fn take_events(&mut self) -> Vec<crate::tcp::IfaceEvent> {
+        std::mem::take(&mut self.out_events)
+    }
+
+    pub fn has_events(&self) -> bool {
+        !self.out_events.is_empty()
     }
 
     pub fn ep_count(&self) -> usize {
@@ -150,6 +200,9 @@ impl ShmIface {
             return Err(Status::InvalidParam);
         }
         let e = self.eps.get_mut(ep)?;
+        if let Some(st) = e.failed {
+            return Err(st);
+        }
         let Some(s) = e.tx.claim() else {
             return Ok(Outcome::NoResource);
         };
@@ -172,6 +225,9 @@ impl ShmIface {
             return Err(Status::InvalidParam);
         }
         let e = self.eps.get_mut(ep)?;
+        if let Some(st) = e.failed {
+            return Err(st);
+        }
         let Some(s) = e.tx.claim() else {
             return Ok(Outcome::NoResource);
         };
