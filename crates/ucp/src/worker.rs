@@ -362,7 +362,7 @@ impl Worker {
             // poll it now and then, not on every call.
             if t.live && (idle_turn || !t.iface.is_idle()) {
                 n += t.iface.progress_with(|id, d| st.on_am(id, d));
-                if idle_turn && t.iface.ep_count() > 0 {
+                if idle_turn {
                     t.iface.check_peers();
                 }
                 events |= t.iface.has_events();

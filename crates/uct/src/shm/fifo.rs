@@ -32,7 +32,9 @@
 //! geometry a producer uses comes from the header and is validated against the segment's
 //! length on attach, and every slot index is masked, so nothing a peer writes makes either
 //! side access memory outside the segment. A producer that dies between claim and
-//! publish stalls the FIFO (a known limit, as in UCX's mm transport).
+//! publish would stall the FIFO; right after its claim it writes its process id into the
+//! slot's length word, and the consumer, finding the head slot stuck, skips it once that
+//! process is gone ([`FifoRx::recover_stall`]).
 
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
@@ -41,6 +43,10 @@ use ucs::{Result, Status};
 
 const MAGIC: u64 = u64::from_le_bytes(*b"RUCXFIFO");
 const LAYOUT_VERSION: u32 = 1;
+/// Set in an element's length word between claim and publish: the rest is the claiming
+/// producer's process id.
+const OWNER_MARK: u32 = 1 << 31;
+
 /// Size of an element's header; inline data follows it.
 pub const ELEM_HDR: usize = 16;
 
@@ -225,6 +231,8 @@ pub struct FifoRx {
     head: u64,
     max_poll: usize,
     dropped: u64,
+    /// The claimed but unpublished slot at `head` and when it was first seen stuck.
+    stall: Option<(u64, u64)>,
 }
 
 impl FifoRx {
@@ -258,6 +266,7 @@ impl FifoRx {
             head: 0,
             max_poll: max_poll.max(1),
             dropped: 0,
+            stall: None,
         })
     }
 
@@ -331,6 +340,49 @@ impl FifoRx {
         n
     }
 
+    /// Frees the FIFO from a producer that died between claiming a slot and publishing
+    /// it: if the slot at the head is claimed and unpublished, and its claimer (recorded
+    /// in the slot right after the claim) is gone — or no claimer was recorded within
+    /// `grace_ns` — the slot is skipped and counted as dropped. Returns true when it
+    /// skipped one. Call it now and then (it is not free), with the current time.
+    pub fn recover_stall(
+        &mut self,
+        now_ns: u64,
+        grace_ns: u64,
+        alive: impl Fn(u32) -> bool,
+    ) -> bool {
+        let t = self.head;
+        let h = self.ring.elem_hdr(t);
+        let tail = self.ring.ctl().tail.v.load(Ordering::Acquire);
+        if h.seq.load(Ordering::Acquire) == t || tail <= t {
+            self.stall = None;
+            return false;
+        }
+        let since = match self.stall {
+            Some((slot, since)) if slot == t => since,
+            _ => {
+                self.stall = Some((t, now_ns));
+                now_ns
+            }
+        };
+        let owner = h.len.load(Ordering::Acquire);
+        let gone = if owner & OWNER_MARK != 0 {
+            !alive(owner & !OWNER_MARK)
+        } else {
+            now_ns.saturating_sub(since) > grace_ns
+        };
+        // Check once more that nobody published meanwhile before taking the slot over.
+        if !gone || h.seq.load(Ordering::Acquire) == t {
+            return false;
+        }
+        tracing::warn!("shm: skipping a slot its producer (owner word {owner:#x}) never published");
+        self.head = t + 1;
+        self.dropped += 1;
+        self.stall = None;
+        self.ring.ctl().head.v.store(self.head, Ordering::Release);
+        true
+    }
+
     /// Announces that the consumer is about to sleep. Returns false when an element is
     /// already there (do not sleep; poll instead).
     pub fn arm(&self) -> bool {
@@ -343,6 +395,7 @@ impl FifoRx {
 pub struct FifoTx {
     ring: Ring,
     cached_head: u64,
+    pid: u32,
 }
 
 /// A claimed slot: write the payload, then [`FifoTx::publish`] it.
@@ -378,6 +431,7 @@ impl FifoTx {
         Ok(FifoTx {
             ring,
             cached_head: 0,
+            pid: ucs::sys::pidfd::current_pid() & !OWNER_MARK,
         })
     }
 
@@ -412,7 +466,14 @@ impl FifoTx {
                 .v
                 .compare_exchange_weak(t, t + 1, Ordering::Acquire, Ordering::Relaxed)
             {
-                Ok(_) => return Some(Slot(t)),
+                Ok(_) => {
+                    // Who holds the slot, for a consumer that finds it never published.
+                    self.ring
+                        .elem_hdr(t)
+                        .len
+                        .store(OWNER_MARK | self.pid, Ordering::Release);
+                    return Some(Slot(t));
+                }
                 Err(cur) => t = cur,
             }
         }
@@ -553,6 +614,28 @@ mod tests {
         assert_eq!(rx.poll(|_, b| got.push(b.to_vec())), 4);
         assert_eq!(got, vec![b"ok".to_vec()]);
         assert_eq!(rx.dropped(), 3);
+    }
+
+    #[test]
+    fn a_dead_producers_slot_is_skipped() {
+        let mut rx = FifoRx::create(geo(4), 4).unwrap();
+        let mut tx = FifoTx::attach(rx.segment().clone()).unwrap();
+        let _stuck = tx.claim().unwrap();
+        assert!(send(&mut tx, b"behind").is_some());
+        assert_eq!(rx.poll(|_, _| {}), 0, "the stuck slot blocks the FIFO");
+        // Its producer is alive: nothing happens, however long.
+        assert!(!rx.recover_stall(0, 10, |_| true));
+        assert!(!rx.recover_stall(1 << 40, 10, |_| true));
+        // Its producer died: the slot is skipped and what follows is delivered.
+        assert!(rx.recover_stall(1 << 41, 10, |_| false));
+        let mut got = vec![];
+        assert_eq!(rx.poll(|_, b| got.push(b.to_vec())), 1);
+        assert_eq!(got, vec![b"behind".to_vec()]);
+        assert_eq!(rx.dropped(), 1);
+        assert!(
+            !rx.recover_stall(1 << 42, 10, |_| false),
+            "nothing stuck any more"
+        );
     }
 
     #[test]

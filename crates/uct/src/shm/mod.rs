@@ -155,6 +155,22 @@ impl ShmIface {
     /// Looks for peers that exited; their endpoints fail (reported by `take_events`).
     /// One `epoll_wait` for all peers: callers do this now and then, not per message.
     pub fn check_peers(&mut self) {
+        // A producer that died inside a send must not block the FIFO for everyone else.
+        let alive = |pid: u32| {
+            let Some(p) = i32::try_from(pid)
+                .ok()
+                .and_then(rustix::process::Pid::from_raw)
+            else {
+                return false;
+            };
+            !matches!(
+                rustix::process::test_kill_process(p),
+                Err(rustix::io::Errno::SRCH)
+            )
+        };
+        if self.rx.recover_stall(ucs::now_ns(), 5_000_000_000, alive) {
+            tracing::info!("shm: recovered the receive FIFO from a producer that died");
+        }
         let mut dead = Vec::new();
         let _ = self.peers.wait(0, |tok, _| dead.push(EpId(tok as u32)));
         for ep in dead {
