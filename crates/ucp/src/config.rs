@@ -26,6 +26,11 @@ pub static VARS: &[Var] = &[
         doc: "How put/get/atomics reach remote memory: auto, direct (mapping; fails if impossible), cma (one copy by cross-memory attach, atomics emulated), am (emulated by messages the target executes).",
     },
     Var {
+        name: "TCP_MAX_EPS",
+        default: "inf",
+        doc: "Largest number of endpoints of a worker connected over tcp; peers beyond it are reached over another transport that reaches them (udp), keeping memory per peer constant as jobs grow.",
+    },
+    Var {
         name: "MAX_EAGER_LANES",
         default: "1",
         doc: "Lanes used for eager messages (rucx uses one; kept for compatibility).",
@@ -60,6 +65,8 @@ pub struct Config {
     pub rndv_thresh: Thresh,
     pub zcopy_thresh: Thresh,
     pub rma_path: RmaPath,
+    /// Endpoints connected over tcp at most (the rest go over udp).
+    pub tcp_max_eps: usize,
 }
 
 impl Default for Config {
@@ -69,6 +76,7 @@ impl Default for Config {
             rndv_thresh: Thresh::Auto,
             zcopy_thresh: Thresh::Auto,
             rma_path: RmaPath::Auto,
+            tcp_max_eps: usize::MAX,
         }
     }
 }
@@ -147,6 +155,7 @@ impl Config {
             rndv_thresh: thresh(&VARS[0])?,
             zcopy_thresh: thresh(&VARS[1])?,
             rma_path: rma_path(&VARS[2])?,
+            tcp_max_eps: usize::try_from(config::size(&VARS[3])?).unwrap_or(usize::MAX),
         })
     }
 }

@@ -178,6 +178,8 @@ pub(crate) struct State {
     pub flushes: Vec<Request>,
     pub next_msg_id: u64,
     pub dropped: u64,
+    /// Endpoints whose lane is tcp (bounded by the configured budget).
+    pub tcp_eps: usize,
 }
 
 pub(crate) struct Tl {
@@ -270,6 +272,7 @@ impl Worker {
                 flushes: Vec::new(),
                 next_msg_id: 1,
                 dropped: 0,
+                tcp_eps: 0,
             },
             events,
             signal,
@@ -844,7 +847,11 @@ pub(crate) fn connect(tls: &mut [Tl], st: &mut State, ep: u32) -> Result<Lane> {
     let dev = uct::shm::address::encode_device_addr(e.remote.host_id);
     let mut best: Option<(usize, usize, f64)> = None;
     let has_self = tls.iter().any(|t| t.transport == Transport::SelfTl);
+    let tcp_full = st.tcp_eps >= st.cfg.tcp_max_eps;
     for (i, t) in tls.iter().enumerate() {
+        if t.transport == Transport::Tcp && tcp_full {
+            continue;
+        }
         if t.transport == Transport::SelfTl && e.remote.uuid != st.uuid {
             continue;
         }
@@ -876,6 +883,9 @@ pub(crate) fn connect(tls: &mut [Tl], st: &mut State, ep: u32) -> Result<Lane> {
         th: Thresholds::new(attr, &st.cfg, rma),
         entry,
     };
+    if tls[tl].transport == Transport::Tcp {
+        st.tcp_eps += 1;
+    }
     let e = st.ep_mut(ep)?;
     e.lane = Some(lane);
     e.status = EpStatus::Connected;
@@ -946,6 +956,9 @@ fn destroy_ep(tls: &mut [Tl], st: &mut State, ep: u32, status: Status) {
     };
     if let Some(l) = e.lane {
         let _ = tls[l.tl].iface.ep_destroy(l.ep);
+        if tls[l.tl].transport == Transport::Tcp {
+            st.tcp_eps = st.tcp_eps.saturating_sub(1);
+        }
     }
     if st.by_uuid.get(&e.remote.uuid) == Some(&ep) {
         st.by_uuid.remove(&e.remote.uuid);
