@@ -17,8 +17,9 @@
 //! every AM flavour and size), `fifo_stress.rs` (10^6 messages from 3 producers),
 //! `rma_multiproc.rs` (put/get 1 B to 16 MiB, CMA and mapped), `atomics_multiproc.rs`
 //! (two processes on one word), `wakeup.rs`, `pending.rs`, `segments.rs` (mode 0600, gone
-//! after exit and SIGKILL), `robustness.rs` (misuse must not crash) and `harness.rs` (the
-//! harness itself). The peer roles they use are documented in `src/bin/rucx-testpeer.rs`.
+//! after exit and SIGKILL), `robustness.rs` (misuse must not crash), `tcp.rs` (IPv6,
+//! simultaneous connects with two-way streaming, a stalled reader, malformed peers,
+//! connection events) and `harness.rs` (the harness itself). The peer roles they use are documented in `src/bin/rucx-testpeer.rs`.
 //!
 //! Multi-process tests take [`heavy_test`] so that the polling peers of one test binary
 //! do not compete with another test's; peers that merely wait block in `iface.wait`.
@@ -29,6 +30,7 @@ pub mod pattern;
 pub mod peer;
 pub mod procfs;
 pub mod proto;
+pub mod simnet;
 
 pub use peer::{Peer, PeerError, PeerOptions};
 
