@@ -3,8 +3,15 @@
 //!
 //! Messages are [`Msg`] values, one JSON object per line, byte strings in hex. The
 //! [`LineChannel`] carries them over a pair of descriptors (the pipes to a child's stdin
-//! and stdout, or later a socket) with a deadline on every receive, so a side whose peer
-//! died or hung returns `TimedOut` or `ConnectionReset` instead of waiting forever.
+//! and stdout, or the two halves of a TCP connection between hosts) with a deadline on
+//! every receive, so a side whose peer died or hung returns `TimedOut` or
+//! `ConnectionReset` instead of waiting forever.
+//!
+//! A session: the initiator sends `Hello` (the transport, or "ucp" for protocol-layer
+//! tests, and its address) and the responder answers with its own; then tests, each
+//! `Start` → `Ready` → (the test) → `Done` → `Verdict`; then `Quit`. After a `Quit` the
+//! initiator may open another session (tests of another transport or layer) with a new
+//! `Hello`, or close the channel.
 
 use crate::params::Params;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -15,7 +22,7 @@ use std::time::{Duration, Instant};
 use ucs::{Result, Status};
 
 /// Version of the message set; both sides must speak the same.
-pub const PROTOCOL: u32 = 1;
+pub const PROTOCOL: u32 = 2;
 
 /// Longest line accepted; a longer one means the peer is not rucx-perftest.
 const MAX_LINE: usize = 1 << 20;
@@ -75,7 +82,8 @@ pub struct RegionInfo {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "msg", rename_all = "snake_case")]
 pub enum Msg {
-    /// Both sides, first: the transport and the interface address.
+    /// Both sides, first: the transport (a uct transport, or "ucp") and the interface
+    /// or worker address.
     Hello {
         protocol: u32,
         transport: String,
@@ -95,7 +103,7 @@ pub enum Msg {
     Verdict { error: Option<String> },
     /// Either side: this test cannot go on.
     Failed { error: String },
-    /// Initiator: no more tests.
+    /// Initiator: no more tests in this session.
     Quit,
 }
 
@@ -109,6 +117,7 @@ pub trait Channel {
 }
 
 /// [`Channel`] over a readable and a writable descriptor, one JSON message per line.
+#[derive(Debug)]
 pub struct LineChannel {
     rd: File,
     wr: File,

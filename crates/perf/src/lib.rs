@@ -4,8 +4,14 @@
 //! - [`registry`]: the tests by name ([`TESTS`]), their kind and data layouts;
 //! - [`params`]: what one run does ([`Params`]);
 //! - [`transport`]: the transport-layer (uct) tests between two processes ([`UctPeer`]);
+//! - [`protocol`]: the protocol-layer (ucp) tests between two processes ([`UcpPeer`]);
+//! - [`session`]: a run of tests of either layer over one channel ([`Initiator`],
+//!   [`respond`]);
 //! - [`channel`]: the out-of-band messages between the two sides ([`LineChannel`]);
+//! - [`net`]: that channel over TCP, between hosts (server/client mode);
+//! - [`handshake`]: the channel steps every test shares;
 //! - [`stats`]: per-iteration timestamps and the numbers computed from them ([`PerfResult`]);
+//! - [`clock`]: the cheap clock of the timed loops (TSC, or `Instant`);
 //! - [`report`]: ucx_perftest's table and the JSON line;
 //! - [`mem`]: memory regions the peer reads or writes, and the data pattern;
 //! - [`affinity`]: CPU pinning.
@@ -15,15 +21,22 @@
 
 pub mod affinity;
 pub mod channel;
+pub mod clock;
+pub mod handshake;
 pub mod mem;
+pub mod net;
 pub mod params;
+pub mod protocol;
 pub mod registry;
 pub mod report;
+pub mod session;
 pub mod stats;
 pub mod transport;
 
 pub use channel::{Channel, LineChannel, Msg};
 pub use params::Params;
-pub use registry::{lookup, Kind, Layout, LookupError, TestId, TestInfo, TESTS};
+pub use protocol::UcpPeer;
+pub use registry::{lookup, Api, Kind, Layout, LookupError, TestId, TestInfo, TESTS};
+pub use session::{respond, Initiator};
 pub use stats::PerfResult;
 pub use transport::UctPeer;

@@ -1,7 +1,7 @@
 //! [`Params`]: what one test run does. The initiator sends them to the responder at the
 //! start of every test, so both sides always agree on the test, size and counts.
 
-use crate::registry::{Layout, TestId};
+use crate::registry::{Api, Layout, TestId};
 use serde::{Deserialize, Serialize};
 use ucs::{Result, Status};
 
@@ -15,7 +15,8 @@ pub const MAX_ITERATIONS: u64 = 1 << 28;
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Params {
     pub test: TestId,
-    /// Transport name as given to `uct::Transport::from_name`.
+    /// Transport name as given to `uct::Transport::from_name` (transport tests); empty
+    /// for protocol tests, where ucp picks the transport (`UCX_TLS` restricts it).
     pub transport: String,
     /// Message size in bytes (for AM short: including the 8-byte header).
     pub size: usize,
@@ -26,21 +27,28 @@ pub struct Params {
     /// Data layout; `None` picks the cheapest one the size fits (short, bcopy, zcopy).
     pub layout: Option<Layout>,
     /// am_bw: credit window of the sender (0: only the transport's own back-pressure);
-    /// put_bw/get_bw: operations between flushes (0: flush only at the end); others: unused.
+    /// put_bw/get_bw: operations between flushes (0: flush only at the end);
+    /// tag_bw/tag_mr: most sends in flight, and receives posted ahead, on each side
+    /// (0: the test's default); others: unused.
     pub window: u32,
 }
 
 impl Params {
-    /// Defaults of a test: 8 bytes, 10000 iterations, 1000 warm-up, layout by size.
+    /// Defaults of a test: 8 bytes, 10000 iterations, 1000 warm-up, layout by size, the
+    /// test's default window; transport tests over shm.
     pub fn new(test: TestId) -> Params {
+        let info = test.info();
         Params {
             test,
-            transport: "shm".into(),
+            transport: match info.api {
+                Api::Uct => "shm".into(),
+                Api::Ucp => String::new(),
+            },
             size: 8,
             iterations: 10_000,
             warmup: 1_000,
             layout: None,
-            window: 0,
+            window: info.window,
         }
     }
 
@@ -73,7 +81,7 @@ impl Params {
                 return Err(Status::Unsupported);
             }
         }
-        if uct::Transport::from_name(&self.transport).is_none() {
+        if info.api == Api::Uct && uct::Transport::from_name(&self.transport).is_none() {
             tracing::error!("unknown transport '{}'", self.transport);
             return Err(Status::NoDevice);
         }
@@ -100,6 +108,14 @@ mod tests {
         p.iterations = 1;
         p.transport = "ib".into();
         assert_eq!(p.validate(), Err(Status::NoDevice));
+        // Protocol tests take no transport and only the contig layout.
+        let mut t = Params::new(TestId::TagBw);
+        assert_eq!((t.transport.as_str(), t.window), ("", 32));
+        assert!(t.validate().is_ok());
+        t.layout = Some(Layout::Zcopy);
+        assert_eq!(t.validate(), Err(Status::Unsupported));
+        t.layout = Some(Layout::Contig);
+        assert!(t.validate().is_ok());
     }
 
     #[test]

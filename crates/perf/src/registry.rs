@@ -1,8 +1,7 @@
 //! The tests rucx-perftest knows: one [`TestId`] per test and a name table ([`TESTS`])
 //! with what the runners and the printer need to know about each.
 //!
-//! A new test (the UCP ones come next) is one enum variant, one row in [`TESTS`] and a
-//! runner; the command line, the printer and the JSON output pick it up from the table.
+//! A new test is one enum variant, one row in [`TESTS`] and a runner; the command line, the printer and the JSON output pick it up from the table.
 //! Names of ucx_perftest that rucx does not run yet are listed in [`PLANNED`] so that
 //! asking for one says "not implemented yet" instead of "unknown".
 
@@ -19,10 +18,15 @@ pub enum TestId {
     PutBw,
     GetLat,
     GetBw,
+    TagLat,
+    TagBw,
+    TagMr,
+    TagSyncLat,
 }
 
 /// The layer a test runs on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Api {
     /// The transport layer (`uct`).
     Uct,
@@ -36,6 +40,13 @@ impl Api {
         match self {
             Api::Uct => "transport layer",
             Api::Ucp => "protocol layer",
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Api::Uct => "uct",
+            Api::Ucp => "ucp",
         }
     }
 }
@@ -70,7 +81,8 @@ impl Kind {
     }
 }
 
-/// How the message data is handed to the transport (ucx_perftest's `-D`).
+/// How the message data is handed to the transport (ucx_perftest's `-D`): short, bcopy
+/// or zcopy for transport tests, contig for protocol tests (ucp picks the protocol).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Layout {
@@ -80,16 +92,19 @@ pub enum Layout {
     Bcopy,
     /// Taken from the user's buffer without a copy (`*_zcopy`).
     Zcopy,
+    /// One contiguous buffer handed to ucp (its datatype `contig`).
+    Contig,
 }
 
 impl Layout {
-    pub const ALL: [Layout; 3] = [Layout::Short, Layout::Bcopy, Layout::Zcopy];
+    pub const ALL: [Layout; 4] = [Layout::Short, Layout::Bcopy, Layout::Zcopy, Layout::Contig];
 
     pub fn name(self) -> &'static str {
         match self {
             Layout::Short => "short",
             Layout::Bcopy => "bcopy",
             Layout::Zcopy => "zcopy",
+            Layout::Contig => "contig",
         }
     }
 
@@ -118,6 +133,8 @@ pub struct TestInfo {
     pub kind: Kind,
     /// The layouts the test can use, in the order "auto" tries them.
     pub layouts: &'static [Layout],
+    /// Default of `-O` (ucx_perftest's window size of the test; 0: none).
+    pub window: u32,
 }
 
 /// Every test rucx-perftest runs.
@@ -130,6 +147,7 @@ pub static TESTS: &[TestInfo] = &[
         api: Api::Uct,
         kind: Kind::PingPong,
         layouts: &[Layout::Short, Layout::Bcopy, Layout::Zcopy],
+        window: 0,
     },
     TestInfo {
         id: TestId::AmBw,
@@ -139,6 +157,7 @@ pub static TESTS: &[TestInfo] = &[
         api: Api::Uct,
         kind: Kind::Stream,
         layouts: &[Layout::Short, Layout::Bcopy, Layout::Zcopy],
+        window: 0,
     },
     TestInfo {
         id: TestId::PutLat,
@@ -148,6 +167,7 @@ pub static TESTS: &[TestInfo] = &[
         api: Api::Uct,
         kind: Kind::PingPong,
         layouts: &[Layout::Short, Layout::Bcopy, Layout::Zcopy],
+        window: 0,
     },
     TestInfo {
         id: TestId::PutBw,
@@ -157,6 +177,7 @@ pub static TESTS: &[TestInfo] = &[
         api: Api::Uct,
         kind: Kind::Stream,
         layouts: &[Layout::Short, Layout::Bcopy, Layout::Zcopy],
+        window: 0,
     },
     TestInfo {
         id: TestId::GetLat,
@@ -166,6 +187,7 @@ pub static TESTS: &[TestInfo] = &[
         api: Api::Uct,
         kind: Kind::Sequential,
         layouts: &[Layout::Bcopy, Layout::Zcopy],
+        window: 0,
     },
     TestInfo {
         id: TestId::GetBw,
@@ -175,6 +197,47 @@ pub static TESTS: &[TestInfo] = &[
         api: Api::Uct,
         kind: Kind::Stream,
         layouts: &[Layout::Bcopy, Layout::Zcopy],
+        window: 0,
+    },
+    TestInfo {
+        id: TestId::TagLat,
+        name: "tag_lat",
+        aliases: &[],
+        description: "tag match latency",
+        api: Api::Ucp,
+        kind: Kind::PingPong,
+        layouts: &[Layout::Contig],
+        window: 1,
+    },
+    TestInfo {
+        id: TestId::TagBw,
+        name: "tag_bw",
+        aliases: &[],
+        description: "tag match bandwidth",
+        api: Api::Ucp,
+        kind: Kind::Stream,
+        layouts: &[Layout::Contig],
+        window: 32,
+    },
+    TestInfo {
+        id: TestId::TagMr,
+        name: "tag_mr",
+        aliases: &[],
+        description: "tag match message rate",
+        api: Api::Ucp,
+        kind: Kind::Stream,
+        layouts: &[Layout::Contig],
+        window: 32,
+    },
+    TestInfo {
+        id: TestId::TagSyncLat,
+        name: "tag_sync_lat",
+        aliases: &[],
+        description: "tag sync match latency",
+        api: Api::Ucp,
+        kind: Kind::PingPong,
+        layouts: &[Layout::Contig],
+        window: 1,
     },
 ];
 
@@ -185,9 +248,6 @@ pub static PLANNED: &[&str] = &[
     "fadd_lat",
     "swap_lat",
     "cswap_lat",
-    "tag_lat",
-    "tag_bw",
-    "tag_sync_lat",
     "tag_sync_bw",
     "ucp_put_lat",
     "ucp_put_bw",
@@ -276,20 +336,26 @@ mod tests {
             TestId::PutBw,
             TestId::GetLat,
             TestId::GetBw,
+            TestId::TagLat,
+            TestId::TagBw,
+            TestId::TagMr,
+            TestId::TagSyncLat,
         ] {
             assert_eq!(TESTS.iter().filter(|t| t.id == id).count(), 1, "{id:?}");
             assert_eq!(id.info().id, id);
         }
-        assert_eq!(TESTS.len(), 6);
+        assert_eq!(TESTS.len(), 10);
     }
 
     #[test]
     fn lookup_by_name_alias_and_errors() {
         assert_eq!(lookup("am_lat").unwrap().id, TestId::AmLat);
         assert_eq!(lookup("get").unwrap().id, TestId::GetBw);
+        assert_eq!(lookup("tag_mr").unwrap().id, TestId::TagMr);
+        assert_eq!(lookup("tag_sync_lat").unwrap().api, Api::Ucp);
         assert_eq!(
-            lookup("tag_lat").unwrap_err(),
-            LookupError::NotImplemented("tag_lat".into())
+            lookup("tag_sync_bw").unwrap_err(),
+            LookupError::NotImplemented("tag_sync_bw".into())
         );
         let e = lookup("nope").unwrap_err();
         assert!(e.to_string().contains("unknown test 'nope'"));

@@ -100,6 +100,7 @@ mod tests {
     fn sample() -> PerfResult {
         PerfResult {
             test: TestId::AmLat,
+            api: crate::registry::Api::Uct,
             transport: "shm".into(),
             layout: Layout::Short,
             size: 8,
@@ -114,6 +115,7 @@ mod tests {
             msg_rate: 13027812.0,
             msg_rate_overall: 13027812.0,
             elapsed_s: 0.0015,
+            stamp_stride: 1,
             samples_ns: vec![150; 4],
         }
     }
@@ -160,10 +162,7 @@ mod tests {
 
     #[test]
     fn json_has_the_fields() {
-        let t = Timing {
-            marks: vec![100, 200],
-            end: 250,
-        };
+        let t = Timing::per_iteration(vec![100, 200], 250);
         let s = Subject {
             test: TestId::PutBw,
             transport: "shm".into(),
@@ -178,6 +177,8 @@ mod tests {
         assert!(!line.contains("samples"));
         let v: serde_json::Value = serde_json::from_str(&line).unwrap();
         assert_eq!(v["test"], "put_bw");
+        assert_eq!(v["api"], "uct");
+        assert_eq!(v["stamp_stride"], 1);
         assert_eq!(v["transport"], "shm");
         assert_eq!(v["layout"], "zcopy");
         assert_eq!(v["size"], 65536);

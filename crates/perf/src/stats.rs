@@ -1,60 +1,119 @@
 //! Timing of the measured loop and the numbers computed from it.
 //!
-//! The loop records one timestamp per iteration into a vector allocated before it starts
-//! ([`Stamps`]); no allocation and no system call happen in between (`Instant::now` reads
-//! the vDSO clock). Afterwards [`PerfResult::compute`] turns the timestamps into the
-//! numbers of ucx_perftest's table:
+//! The loop records timestamps into a vector allocated before it starts ([`Stamps`]); no
+//! allocation and no system call happen in between. The clock is [`crate::clock::Clock`]:
+//! the CPU's time-stamp counter where it is invariant (about 10 ns a read), else `Instant`.
 //!
-//! - per-iteration time `d_i = t_i - t_(i-1)` (with `t_(-1)` the start), divided by the
-//!   test's factor (2 for ping-pong, since one iteration is a round trip);
+//! Latency tests stamp every iteration. Bandwidth and message-rate tests stamp every
+//! [`STREAM_STRIDE`] iterations (and after the last one): their iterations take tens of
+//! nanoseconds, and even a cheap clock read per iteration would be a visible share of them.
+//! A stamp then closes a batch of iterations, and the batch's time divided by its size is
+//! the per-iteration sample of that batch.
+//!
+//! Afterwards [`PerfResult::compute`] turns the timestamps into the numbers of
+//! ucx_perftest's table:
+//!
+//! - per-iteration time `d_i = t_i - t_(i-1)` (with `t_(-1)` the start; per batch, divided
+//!   by the batch size), divided by the test's factor (2 for ping-pong, since one
+//!   iteration is a round trip);
 //! - latency "50.0%ile": the median of the `d_i` (mean of the two middle ones for an even
 //!   count), "average": their mean, "overall": the whole run including the final
 //!   completion (flush or acknowledgement) divided by the iteration count;
 //! - bandwidth and message rate derived from the average and the overall latency, in
 //!   MB/s with MB = 2^20 bytes (as ucx_perftest).
 
-use crate::registry::{Kind, Layout, TestId};
+use crate::clock::Clock;
+use crate::registry::{Api, Kind, Layout, TestId};
 use serde::Serialize;
-use std::time::Instant;
 use ucs::{Result, Status};
 
-/// Per-iteration timestamps of one measured run, in nanoseconds since its start.
+/// Iterations per timestamp of bandwidth and message-rate tests ([`Kind::Stream`]).
+pub const STREAM_STRIDE: u64 = 16;
+
+/// Iterations per timestamp for a test of `kind`.
+pub fn stride_of(kind: Kind) -> u64 {
+    match kind {
+        Kind::Stream => STREAM_STRIDE,
+        Kind::PingPong | Kind::Sequential => 1,
+    }
+}
+
+/// Timestamps of one measured run of a known number of iterations.
 #[derive(Debug)]
 pub struct Stamps {
-    start: Instant,
+    clock: Clock,
+    start: u64,
+    /// Ticks at the end of each batch.
     marks: Vec<u64>,
+    /// Iterations of the run.
+    total: u64,
+    stride: u64,
+    /// Iterations marked so far.
+    count: u64,
+    /// The count at which the next stamp is taken.
+    next: u64,
 }
 
 impl Stamps {
-    /// Room for `n` iterations; the clock starts now and again with [`Stamps::start`].
+    /// Stamps for `iterations` iterations, one stamp every `stride` of them (and after
+    /// the last). The clock starts now and again with [`Stamps::start`].
+    pub fn new(iterations: u64, stride: u64) -> Stamps {
+        let stride = stride.max(1);
+        let clock = Clock::get();
+        let mut s = Stamps {
+            clock,
+            start: clock.ticks(),
+            marks: Vec::with_capacity(iterations.div_ceil(stride) as usize),
+            total: iterations,
+            stride,
+            count: 0,
+            next: 0,
+        };
+        s.start();
+        s
+    }
+
+    /// One stamp per iteration for `n` iterations.
     pub fn with_capacity(n: usize) -> Stamps {
-        Stamps {
-            start: Instant::now(),
-            marks: Vec::with_capacity(n),
-        }
+        Stamps::new(n as u64, 1)
     }
 
     /// (Re)starts the clock and forgets earlier marks.
     pub fn start(&mut self) {
         self.marks.clear();
-        self.start = Instant::now();
+        self.count = 0;
+        self.next = self.stride.min(self.total);
+        self.start = self.clock.ticks();
     }
 
-    /// Records the end of one iteration. Never allocates within the capacity.
+    /// Records the end of one iteration: a stamp at the end of every batch. Never
+    /// allocates; iterations beyond the announced count are ignored.
     #[inline]
     pub fn mark(&mut self) {
-        let t = self.start.elapsed().as_nanos() as u64;
+        self.count += 1;
+        if self.count == self.next {
+            self.stamp();
+        }
+    }
+
+    #[inline]
+    fn stamp(&mut self) {
+        let t = self.clock.ticks();
         if self.marks.len() < self.marks.capacity() {
             self.marks.push(t);
         }
+        self.next = (self.next + self.stride).min(self.total);
     }
 
     /// Stops the clock: the run ended now (after its final completion).
     pub fn finish(self) -> Timing {
-        let end = self.start.elapsed().as_nanos() as u64;
+        let end = self.clock.ticks();
+        let ns = |t: u64| self.clock.to_ns(t.saturating_sub(self.start));
         Timing {
-            marks: self.marks,
-            end,
+            marks: self.marks.iter().map(|&t| ns(t)).collect(),
+            end: ns(end),
+            iterations: self.count.min(self.total),
+            stride: self.stride,
         }
     }
 }
@@ -62,10 +121,27 @@ impl Stamps {
 /// What a measured run recorded.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Timing {
-    /// End of each iteration, nanoseconds since the start (non-decreasing).
+    /// End of each batch of `stride` iterations (the last batch may be shorter),
+    /// nanoseconds since the start (non-decreasing).
     pub marks: Vec<u64>,
     /// End of the whole run, nanoseconds since the start.
     pub end: u64,
+    /// Iterations of the run.
+    pub iterations: u64,
+    /// Iterations per mark.
+    pub stride: u64,
+}
+
+impl Timing {
+    /// A timing with one mark per iteration.
+    pub fn per_iteration(marks: Vec<u64>, end: u64) -> Timing {
+        Timing {
+            iterations: marks.len() as u64,
+            marks,
+            end,
+            stride: 1,
+        }
+    }
 }
 
 /// Median of `v` (reorders it): the middle value, or the mean of the two middle values.
@@ -89,6 +165,9 @@ const MB: f64 = (1u64 << 20) as f64;
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct PerfResult {
     pub test: TestId,
+    /// The layer the test ran on: "uct" or "ucp".
+    pub api: Api,
+    /// The transport: the one asked for (uct tests) or the one ucp chose (ucp tests).
     pub transport: String,
     pub layout: Layout,
     pub size: usize,
@@ -111,8 +190,11 @@ pub struct PerfResult {
     pub msg_rate_overall: f64,
     /// Length of the measured run, seconds.
     pub elapsed_s: f64,
+    /// Iterations per timestamp (1, or [`STREAM_STRIDE`] for bandwidth tests).
+    pub stamp_stride: u64,
     /// Time of each measured iteration in nanoseconds, in order (whole round trips for
-    /// ping-pong tests). Not part of the JSON line.
+    /// ping-pong tests); with a stamp stride above 1, one value per batch of iterations
+    /// (the batch's time over its size). Not part of the JSON line.
     #[serde(skip)]
     pub samples_ns: Vec<u64>,
 }
@@ -129,18 +211,23 @@ pub struct Subject {
 }
 
 impl PerfResult {
-    /// Computes the numbers of `timing` (one mark per measured iteration).
+    /// Computes the numbers of `timing`.
     pub fn compute(subject: Subject, kind: Kind, timing: &Timing) -> Result<PerfResult> {
-        let n = timing.marks.len();
-        if n == 0 || timing.marks.windows(2).any(|w| w[1] < w[0]) {
-            tracing::error!("{}: no or disordered timestamps", subject.test);
+        let n = timing.iterations;
+        let stride = timing.stride.max(1);
+        if n == 0
+            || timing.marks.len() as u64 != n.div_ceil(stride)
+            || timing.marks.windows(2).any(|w| w[1] < w[0])
+        {
+            tracing::error!("{}: no, missing or disordered timestamps", subject.test);
             return Err(Status::InvalidParam);
         }
         let factor = kind.factor();
-        let mut samples: Vec<u64> = Vec::with_capacity(n);
+        let mut samples: Vec<u64> = Vec::with_capacity(timing.marks.len());
         let mut prev = 0;
-        for &t in &timing.marks {
-            samples.push(t - prev);
+        for (j, &t) in timing.marks.iter().enumerate() {
+            let batch = stride.min(n - j as u64 * stride);
+            samples.push((t - prev) / batch);
             prev = t;
         }
         let last = prev;
@@ -152,10 +239,11 @@ impl PerfResult {
         let size = subject.size as f64;
         Ok(PerfResult {
             test: subject.test,
+            api: subject.test.info().api,
             transport: subject.transport,
             layout: subject.layout,
             size: subject.size,
-            iterations: n as u64,
+            iterations: n,
             warmup: subject.warmup,
             window: subject.window,
             latency_p50_us: p50_ns / 1e3,
@@ -166,6 +254,7 @@ impl PerfResult {
             msg_rate: 1e9 / avg_ns,
             msg_rate_overall: 1e9 / overall_ns,
             elapsed_s: end as f64 * 1e-9,
+            stamp_stride: stride,
             samples_ns: samples,
         })
     }
@@ -200,10 +289,7 @@ mod tests {
     #[test]
     fn stream_numbers() {
         // Four iterations of 100, 100, 300, 100 ns; the flush ends the run at 1000 ns.
-        let t = Timing {
-            marks: vec![100, 200, 500, 600],
-            end: 1000,
-        };
+        let t = Timing::per_iteration(vec![100, 200, 500, 600], 1000);
         let r = PerfResult::compute(subject(TestId::PutBw, 1 << 20), Kind::Stream, &t).unwrap();
         assert_eq!(r.iterations, 4);
         assert_eq!(r.samples_ns, vec![100, 100, 300, 100]);
@@ -220,10 +306,7 @@ mod tests {
 
     #[test]
     fn ping_pong_halves_the_round_trip() {
-        let t = Timing {
-            marks: vec![200, 400, 600],
-            end: 600,
-        };
+        let t = Timing::per_iteration(vec![200, 400, 600], 600);
         let r = PerfResult::compute(subject(TestId::AmLat, 8), Kind::PingPong, &t).unwrap();
         assert!((r.latency_p50_us - 0.1).abs() < 1e-12);
         assert!((r.latency_avg_us - 0.1).abs() < 1e-12);
@@ -235,20 +318,11 @@ mod tests {
     #[test]
     fn bad_timings_are_errors() {
         let s = subject(TestId::AmBw, 8);
-        let empty = Timing {
-            marks: vec![],
-            end: 5,
-        };
+        let empty = Timing::per_iteration(vec![], 5);
         assert!(PerfResult::compute(s.clone(), Kind::Stream, &empty).is_err());
-        let back = Timing {
-            marks: vec![5, 3],
-            end: 9,
-        };
+        let back = Timing::per_iteration(vec![5, 3], 9);
         assert!(PerfResult::compute(s.clone(), Kind::Stream, &back).is_err());
-        let zero = Timing {
-            marks: vec![0, 0],
-            end: 0,
-        };
+        let zero = Timing::per_iteration(vec![0, 0], 0);
         let r = PerfResult::compute(s, Kind::Stream, &zero).unwrap();
         assert!(r.bandwidth_mbps.is_finite() && r.msg_rate.is_finite());
     }
@@ -264,5 +338,51 @@ mod tests {
         assert_eq!(t.marks.len(), 3);
         assert!(t.marks.windows(2).all(|w| w[0] <= w[1]));
         assert!(t.end >= t.marks[2]);
+        assert_eq!((t.iterations, t.stride), (3, 1));
+    }
+
+    #[test]
+    fn strided_stamps_close_batches() {
+        // 10 iterations, a stamp every 4: after 4, 8 and 10.
+        let mut s = Stamps::new(10, 4);
+        s.start();
+        for _ in 0..12 {
+            s.mark();
+        }
+        let t = s.finish();
+        assert_eq!(t.marks.len(), 3);
+        assert_eq!((t.iterations, t.stride), (10, 4));
+        // Restarting forgets the marks and counts again.
+        let mut s = Stamps::new(3, 4);
+        s.mark();
+        s.start();
+        for _ in 0..3 {
+            s.mark();
+        }
+        assert_eq!(s.finish().marks.len(), 1);
+    }
+
+    #[test]
+    fn strided_numbers() {
+        // 10 iterations stamped every 4: batches of 4, 4, 2 taking 400, 800, 200 ns.
+        let t = Timing {
+            marks: vec![400, 1200, 1400],
+            end: 2000,
+            iterations: 10,
+            stride: 4,
+        };
+        let r = PerfResult::compute(subject(TestId::AmBw, 8), Kind::Stream, &t).unwrap();
+        assert_eq!(r.iterations, 10);
+        assert_eq!(r.stamp_stride, 4);
+        assert_eq!(r.samples_ns, vec![100, 200, 100]);
+        assert!((r.latency_p50_us - 0.1).abs() < 1e-12);
+        assert!((r.latency_avg_us - 0.14).abs() < 1e-12);
+        assert!((r.latency_overall_us - 0.2).abs() < 1e-12);
+        // A mark count that does not fit the iterations is an error.
+        let bad = Timing {
+            marks: vec![400, 1200],
+            ..t
+        };
+        assert!(PerfResult::compute(subject(TestId::AmBw, 8), Kind::Stream, &bad).is_err());
     }
 }

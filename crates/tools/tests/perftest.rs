@@ -1,9 +1,11 @@
-//! Runs the built `rucx-perftest` binary: two processes over shared memory, JSON output
-//! checked for its fields and for sane values (no timing thresholds: performance belongs
-//! to benchmarks), and a bad command line that must fail cleanly.
+//! Runs the built `rucx-perftest` binary: two processes over shared memory (a peer it
+//! starts itself, or a server and a client over TCP), JSON output checked for its fields
+//! and for sane values (no timing thresholds: performance belongs to benchmarks), and bad
+//! command lines that must fail cleanly.
 
-use std::io::Read;
-use std::process::{Command, Stdio};
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 const LIMIT: Duration = Duration::from_secs(60);
@@ -16,8 +18,14 @@ struct Run {
 
 /// Runs rucx-perftest with `args`, killing it if it runs longer than [`LIMIT`].
 fn perftest(args: &[&str]) -> Run {
+    perftest_env(args, &[])
+}
+
+/// [`perftest`] with extra environment variables.
+fn perftest_env(args: &[&str], env: &[(&str, &str)]) -> Run {
     let mut child = Command::new(env!("CARGO_BIN_EXE_rucx-perftest"))
         .args(args)
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -65,6 +73,12 @@ fn json_results(run: &Run) -> Vec<serde_json::Value> {
 
 fn check_result(v: &serde_json::Value, test: &str, size: u64, iterations: u64, layout: &str) {
     assert_eq!(v["test"], test, "{v}");
+    let api = if test.starts_with("tag_") {
+        "ucp"
+    } else {
+        "uct"
+    };
+    assert_eq!(v["api"], api, "{v}");
     assert_eq!(v["size"], size, "{v}");
     assert_eq!(v["iterations"], iterations, "{v}");
     assert_eq!(v["transport"], "shm", "{v}");
@@ -145,10 +159,16 @@ fn bogus_test_fails_with_a_message() {
 #[test]
 fn unsupported_modes_fail_with_a_message() {
     for args in [
-        &["--server"][..],
-        &["-t", "tag_lat"],
-        &["-x", "tcp"],
+        &["-t", "tag_sync_bw"][..],
+        &["-x", "ib"],
+        &["-d", "mlx5_0:1"],
         &["-t", "am_lat", "-D", "short", "-s", "100000"],
+        &["-t", "tag_lat", "-x", "shm"],
+        &["-t", "tag_bw", "-D", "zcopy"],
+        &["-p", "5000"],
+        &["--connect", "host:1:2:x"],
+        &["--server", "--connect", "localhost"],
+        &["--connect", "localhost:5000", "-p", "5001"],
     ] {
         let run = perftest(args);
         assert!(
@@ -159,4 +179,175 @@ fn unsupported_modes_fail_with_a_message() {
         assert!(!run.stderr.trim().is_empty(), "{args:?}: no message");
         assert!(!run.stderr.contains("panicked"), "{args:?}: {}", run.stderr);
     }
+}
+
+#[test]
+fn tag_tests_json() {
+    for (test, size, n) in [
+        ("tag_lat", 8, 2000),
+        ("tag_sync_lat", 100, 1000),
+        ("tag_bw", 65536, 300),
+        ("tag_bw", 1 << 20, 50),
+        ("tag_mr", 8, 20000),
+    ] {
+        let (s, n_s) = (size.to_string(), n.to_string());
+        let run = perftest(&["-t", test, "-s", &s, "-n", &n_s, "-w", "10", "--json"]);
+        assert_eq!(run.code, Some(0), "{test}: stderr: {}", run.stderr);
+        let r = json_results(&run);
+        assert_eq!(r.len(), 1, "stdout: {}", run.stdout);
+        check_result(&r[0], test, size, n, "contig");
+    }
+}
+
+/// A TCP port nobody listens on (at the moment of the call).
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
+/// A `rucx-perftest --server`, killed when dropped unless it exited.
+struct Server {
+    child: Child,
+    stderr: mpsc::Receiver<String>,
+}
+
+impl Server {
+    /// Starts a server on `port` and waits until it listens.
+    fn start(port: u16) -> Server {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_rucx-perftest"))
+            .args(["--server", "-p", &port.to_string(), "--timeout", "30"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start the server");
+        let err = child.stderr.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(err).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let server = Server { child, stderr: rx };
+        let deadline = Instant::now() + LIMIT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match server.stderr.recv_timeout(left) {
+                Ok(l) if l.contains("waiting for a client") => return server,
+                Ok(_) => {}
+                Err(e) => panic!("the server did not start listening: {e}"),
+            }
+        }
+    }
+
+    /// Waits for the server to exit by itself; its exit code.
+    fn wait(mut self) -> Option<i32> {
+        let deadline = Instant::now() + LIMIT;
+        loop {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                return st.code();
+            }
+            assert!(Instant::now() < deadline, "the server did not exit");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn stderr(&self) -> String {
+        self.stderr.try_iter().collect::<Vec<_>>().join("\n")
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+#[test]
+fn server_and_client_over_tcp() {
+    // --connect HOST:PORT
+    let port = free_port();
+    let server = Server::start(port);
+    let target = format!("127.0.0.1:{port}");
+    let run = perftest(&[
+        "--connect",
+        &target,
+        "-t",
+        "tag_lat",
+        "-n",
+        "1000",
+        "--json",
+    ]);
+    assert_eq!(
+        run.code,
+        Some(0),
+        "client stderr: {}\nserver stderr: {}",
+        run.stderr,
+        server.stderr()
+    );
+    let r = json_results(&run);
+    assert_eq!(r.len(), 1, "stdout: {}", run.stdout);
+    check_result(&r[0], "tag_lat", 8, 1000, "contig");
+    assert_eq!(server.wait(), Some(0));
+
+    // ucx_perftest's style: HOST -p PORT; a transport test after a protocol test.
+    let port = free_port();
+    let server = Server::start(port);
+    let p = port.to_string();
+    let run = perftest(&["127.0.0.1", "-p", &p, "-t", "am_bw", "-n", "5000", "--json"]);
+    assert_eq!(run.code, Some(0), "client stderr: {}", run.stderr);
+    check_result(&json_results(&run)[0], "am_bw", 8, 5000, "short");
+    assert_eq!(server.wait(), Some(0));
+}
+
+#[test]
+fn client_without_server_fails_cleanly() {
+    let port = free_port();
+    let target = format!("127.0.0.1:{port}");
+    let run = perftest(&["--connect", &target, "-t", "tag_lat"]);
+    assert_eq!(run.code, Some(1), "stderr: {}", run.stderr);
+    assert!(run.stderr.contains("refused"), "{}", run.stderr);
+    assert!(!run.stderr.contains("panicked"), "{}", run.stderr);
+}
+
+/// Two workers that share no transport (loopback only reaches its own worker): the same
+/// failure as a server on another host with only intra-host transports.
+#[test]
+fn unreachable_peer_fails_cleanly() {
+    let run = perftest_env(&["-t", "tag_lat", "-n", "100"], &[("UCX_TLS", "self")]);
+    assert_eq!(run.code, Some(1), "stderr: {}", run.stderr);
+    assert!(run.stderr.contains("unreachable"), "{}", run.stderr);
+    assert!(!run.stderr.contains("panicked"), "{}", run.stderr);
+}
+
+#[test]
+fn default_suite_prints_every_table() {
+    let run = perftest(&["-f"]);
+    assert_eq!(run.code, Some(0), "stderr: {}", run.stderr);
+    let banners: Vec<&str> = run.stdout.lines().filter(|l| l.starts_with("# ")).collect();
+    let names: Vec<&str> = banners
+        .iter()
+        .filter_map(|l| l[2..].split_whitespace().next())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "tag_lat", "tag_lat", "tag_bw", "tag_bw", "tag_mr", "am_lat", "am_bw", "put_lat",
+            "put_bw", "get_bw"
+        ],
+        "{}",
+        run.stdout
+    );
+    // Final-only lines: 8 numbers each.
+    let finals = run
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("    ") && l.split_whitespace().count() == 8)
+        .count();
+    assert_eq!(finals, 10, "{}", run.stdout);
 }

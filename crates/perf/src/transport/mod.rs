@@ -11,9 +11,10 @@
 
 mod ops;
 mod runs;
-mod wait;
+pub(crate) mod wait;
 
-use crate::channel::{Channel, Hex, Msg, RegionInfo, PROTOCOL};
+use crate::channel::{Channel, Msg, RegionInfo};
+use crate::handshake::{self, Hello};
 use crate::mem::Region;
 use crate::params::Params;
 use crate::registry::{Layout, TestId};
@@ -33,6 +34,8 @@ enum Family {
     Am,
     Put,
     Get,
+    /// Not a transport test.
+    None,
 }
 
 fn family(t: TestId) -> Family {
@@ -40,6 +43,7 @@ fn family(t: TestId) -> Family {
         TestId::AmLat | TestId::AmBw => Family::Am,
         TestId::PutLat | TestId::PutBw => Family::Put,
         TestId::GetLat | TestId::GetBw => Family::Get,
+        TestId::TagLat | TestId::TagBw | TestId::TagMr | TestId::TagSyncLat => Family::None,
     }
 }
 
@@ -58,6 +62,7 @@ fn limits(attr: &IfaceAttr, f: Family, layout: Layout) -> Option<(Caps, usize, u
         (Family::Get, Layout::Short) => return None,
         (Family::Get, Layout::Bcopy) => (Caps::GET_BCOPY, 1, attr.max_get_bcopy),
         (Family::Get, Layout::Zcopy) => (Caps::GET_ZCOPY, 1, attr.max_get_zcopy),
+        (_, Layout::Contig) | (Family::None, _) => return None,
     })
 }
 
@@ -97,6 +102,22 @@ fn resolve(attr: &IfaceAttr, p: &Params) -> Result<Layout> {
         })
 }
 
+/// The transport named `name`, if rucx-perftest can run between two processes over it.
+fn open_transport(name: &str) -> Result<Transport> {
+    let tl = Transport::from_name(name).ok_or_else(|| {
+        tracing::error!("unknown transport '{name}'");
+        Status::NoDevice
+    })?;
+    if tl == Transport::SelfTl {
+        tracing::error!(
+            "transport 'self' only reaches its own process; rucx-perftest runs \
+             between two processes (use shm)"
+        );
+        return Err(Status::Unsupported);
+    }
+    Ok(tl)
+}
+
 /// One side of the transport tests: an interface, its endpoint to the peer, a memory
 /// domain and the channel to the peer.
 pub struct UctPeer<C: Channel> {
@@ -109,50 +130,38 @@ pub struct UctPeer<C: Channel> {
 }
 
 impl<C: Channel> UctPeer<C> {
-    /// Opens `transport` and connects to the peer at the other end of `chan`. Both sides
-    /// call this; `timeout` bounds every later wait for the peer.
+    /// Opens `transport` and connects to the peer at the other end of `chan`: sends this
+    /// side's hello, then reads the peer's. Either side may call this (the other calling
+    /// it too, or [`UctPeer::accept`]); `timeout` bounds every later wait for the peer.
     pub fn connect(transport: &str, mut chan: C, timeout: Duration) -> Result<UctPeer<C>> {
-        let tl = Transport::from_name(transport).ok_or_else(|| {
-            tracing::error!("unknown transport '{transport}'");
-            Status::NoDevice
-        })?;
-        if tl == Transport::SelfTl {
-            tracing::error!(
-                "transport 'self' only reaches its own process; rucx-perftest runs \
-                 between two processes (use shm)"
-            );
-            return Err(Status::Unsupported);
-        }
+        let tl = open_transport(transport)?;
         let cfg = IfaceConfig::from_env()?;
-        let mut iface = Iface::open(tl, &cfg)?;
-        chan.send(&Msg::Hello {
-            protocol: PROTOCOL,
-            transport: tl.name().into(),
-            address: Hex(iface.address()),
-        })?;
-        let (protocol, peer_tl, address) = match chan.recv(timeout) {
-            Ok(Msg::Hello {
-                protocol,
-                transport,
-                address,
-            }) => (protocol, transport, address),
-            Ok(m) => {
-                tracing::error!("expected the peer's hello, got {m:?}");
-                return Err(Status::InvalidParam);
-            }
-            Err(e) => {
-                tracing::error!("no hello from the peer: {e}");
-                return Err(e);
-            }
-        };
-        if protocol != PROTOCOL || peer_tl != tl.name() {
-            tracing::error!(
-                "peer speaks protocol {protocol} over {peer_tl}; this side {PROTOCOL} over {}",
-                tl.name()
-            );
-            return Err(Status::Unsupported);
-        }
-        let ep = iface.ep_create(&address.0).inspect_err(|e| {
+        let iface = Iface::open(tl, &cfg)?;
+        handshake::send_hello(&mut chan, tl.name(), iface.address())?;
+        let hello = handshake::recv_hello(&mut chan, timeout)?;
+        handshake::check_hello(&hello, tl.name())?;
+        Self::attach(tl, iface, &hello.address, chan, timeout)
+    }
+
+    /// Responder: answers the initiator's `hello` (already received) with this side's,
+    /// over the transport the hello names.
+    pub fn accept(hello: &Hello, mut chan: C, timeout: Duration) -> Result<UctPeer<C>> {
+        let tl = open_transport(&hello.transport)?;
+        handshake::check_hello(hello, tl.name())?;
+        let cfg = IfaceConfig::from_env()?;
+        let iface = Iface::open(tl, &cfg)?;
+        handshake::send_hello(&mut chan, tl.name(), iface.address())?;
+        Self::attach(tl, iface, &hello.address, chan, timeout)
+    }
+
+    fn attach(
+        tl: Transport,
+        mut iface: Iface,
+        address: &[u8],
+        chan: C,
+        timeout: Duration,
+    ) -> Result<UctPeer<C>> {
+        let ep = iface.ep_create(address).inspect_err(|e| {
             tracing::error!("cannot connect to the peer's interface: {e}");
         })?;
         Ok(UctPeer {
@@ -181,6 +190,7 @@ impl<C: Channel> UctPeer<C> {
         let timing = match family(p.test) {
             Family::Am => self.am_initiator(&p, layout),
             Family::Put | Family::Get => self.rma_initiator(&p, layout),
+            Family::None => Err(Status::Unsupported),
         };
         let timing = match timing {
             Ok(t) => t,
@@ -203,9 +213,21 @@ impl<C: Channel> UctPeer<C> {
         PerfResult::compute(subject, p.test.info().kind, &timing)
     }
 
-    /// Initiator: tells the responder there are no more tests.
-    pub fn finish(mut self) -> Result<()> {
-        self.chan.send(&Msg::Quit)
+    /// Initiator: tells the responder there are no more tests of this transport; returns
+    /// the channel (for tests of another transport or layer).
+    pub fn finish(mut self) -> Result<C> {
+        self.chan.send(&Msg::Quit)?;
+        Ok(self.chan)
+    }
+
+    /// The channel, after [`UctPeer::serve`] returned.
+    pub fn into_channel(self) -> C {
+        self.chan
+    }
+
+    /// The transport's name.
+    pub fn transport(&self) -> &str {
+        &self.transport
     }
 
     /// Responder: serves tests until the initiator quits. A test that cannot be set up is
@@ -239,6 +261,7 @@ impl<C: Channel> UctPeer<C> {
                         Family::Put | Family::Get => {
                             self.rma_responder(&params, layout, region.as_ref())
                         }
+                        Family::None => Err(Status::Unsupported),
                     };
                     if let Err(e) = r {
                         // Best effort: the initiator may be gone already.
@@ -256,66 +279,19 @@ impl<C: Channel> UctPeer<C> {
         }
     }
 
-    /// Receives the peer's answer to a `Start` or `Done`, turning `Failed` into an error.
-    fn expect_reply(&mut self, what: &str) -> Result<Msg> {
-        match self.chan.recv(self.timeout) {
-            Ok(Msg::Failed { error }) => {
-                tracing::error!("{error}");
-                Err(Status::IoError)
-            }
-            Ok(m) => Ok(m),
-            Err(e) => {
-                tracing::error!("no {what} from the peer: {e}");
-                Err(e)
-            }
-        }
-    }
-
     /// Initiator: waits for `Ready`, returning the responder's region.
     fn expect_ready(&mut self) -> Result<Option<RegionInfo>> {
-        match self.expect_reply("ready")? {
-            Msg::Ready { region } => Ok(region),
-            m => {
-                tracing::error!("expected ready from the peer, got {m:?}");
-                Err(Status::InvalidParam)
-            }
-        }
+        handshake::expect_ready(&mut self.chan, self.timeout)
     }
 
     /// Initiator: ends the test on the responder and gets its verdict.
     fn done_and_verdict(&mut self, test: TestId) -> Result<()> {
-        self.chan.send(&Msg::Done)?;
-        match self.expect_reply("verdict")? {
-            Msg::Verdict { error: None } => Ok(()),
-            Msg::Verdict { error: Some(e) } => {
-                tracing::error!("{test}: the responder received wrong data: {e}");
-                Err(Status::IoError)
-            }
-            m => {
-                tracing::error!("expected a verdict from the peer, got {m:?}");
-                Err(Status::InvalidParam)
-            }
-        }
+        handshake::done_and_verdict(&mut self.chan, self.timeout, test)
     }
 
     /// Responder: waits for `Done`, then reports `check`'s finding.
     fn await_done_and_judge(&mut self, check: impl FnOnce() -> Option<String>) -> Result<()> {
-        match self.chan.recv(self.timeout) {
-            Ok(Msg::Done) => {}
-            Ok(m) => {
-                tracing::error!("expected done from the initiator, got {m:?}");
-                return Err(Status::InvalidParam);
-            }
-            Err(e) => {
-                tracing::error!("no done from the initiator: {e}");
-                return Err(e);
-            }
-        }
-        let error = check();
-        if let Some(e) = &error {
-            tracing::error!("responder: {e}");
-        }
-        self.chan.send(&Msg::Verdict { error })
+        handshake::await_done_and_judge(&mut self.chan, self.timeout, check)
     }
 
     /// The region a put/get test exposes: a shared segment for short and bcopy (the peer
@@ -325,6 +301,7 @@ impl<C: Channel> UctPeer<C> {
         match layout {
             Layout::Short | Layout::Bcopy => Region::alloc(&self.md, size),
             Layout::Zcopy => Region::register(&self.md, size),
+            Layout::Contig => Err(Status::Unsupported),
         }
     }
 }
@@ -404,7 +381,8 @@ mod tests {
                 .run(&p)
                 .unwrap_or_else(|e| panic!("{test} {size} {layout:?}: {e}"));
             assert_eq!((r.test, r.size, r.iterations), (test, size, 150));
-            assert_eq!(r.samples_ns.len(), 150);
+            let stride = crate::stats::stride_of(test.info().kind);
+            assert_eq!(r.samples_ns.len() as u64, 150u64.div_ceil(stride));
             if let Some(l) = layout {
                 assert_eq!(r.layout, l);
             }
@@ -427,9 +405,9 @@ mod tests {
         let mut chan = LineChannel::new(r1, w2);
         let mut iface = Iface::open(Transport::Shm, &IfaceConfig::default()).unwrap();
         chan.send(&Msg::Hello {
-            protocol: PROTOCOL,
+            protocol: crate::channel::PROTOCOL,
             transport: "shm".into(),
-            address: Hex(iface.address()),
+            address: crate::channel::Hex(iface.address()),
         })
         .unwrap();
         let Msg::Hello { address, .. } = chan.recv(timeout).unwrap() else {

@@ -22,7 +22,7 @@ use crate::channel::{Channel, Msg, RegionInfo};
 use crate::mem::{pattern, pattern_mismatch, pattern_vec, AlignedBuf, Region};
 use crate::params::Params;
 use crate::registry::{Layout, TestId};
-use crate::stats::{Stamps, Timing};
+use crate::stats::{stride_of, Stamps, Timing};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use ucs::{Result, Status};
@@ -134,6 +134,7 @@ impl<C: Channel> UctPeer<C> {
             Layout::Short => self.am_initiator_with(p, AmShort { ep, id, data }),
             Layout::Bcopy => self.am_initiator_with(p, AmBcopy { ep, id, data }),
             Layout::Zcopy => self.am_initiator_with(p, AmZcopy { ep, id, data }),
+            Layout::Contig => Err(Status::Unsupported),
         };
         self.clear_handlers(&[AM_PONG, AM_CREDIT]);
         r
@@ -162,7 +163,7 @@ impl<C: Channel> UctPeer<C> {
         let total = p.warmup + p.iterations;
         let rx = self.install_rx(AM_PONG, Some(pattern_vec(p.size)), total)?;
         self.start(p, None)?;
-        let mut st = Stamps::with_capacity(p.iterations as usize);
+        let mut st = Stamps::new(p.iterations, stride_of(p.test.info().kind));
         let (iface, chan, t) = (&mut self.iface, &mut self.chan, self.timeout);
         let mut round = |i: u64| -> Result<()> {
             issue(&mut op, iface, chan, t)?;
@@ -203,7 +204,7 @@ impl<C: Channel> UctPeer<C> {
         self.start(p, None)?;
         let window = u64::from(p.window);
         let mut sent = 0u64;
-        let mut st = Stamps::with_capacity(p.iterations as usize);
+        let mut st = Stamps::new(p.iterations, stride_of(p.test.info().kind));
         let (iface, chan, t) = (&mut self.iface, &mut self.chan, self.timeout);
         let mut send = |iface: &mut uct::Iface, chan: &mut C| -> Result<()> {
             if window > 0 {
@@ -352,7 +353,7 @@ impl<C: Channel> UctPeer<C> {
     ) -> Result<Timing> {
         let total = p.warmup + p.iterations;
         let last = p.size - 1;
-        let mut st = Stamps::with_capacity(p.iterations as usize);
+        let mut st = Stamps::new(p.iterations, stride_of(p.test.info().kind));
         let (iface, chan, t) = (&mut self.iface, &mut self.chan, self.timeout);
         let mut round = |i: u64| -> Result<()> {
             let s = seq(i);
@@ -381,7 +382,7 @@ impl<C: Channel> UctPeer<C> {
             issue(op, iface, chan, t)?;
         }
         flush(iface, ep, chan, t)?;
-        let mut st = Stamps::with_capacity(p.iterations as usize);
+        let mut st = Stamps::new(p.iterations, stride_of(p.test.info().kind));
         st.start();
         let mut unflushed = 0u64;
         for _ in 0..p.iterations {
@@ -420,6 +421,7 @@ impl<C: Channel> UctPeer<C> {
                     Layout::Short => self.put_lat_responder(p, PutShort(x), region),
                     Layout::Bcopy => self.put_lat_responder(p, PutBcopy(x), region),
                     Layout::Zcopy => self.put_lat_responder(p, PutZcopy(x), region),
+                    Layout::Contig => Err(Status::Unsupported),
                 }
             }
             TestId::PutBw => {

@@ -1,9 +1,10 @@
 //! Waiting for the peer, always bounded.
 //!
 //! In the timed loops a side spins on `progress()` (a system call or a sleep there would
-//! be measured). Every 4096 spins it reads the clock once and yields the CPU: past the
-//! timeout it gives up, and after a second of waiting it also looks at the channel, so that a peer that failed
-//! or died ends the test within about a second instead of at the timeout. Outside the
+//! be measured). Every 4096 fruitless spins (a progress call that handles an event starts
+//! the count again) it reads the clock once and yields the CPU: past the timeout it gives
+//! up, and after a second without events it also looks at the channel, so that a peer that
+//! failed or died ends the test within about a second instead of at the timeout. Outside the
 //! timed part ([`idle`]) a side sleeps on the interface's event descriptor instead, which
 //! leaves the CPU to the peer on a machine with few cores.
 
@@ -14,15 +15,15 @@ use ucs::{Result, Status};
 use uct::{EpId, Iface, Outcome};
 
 /// Spins between two looks at the clock.
-const SPINS: u32 = 4096;
+pub(crate) const SPINS: u32 = 4096;
 
 /// Waiting longer than this makes a side check that its peer is still there.
-const STALL_CHECK: Duration = Duration::from_secs(1);
+pub(crate) const STALL_CHECK: Duration = Duration::from_secs(1);
 
 /// The slow path of every wait: the deadline and the peer's health.
 #[cold]
 #[inline(never)]
-fn check_stall<C: Channel>(
+pub(crate) fn check_stall<C: Channel>(
     chan: &mut C,
     since: &mut Option<Instant>,
     timeout: Duration,
@@ -78,7 +79,10 @@ pub fn spin<C: Channel>(
         if done() {
             return Ok(());
         }
-        iface.progress();
+        if iface.progress() > 0 {
+            // Events: the peer is alive; only fruitless spins count towards a stall.
+            (n, since) = (0, None);
+        }
         n = n.wrapping_add(1);
         if n % SPINS == 0 {
             check_stall(chan, &mut since, timeout, what)?;
@@ -103,7 +107,9 @@ pub fn issue<O: Op, C: Channel>(
             Outcome::Done(()) => return Ok(true),
             Outcome::InProgress => return Ok(false),
             Outcome::NoResource => {
-                iface.progress();
+                if iface.progress() > 0 {
+                    (n, since) = (0, None);
+                }
                 n = n.wrapping_add(1);
                 if n % SPINS == 0 {
                     check_stall(chan, &mut since, timeout, "send resources")?;

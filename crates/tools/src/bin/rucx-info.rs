@@ -57,6 +57,7 @@ fn describe(out: &mut String, t: Transport, a: &IfaceAttr) {
     let kind = match t {
         Transport::SelfTl => "loopback",
         Transport::Shm => "intra-node",
+        Transport::Tcp | Transport::Udp => "network",
     };
     let _ = writeln!(out, "#           Type: {kind}");
     let _ = writeln!(out, "#");
@@ -132,7 +133,11 @@ fn devices(cfg: &IfaceConfig) -> (String, bool) {
         let _ = writeln!(out, "# Memory domain: {}", t.name());
         let _ = writeln!(
             out,
-            "#     allocate: shared segment (peers on this host map it)"
+            "#     allocate: {}",
+            match t {
+                Transport::SelfTl | Transport::Shm => "shared segment (peers on this host map it)",
+                Transport::Tcp | Transport::Udp => "none (no remote memory access)",
+            }
         );
         let _ = writeln!(
             out,
@@ -140,6 +145,9 @@ fn devices(cfg: &IfaceConfig) -> (String, bool) {
             match t {
                 Transport::SelfTl => "local key (this process only)",
                 Transport::Shm => "cross-memory attach key",
+                Transport::Tcp | Transport::Udp => {
+                    "none (remote memory over tcp/udp is emulated by ucp)"
+                }
             }
         );
         match Iface::open(t, cfg) {

@@ -1,51 +1,57 @@
-//! rucx-perftest: ucx_perftest's tests on rucx, between two local processes.
+//! rucx-perftest: ucx_perftest's tests on rucx, between two processes.
 //!
-//! Without a peer named on the command line (the only mode so far) the process starts its
-//! peer itself: it runs its own executable again with a hidden `--peer-role responder`,
-//! talks to it over the child's stdin and stdout (one JSON message per line, see
-//! `perf::channel`), and kills and reaps it on any error. Every wait for the peer is
-//! bounded by `--timeout`.
+//! Three ways to run:
+//!
+//! - no peer named (the default): the process starts its peer itself, running its own
+//!   executable again with a hidden `--peer-role responder`, talks to it over the child's
+//!   stdin and stdout (one JSON message per line, see `perf::channel`), and kills and reaps
+//!   it on any error;
+//! - `--server [-p PORT]`: waits for one client on a TCP port, serves the tests it asks
+//!   for, and exits when the client is done;
+//! - `--connect HOST[:PORT]` (or ucx_perftest's `HOST -p PORT`): connects to such a server
+//!   and runs the tests, printing the results. The two sides trade addresses and test
+//!   parameters over the TCP connection; the test traffic goes over whatever transport
+//!   the test uses (ucp picks one; today only shared memory exists, so the two sides must
+//!   be on one host, and a server on another host fails with "unreachable").
+//!
+//! Every wait for the peer is bounded by `--timeout`.
 //!
 //! Exit status: 0 on success, 1 when a test fails, 2 for a bad command line.
 
 use clap::{CommandFactory, FromArgMatches, Parser};
 use perf::channel::LineChannel;
-use perf::{report, Layout, Params, PerfResult, TestId, UctPeer};
+use perf::{report, Api, Initiator, Layout, Params, PerfResult, TestId};
 use std::io::Write;
 use std::os::fd::{AsFd, OwnedFd};
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
-use ucs::Status;
 
 /// Command line, with ucx_perftest's option letters where it has them.
 #[derive(Parser, Debug)]
 #[command(
     name = "rucx-perftest",
     version,
-    about = "Measure rucx transport performance (ucx_perftest's tests)",
-    after_help = "Without -t, runs a short suite over shared memory (am_lat, am_bw, put_lat, \
-                  put_bw, get_bw) between this process and a peer process it starts."
+    about = "Measure rucx performance (ucx_perftest's tests)",
+    after_help = "Without -t, runs a short suite: the protocol-layer tests (tag_lat 8 B and \
+                  4 KiB, tag_bw 64 KiB and 1 MiB, tag_mr 8 B), then transport-layer tests over \
+                  shm (am_lat, am_bw, put_lat, put_bw, get_bw), between this process and a \
+                  peer process it starts (or the server named with --connect).\n\n\
+                  Server/client mode: run `rucx-perftest --server` on one side and \
+                  `rucx-perftest --connect HOST [-t TEST ...]` (or `rucx-perftest HOST ...`) \
+                  on the other; the client chooses the tests and prints the results."
 )]
 struct Cli {
     /// Test to run (the list comes from perf's test table at run time).
     #[arg(short = 't', long = "test", value_name = "TEST")]
     test: Option<String>,
-    /// Transport: shm (also posix, sysv, mm, cma).
-    #[arg(
-        short = 'x',
-        long = "tl",
-        value_name = "TRANSPORT",
-        default_value = "shm"
-    )]
-    transport: String,
-    /// Device.
-    #[arg(
-        short = 'd',
-        long = "device",
-        value_name = "DEVICE",
-        default_value = "memory"
-    )]
-    device: String,
+    /// Transport of transport-layer tests (shm; posix, sysv, mm and cma name it too)
+    /// [default: shm].
+    /// Protocol-layer (tag_*) tests take theirs from UCX_TLS.
+    #[arg(short = 'x', long = "tl", value_name = "TRANSPORT")]
+    transport: Option<String>,
+    /// Device of transport-layer tests [default: the transport's first].
+    #[arg(short = 'd', long = "device", value_name = "DEVICE")]
+    device: Option<String>,
     /// Message size in bytes (suffixes k, m, g); for AM short it includes the 8-byte header.
     #[arg(short = 's', long = "size", value_name = "SIZE", value_parser = parse_size)]
     size: Option<usize>,
@@ -55,41 +61,40 @@ struct Cli {
     /// Warm-up iterations, not measured [default: 1000; the suite has its own].
     #[arg(short = 'w', long = "warmup", value_name = "N")]
     warmup: Option<u64>,
-    /// Data layout: short, bcopy or zcopy [default: the cheapest the size fits].
+    /// Data layout: short, bcopy or zcopy (transport tests) [default: the cheapest the
+    /// size fits]; contig (protocol tests).
     #[arg(short = 'D', long = "layout", value_name = "LAYOUT")]
     layout: Option<String>,
-    /// CPUs: the first for this process, the second for the peer (e.g. "0,1"), or "off"
-    /// [default: the first two CPUs this process may use].
+    /// CPUs: the first for this process, the second for the local peer (e.g. "0,1"), or
+    /// "off" [default: the first two CPUs this process may use; with --server/--connect,
+    /// off].
     #[arg(short = 'c', long = "cpus", value_name = "CPUS")]
     cpus: Option<String>,
-    /// am_bw: credit window in messages; put_bw/get_bw: operations between flushes.
-    #[arg(
-        short = 'O',
-        long = "outstanding",
-        value_name = "N",
-        default_value_t = 0
-    )]
-    window: u32,
+    /// tag_bw/tag_mr: most sends in flight and receives posted ahead [default: 32];
+    /// am_bw: credit window in messages; put_bw/get_bw: operations between flushes
+    /// [default: 0, none].
+    #[arg(short = 'O', long = "outstanding", value_name = "N")]
+    window: Option<u32>,
     /// Print only the final numbers (ucx_perftest's -f).
     #[arg(short = 'f', long = "final-only")]
     final_only: bool,
     /// Print one JSON object per result instead of the table.
     #[arg(long)]
     json: bool,
-    /// Longest wait for the peer, in seconds (on the responder of put/get tests this
-    /// bounds a whole test).
+    /// Longest wait for the peer, in seconds (also for a server waiting for its client;
+    /// on the responder of put/get tests this bounds a whole test).
     #[arg(long, value_name = "SECONDS", default_value_t = 60.0)]
     timeout: f64,
-    /// Serve a remote client (not implemented yet).
-    #[arg(long)]
+    /// Wait for a client on a TCP port (-p) and serve the tests it asks for.
+    #[arg(long, conflicts_with_all = ["connect", "host"])]
     server: bool,
-    /// Connect to a remote server (not implemented yet).
-    #[arg(long, value_name = "HOST[:PORT]")]
+    /// Connect to a server started with --server: HOST or HOST:PORT.
+    #[arg(long, value_name = "HOST[:PORT]", conflicts_with = "host")]
     connect: Option<String>,
-    /// Port of server/client mode (not implemented yet).
+    /// TCP port of server/client mode [default: 13337].
     #[arg(short = 'p', long = "port", value_name = "PORT")]
     port: Option<u16>,
-    /// Server host, as in `ucx_perftest HOST` (not implemented yet).
+    /// Server to connect to, as in `ucx_perftest HOST` (same as --connect HOST).
     #[arg(value_name = "HOST")]
     host: Option<String>,
     /// Internal: the role of a peer process started by rucx-perftest itself.
@@ -116,7 +121,8 @@ fn usage<T>(msg: impl Into<String>) -> Result<T, Failure> {
     Err(Failure::Usage(msg.into()))
 }
 
-/// The suite run when no test is named: a few seconds over shared memory.
+/// The suite run when no test is named: the protocol-layer tests first, then short
+/// transport-layer ones; a few seconds in all over shared memory.
 fn default_suite() -> Vec<Params> {
     let p = |test, size, layout, iterations, warmup| Params {
         size,
@@ -126,45 +132,94 @@ fn default_suite() -> Vec<Params> {
         ..Params::new(test)
     };
     vec![
-        p(TestId::AmLat, 8, Some(Layout::Short), 20_000, 2_000),
-        p(TestId::AmBw, 8, Some(Layout::Short), 200_000, 20_000),
-        p(TestId::AmBw, 4096, Some(Layout::Bcopy), 50_000, 5_000),
-        p(TestId::PutLat, 8, Some(Layout::Short), 20_000, 2_000),
+        p(TestId::TagLat, 8, None, 500_000, 50_000),
+        p(TestId::TagLat, 4096, None, 200_000, 20_000),
+        p(TestId::TagBw, 64 << 10, None, 40_000, 4_000),
+        p(TestId::TagBw, 1 << 20, None, 4_000, 400),
+        p(TestId::TagMr, 8, None, 2_000_000, 200_000),
+        p(TestId::AmLat, 8, Some(Layout::Short), 100_000, 10_000),
+        p(TestId::AmBw, 8, Some(Layout::Short), 1_000_000, 100_000),
+        p(TestId::PutLat, 8, Some(Layout::Short), 100_000, 10_000),
         p(TestId::PutBw, 1 << 20, Some(Layout::Zcopy), 2_000, 200),
         p(TestId::GetBw, 1 << 20, Some(Layout::Zcopy), 2_000, 200),
     ]
 }
 
-/// What the initiator runs, from the command line.
+/// Where the peer is.
+enum Mode {
+    /// A process this one starts.
+    Local,
+    /// Wait for a client on this port.
+    Server(u16),
+    /// Connect to a server.
+    Client { host: String, port: u16 },
+}
+
+/// What the program does, from the command line.
 struct Plan {
+    mode: Mode,
     tests: Vec<Params>,
     cpus: Vec<usize>,
     timeout: Duration,
 }
 
-fn plan(cli: &Cli) -> Result<Plan, Failure> {
-    if cli.server || cli.connect.is_some() || cli.port.is_some() || cli.host.is_some() {
-        return usage(
-            "server/client mode (--server, --connect, -p, HOST) is not implemented yet; \
-             run without these options to start a local peer",
-        );
+fn mode(cli: &Cli) -> Result<Mode, Failure> {
+    let default_port = |given: Option<u16>| given.unwrap_or(perf::net::DEFAULT_PORT);
+    if cli.port == Some(0) {
+        return usage("-p: the port must be between 1 and 65535");
     }
-    let Some(tl) = uct::Transport::from_name(&cli.transport) else {
+    if cli.server {
+        return Ok(Mode::Server(default_port(cli.port)));
+    }
+    let target = match (&cli.connect, &cli.host) {
+        (Some(c), _) => c,
+        (None, Some(h)) => h,
+        (None, None) => {
+            if cli.port.is_some() {
+                return usage("-p needs --server, or a server to connect to (--connect HOST)");
+            }
+            return Ok(Mode::Local);
+        }
+    };
+    let (host, port) = perf::net::parse_host_port(target).map_err(Failure::Usage)?;
+    let port = match (port, cli.port) {
+        (Some(a), Some(b)) if a != b => {
+            return usage(format!("two ports given: {target} and -p {b}"));
+        }
+        (Some(a), _) => a,
+        (None, b) => default_port(b),
+    };
+    Ok(Mode::Client { host, port })
+}
+
+fn plan(cli: &Cli) -> Result<Plan, Failure> {
+    let mode = mode(cli)?;
+    let tl_name = cli.transport.as_deref().unwrap_or("shm");
+    let Some(tl) = uct::Transport::from_name(tl_name) else {
         return usage(format!(
-            "transport '{}' is not available (available: shm, posix, sysv, mm, cma)",
-            cli.transport
+            "transport '{tl_name}' is not available (available: {}; posix, sysv, mm and cma \
+             name shm)",
+            uct::Transport::ALL
+                .iter()
+                .filter(|t| **t != uct::Transport::SelfTl)
+                .map(|t| t.name())
+                .collect::<Vec<_>>()
+                .join(", ")
         ));
     };
     if tl == uct::Transport::SelfTl {
         return usage("transport 'self' only reaches its own process; use shm");
     }
-    if cli.device != tl.device() {
-        return usage(format!(
-            "device '{}' not found for transport {} (devices: {})",
-            cli.device,
-            tl.name(),
-            tl.device()
-        ));
+    if let Some(dev) = &cli.device {
+        // Both sides open the transport's first device; naming it is allowed.
+        let devices: Vec<String> = tl.devices().into_iter().map(|d| d.0).collect();
+        if *dev != tl.device() && devices.first() != Some(dev) {
+            return usage(format!(
+                "device '{dev}' cannot be used with transport {} (it runs on {})",
+                tl.name(),
+                devices.first().map_or(tl.device(), |d| d.as_str())
+            ));
+        }
     }
     let layout = match cli.layout.as_deref() {
         None => None,
@@ -172,7 +227,8 @@ fn plan(cli: &Cli) -> Result<Plan, Failure> {
             Some(l) => Some(l),
             None => {
                 return usage(format!(
-                    "data layout '{s}' is not supported (short, bcopy, zcopy)"
+                    "data layout '{s}' is not supported (short, bcopy, zcopy; contig for \
+                     tag tests)"
                 ))
             }
         },
@@ -180,6 +236,8 @@ fn plan(cli: &Cli) -> Result<Plan, Failure> {
     let cpus = match cli.cpus.as_deref() {
         // Two spinning processes that the scheduler puts on one CPU measure the scheduler
         // (a ping-pong round trip becomes a time slice), so by default each gets its own.
+        // A server and its client are started separately; they are pinned only on request.
+        None if !matches!(mode, Mode::Local) => Vec::new(),
         None => {
             let allowed = perf::affinity::allowed_cpus();
             if allowed.len() >= 2 {
@@ -197,9 +255,29 @@ fn plan(cli: &Cli) -> Result<Plan, Failure> {
     if !(cli.timeout > 0.0 && cli.timeout <= 86_400.0) {
         return usage("--timeout must be between 0 and 86400 seconds");
     }
+    let timeout = Duration::from_secs_f64(cli.timeout);
+    if let Mode::Server(_) = mode {
+        // The client chooses the tests; a server only checks what it was given.
+        if let Some(name) = &cli.test {
+            perf::lookup(name).map_err(|e| Failure::Usage(e.to_string()))?;
+        }
+        return Ok(Plan {
+            mode,
+            tests: Vec::new(),
+            cpus,
+            timeout,
+        });
+    }
     let mut tests = match &cli.test {
         Some(name) => {
             let info = perf::lookup(name).map_err(|e| Failure::Usage(e.to_string()))?;
+            if info.api == Api::Ucp && cli.transport.is_some() {
+                return usage(format!(
+                    "-x does not apply to {} (a protocol-layer test: ucp picks the \
+                     transport; restrict it with UCX_TLS)",
+                    info.name
+                ));
+            }
             let mut p = Params::new(info.id);
             if let Some(s) = cli.size {
                 p.size = s;
@@ -215,8 +293,12 @@ fn plan(cli: &Cli) -> Result<Plan, Failure> {
         }
     };
     for p in &mut tests {
-        p.transport = tl.name().into();
-        p.window = cli.window;
+        if p.test.info().api == Api::Uct {
+            p.transport = tl.name().into();
+        }
+        if let Some(w) = cli.window {
+            p.window = w;
+        }
         if let Some(n) = cli.iterations {
             p.iterations = n;
         }
@@ -228,9 +310,10 @@ fn plan(cli: &Cli) -> Result<Plan, Failure> {
         }
     }
     Ok(Plan {
+        mode,
         tests,
         cpus,
-        timeout: Duration::from_secs_f64(cli.timeout),
+        timeout,
     })
 }
 
@@ -242,11 +325,11 @@ struct PeerProcess {
 impl PeerProcess {
     /// Starts this executable as the responder; returns it with the channel's read and
     /// write descriptors (the child's stdout and stdin).
-    fn spawn(cli: &Cli, plan: &Plan) -> Result<(PeerProcess, OwnedFd, OwnedFd), String> {
+    fn spawn(plan: &Plan) -> Result<(PeerProcess, OwnedFd, OwnedFd), String> {
         let exe =
             std::env::current_exe().map_err(|e| format!("cannot find own executable: {e}"))?;
         let mut cmd = Command::new(exe);
-        cmd.args(["--peer-role", "responder", "-x", &cli.transport])
+        cmd.args(["--peer-role", "responder"])
             .arg("--timeout")
             .arg(plan.timeout.as_secs_f64().to_string())
             .stdin(Stdio::piped())
@@ -313,33 +396,75 @@ fn print_result(r: &PerfResult, cli: &Cli) {
     let _ = out.flush();
 }
 
-fn initiator(cli: &Cli) -> Result<(), Failure> {
-    let plan = plan(cli)?;
-    // Reading the configuration registers uct's variables; then misspelt UCX_* variables
-    // are reported, once (here, not again by the peer process).
+/// Reads the configuration of every layer, so that misspelt UCX_* variables are reported
+/// once (here, not again by a peer process) and bad values stop the run early.
+fn check_config() -> Result<(), Failure> {
     if let Err(e) = uct::IfaceConfig::from_env() {
         return Err(Failure::Run(format!("invalid UCX_* configuration: {e}")));
     }
+    if let Err(e) = ucp::Config::from_env() {
+        return Err(Failure::Run(format!("invalid UCX_* configuration: {e}")));
+    }
     ucs::config::warn_unknown();
-    // Start the peer before pinning: a child inherits its parent's CPU mask.
-    let (peer, rd, wr) = PeerProcess::spawn(cli, &plan).map_err(Failure::Run)?;
-    if let Some(&cpu) = plan.cpus.first() {
+    Ok(())
+}
+
+fn pin(cpus: &[usize]) -> Result<(), Failure> {
+    if let Some(&cpu) = cpus.first() {
         perf::affinity::pin_to_cpu(cpu)
             .map_err(|e| Failure::Run(format!("cannot pin to cpu {cpu}: {e}")))?;
     }
-    let chan = LineChannel::new(rd, wr);
-    let transport = &plan.tests[0].transport;
-    let mut side = UctPeer::connect(transport, chan, plan.timeout)
-        .map_err(|e| Failure::Run(format!("cannot connect to the peer process: {e}")))?;
+    Ok(())
+}
+
+/// Runs the plan's tests over `chan`, printing each result.
+fn run_tests(cli: &Cli, plan: &Plan, chan: LineChannel, peer: &str) -> Result<(), Failure> {
+    // Calibrate the clock before anything is timed (about 20 ms).
+    perf::clock::init();
+    let mut init = Initiator::new(chan, plan.timeout);
     for p in &plan.tests {
-        let r = side
+        let r = init
             .run(p)
             .map_err(|e| Failure::Run(format!("{} ({} bytes) failed: {e}", p.test, p.size)))?;
         print_result(&r, cli);
     }
-    side.finish()
-        .map_err(|e| Failure::Run(format!("cannot stop the peer process: {e}")))?;
-    peer.wait(plan.timeout).map_err(Failure::Run)
+    init.finish()
+        .map_err(|e| Failure::Run(format!("cannot stop the {peer}: {e}")))
+}
+
+fn initiator(cli: &Cli) -> Result<(), Failure> {
+    let plan = plan(cli)?;
+    check_config()?;
+    match &plan.mode {
+        Mode::Local => {
+            // Start the peer before pinning: a child inherits its parent's CPU mask.
+            let (peer, rd, wr) = PeerProcess::spawn(&plan).map_err(Failure::Run)?;
+            pin(&plan.cpus)?;
+            run_tests(cli, &plan, LineChannel::new(rd, wr), "peer process")?;
+            peer.wait(plan.timeout).map_err(Failure::Run)
+        }
+        Mode::Client { host, port } => {
+            pin(&plan.cpus)?;
+            let chan = perf::net::connect(host, *port, plan.timeout).map_err(Failure::Run)?;
+            run_tests(cli, &plan, chan, "server")
+        }
+        Mode::Server(port) => server(&plan, *port),
+    }
+}
+
+/// Serves one client, then exits.
+fn server(plan: &Plan, port: u16) -> Result<(), Failure> {
+    pin(&plan.cpus)?;
+    let listener = perf::net::listen(port).map_err(Failure::Run)?;
+    let port = listener.local_addr().map_or(port, |a| a.port());
+    eprintln!("rucx-perftest: waiting for a client on port {port}");
+    let (chan, client) = perf::net::accept(&listener, plan.timeout).map_err(Failure::Run)?;
+    drop(listener);
+    eprintln!("rucx-perftest: client {client} connected");
+    match perf::respond(chan, plan.timeout) {
+        Ok(()) => Ok(()),
+        Err(e) => Err(Failure::Run(format!("serving {client} failed: {e}"))),
+    }
 }
 
 fn responder(cli: &Cli) -> Result<(), Failure> {
@@ -363,12 +488,10 @@ fn responder(cli: &Cli) -> Result<(), Failure> {
         _ => return Err(Failure::Run("peer: no stdin/stdout channel".into())),
     };
     let timeout = Duration::from_secs_f64(cli.timeout.clamp(0.001, 86_400.0));
-    let mut side = UctPeer::connect(&cli.transport, LineChannel::new(rd, wr), timeout)
-        .map_err(|e| Failure::Run(format!("peer: cannot connect to the initiator: {e}")))?;
-    match side.serve() {
+    match perf::respond(LineChannel::new(rd, wr), timeout) {
         Ok(()) => Ok(()),
         // The initiator reports its own failure; the responder only follows it out.
-        Err(Status::ConnectionReset) => Ok(()),
+        Err(ucs::Status::ConnectionReset) => Ok(()),
         Err(e) => Err(Failure::Run(format!("peer: {e}"))),
     }
 }

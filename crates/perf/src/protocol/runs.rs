@@ -1,0 +1,397 @@
+//! The two sides of every protocol-layer test.
+//!
+//! - tag_lat / tag_sync_lat: ping-pong of tagged messages (synchronous sends for
+//!   tag_sync_lat). Each side posts the receive for the next message right after its own
+//!   send and before it progresses the worker again: ucp matches arriving messages only
+//!   inside progress, so every message finds its receive posted (the expected path), and
+//!   posting costs nothing on the round trip. One iteration is a round trip; the latency
+//!   reported is half of it. After the timed rounds, one more round with both receive
+//!   buffers poisoned checks every byte of both messages.
+//! - tag_bw / tag_mr: the initiator streams nonblocking sends, at most `window` of them in
+//!   flight (a send that completes in the call does not count); the responder keeps
+//!   `window` receives posted. A phase (the warm-up, then the timed run) ends with an
+//!   acknowledgement from the responder carrying how many messages it received, which
+//!   stops the initiator's clock. The responder receives the last message of the timed
+//!   run into a separate poisoned buffer and checks every byte. tag_mr is tag_bw with
+//!   message-rate columns in mind (8 bytes by default).
+//!
+//! Every request is waited for and freed; a failure leaves the peer broken (no more
+//! tests), its buffers kept until the worker is gone.
+
+use super::{check_message, MsgBuf, UcpPeer, ACK_TAG, MASK, TAG};
+use crate::channel::{Channel, Msg};
+use crate::handshake;
+use crate::params::Params;
+use crate::registry::TestId;
+use crate::stats::{stride_of, Stamps, Timing};
+use crate::transport::wait::{check_stall, SPINS};
+use std::collections::VecDeque;
+use std::time::Duration;
+use ucp::{Ep, RecvInfo, Request, Worker};
+use ucs::{Result, Status};
+
+/// True when `r` completed successfully; an error when it completed otherwise.
+#[inline]
+fn done(w: &Worker, r: Request, what: &str) -> Result<bool> {
+    match w.request_test(r)? {
+        None => Ok(false),
+        Some(Status::Ok) => Ok(true),
+        Some(s) => {
+            tracing::error!("{what}: the request completed with {s}");
+            Err(s)
+        }
+    }
+}
+
+/// Progresses until `send` (if any) and then `recv` complete; frees both and returns what
+/// the receive got.
+#[inline]
+fn wait_pair<C: Channel>(
+    w: &mut Worker,
+    chan: &mut C,
+    timeout: Duration,
+    what: &str,
+    mut send: Option<Request>,
+    recv: Request,
+) -> Result<RecvInfo> {
+    let mut n: u32 = 0;
+    let mut since = None;
+    loop {
+        if let Some(s) = send {
+            if done(w, s, what)? {
+                w.request_free(s)?;
+                send = None;
+            }
+        }
+        if send.is_none() && done(w, recv, what)? {
+            let info = w.request_info(recv)?;
+            w.request_free(recv)?;
+            return Ok(info);
+        }
+        if w.progress() > 0 {
+            // Events: the peer is alive; only fruitless spins count towards a stall.
+            (n, since) = (0, None);
+        }
+        n = n.wrapping_add(1);
+        if n % SPINS == 0 {
+            check_stall(chan, &mut since, timeout, what)?;
+        }
+    }
+}
+
+/// Progresses until `r` completes; frees it.
+fn wait_one<C: Channel>(
+    w: &mut Worker,
+    chan: &mut C,
+    timeout: Duration,
+    what: &str,
+    r: Option<Request>,
+) -> Result<()> {
+    let Some(r) = r else { return Ok(()) };
+    let mut n: u32 = 0;
+    let mut since = None;
+    while !done(w, r, what)? {
+        if w.progress() > 0 {
+            // Events: the peer is alive; only fruitless spins count towards a stall.
+            (n, since) = (0, None);
+        }
+        n = n.wrapping_add(1);
+        if n % SPINS == 0 {
+            check_stall(chan, &mut since, timeout, what)?;
+        }
+    }
+    w.request_free(r)
+}
+
+/// Progresses until at most `limit` requests of `inflight` are outstanding, freeing the
+/// completed ones from the front (one endpoint's sends complete in order).
+#[inline]
+fn drain_to<C: Channel>(
+    w: &mut Worker,
+    chan: &mut C,
+    timeout: Duration,
+    inflight: &mut VecDeque<Request>,
+    limit: usize,
+) -> Result<()> {
+    let mut n: u32 = 0;
+    let mut since = None;
+    loop {
+        while let Some(&r) = inflight.front() {
+            if !done(w, r, "a send")? {
+                break;
+            }
+            w.request_free(r)?;
+            inflight.pop_front();
+        }
+        if inflight.len() <= limit {
+            return Ok(());
+        }
+        if w.progress() > 0 {
+            // Events: the peer is alive; only fruitless spins count towards a stall.
+            (n, since) = (0, None);
+        }
+        n = n.wrapping_add(1);
+        if n % SPINS == 0 {
+            check_stall(chan, &mut since, timeout, "send completions")?;
+        }
+    }
+}
+
+/// One send of the test message.
+///
+/// # Safety
+/// `buf` must stay valid and unmodified until the returned request (if any) completes.
+#[inline]
+unsafe fn send(
+    w: &mut Worker,
+    ep: Ep,
+    buf: &MsgBuf,
+    tag: u64,
+    sync: bool,
+) -> Result<Option<Request>> {
+    // SAFETY: passed on to the caller.
+    unsafe { w.tag_send_nb(ep, buf.ucp(), tag, sync, None) }
+}
+
+/// One receive of the test message.
+///
+/// # Safety
+/// `buf` must stay valid until the returned request completes, and this side must not
+/// read or write it meanwhile.
+#[inline]
+unsafe fn recv(w: &mut Worker, buf: &MsgBuf, tag: u64) -> Result<Request> {
+    // SAFETY: passed on to the caller.
+    unsafe { w.tag_recv_nb(buf.ucp(), tag, MASK, None) }
+}
+
+impl<C: Channel> UcpPeer<C> {
+    // ---- latency -----------------------------------------------------------------------
+
+    pub(super) fn lat_initiator(&mut self, p: &Params) -> Result<Timing> {
+        let sync = p.test == TestId::TagSyncLat;
+        self.bufs = super::Buffers {
+            send: Some(MsgBuf::pattern(p.size)?),
+            recv: Some(MsgBuf::poisoned(p.size)?),
+            ..Default::default()
+        };
+        self.start(p)?;
+        let (w, ep, chan, t) = (&mut self.worker, self.ep, &mut self.chan, self.timeout);
+        let (Some(sb), Some(rb)) = (&self.bufs.send, &self.bufs.recv) else {
+            return Err(Status::NoMemory);
+        };
+        let round = |w: &mut Worker, chan: &mut C| -> Result<RecvInfo> {
+            // SAFETY: the buffers live in self.bufs, which outlives every request: this
+            // round waits for both requests, and after a failure the peer keeps the
+            // buffers until its worker is gone. Nothing touches rb until the receive
+            // completed.
+            let (s, r) = unsafe { (send(w, ep, sb, TAG, sync)?, recv(w, rb, TAG)?) };
+            wait_pair(w, chan, t, "the reply", s, r)
+        };
+        for _ in 0..p.warmup {
+            round(w, chan)?;
+        }
+        let mut st = Stamps::new(p.iterations, 1);
+        st.start();
+        for _ in 0..p.iterations {
+            round(w, chan)?;
+            st.mark();
+        }
+        let timing = st.finish();
+        // The check round, untimed: the reply must fill the poisoned buffer exactly.
+        rb.poison();
+        let info = round(w, chan)?;
+        let error = check_message("the last reply", rb, info);
+        handshake::done_and_verdict(chan, t, p.test)?;
+        if let Some(e) = error {
+            tracing::error!("{}: {e}", p.test);
+            return Err(Status::IoError);
+        }
+        Ok(timing)
+    }
+
+    pub(super) fn lat_responder(&mut self, p: &Params) -> Result<()> {
+        let sync = p.test == TestId::TagSyncLat;
+        self.bufs = super::Buffers {
+            send: Some(MsgBuf::pattern(p.size)?),
+            recv: Some(MsgBuf::poisoned(p.size)?),
+            ..Default::default()
+        };
+        let (w, ep, chan, t) = (&mut self.worker, self.ep, &mut self.chan, self.timeout);
+        let (Some(sb), Some(rb)) = (&self.bufs.send, &self.bufs.recv) else {
+            return Err(Status::NoMemory);
+        };
+        // Rounds 0..total are the warm-up and timed ones, round `total` the check round.
+        let total = p.warmup + p.iterations;
+        // SAFETY: this holds for every send and recv below: the buffers live in self.bufs,
+        // which outlives every request (see lat_initiator); rb is touched only between a
+        // completed receive and the next post.
+        let mut r = unsafe { recv(w, rb, TAG)? };
+        chan.send(&Msg::Ready { region: None })?;
+        let mut prev: Option<Request> = None;
+        let mut error = None;
+        for i in 0..=total {
+            let info = wait_pair(w, chan, t, "a ping", prev.take(), r)?;
+            if i == total {
+                error = check_message("the last ping", rb, info);
+            }
+            // SAFETY: see above.
+            prev = unsafe { send(w, ep, sb, TAG, sync)? };
+            if i < total {
+                if i + 1 == total {
+                    rb.poison();
+                }
+                // SAFETY: see above.
+                r = unsafe { recv(w, rb, TAG)? };
+            }
+        }
+        wait_one(w, chan, t, "the last pong", prev)?;
+        handshake::await_done_and_judge(chan, t, || error)
+    }
+
+    // ---- bandwidth and message rate ----------------------------------------------------
+
+    pub(super) fn bw_initiator(&mut self, p: &Params) -> Result<Timing> {
+        self.bufs = super::Buffers {
+            send: Some(MsgBuf::pattern(p.size)?),
+            ack: Some(MsgBuf::poisoned(8)?),
+            ..Default::default()
+        };
+        let window = p.window.max(1) as usize;
+        let (w, ep, chan, t) = (&mut self.worker, self.ep, &mut self.chan, self.timeout);
+        let (Some(sb), Some(ab)) = (&self.bufs.send, &self.bufs.ack) else {
+            return Err(Status::NoMemory);
+        };
+        // SAFETY: this holds for every send and recv of this function: the buffers live
+        // in self.bufs, which outlives every request: each phase waits for all of its requests, and after
+        // a failure the peer keeps the buffers until its worker is gone. The send buffer is
+        // only read; the acknowledgement buffer is read after its receive completed.
+        let mut ack = unsafe { recv(w, ab, ACK_TAG)? };
+        // The responder posts its first receives before it answers.
+        chan.send(&Msg::Start {
+            params: p.clone(),
+            region: None,
+        })?;
+        handshake::expect_ready(chan, t)?;
+        let mut inflight: VecDeque<Request> = VecDeque::with_capacity(window);
+        let mut stream = |w: &mut Worker,
+                          chan: &mut C,
+                          count: u64,
+                          mut mark: Option<&mut Stamps>|
+         -> Result<()> {
+            for _ in 0..count {
+                if inflight.len() >= window {
+                    drain_to(w, chan, t, &mut inflight, window - 1)?;
+                }
+                // SAFETY: see above.
+                if let Some(r) = unsafe { send(w, ep, sb, TAG, false)? } {
+                    inflight.push_back(r);
+                }
+                if let Some(st) = mark.as_deref_mut() {
+                    st.mark();
+                }
+            }
+            drain_to(w, chan, t, &mut inflight, 0)
+        };
+        let mut end_phase = |w: &mut Worker, chan: &mut C, count: u64, again: bool| -> Result<()> {
+            let info = wait_pair(w, chan, t, "the acknowledgement", None, ack)?;
+            let got = ab.read_u64();
+            if info.length != 8 || got != count {
+                tracing::error!(
+                    "{}: the responder acknowledged {got} messages ({} bytes), expected {count}",
+                    p.test,
+                    info.length
+                );
+                return Err(Status::IoError);
+            }
+            if again {
+                ab.poison();
+                // SAFETY: see above.
+                ack = unsafe { recv(w, ab, ACK_TAG)? };
+            }
+            Ok(())
+        };
+        if p.warmup > 0 {
+            stream(w, chan, p.warmup, None)?;
+            end_phase(w, chan, p.warmup, true)?;
+        }
+        let mut st = Stamps::new(p.iterations, stride_of(p.test.info().kind));
+        st.start();
+        stream(w, chan, p.iterations, Some(&mut st))?;
+        end_phase(w, chan, p.iterations, false)?;
+        let timing = st.finish();
+        handshake::done_and_verdict(chan, t, p.test)?;
+        Ok(timing)
+    }
+
+    pub(super) fn bw_responder(&mut self, p: &Params) -> Result<()> {
+        self.bufs = super::Buffers {
+            recv: Some(MsgBuf::poisoned(p.size)?),
+            check: Some(MsgBuf::poisoned(p.size)?),
+            ack: Some(MsgBuf::poisoned(8)?),
+            ..Default::default()
+        };
+        let window = p.window.max(1) as usize;
+        let (w, ep, chan, t) = (&mut self.worker, self.ep, &mut self.chan, self.timeout);
+        let (Some(rb), Some(cb), Some(ab)) = (&self.bufs.recv, &self.bufs.check, &self.bufs.ack)
+        else {
+            return Err(Status::NoMemory);
+        };
+        let mut posted: VecDeque<Request> = VecDeque::with_capacity(window);
+        let mut error = None;
+        let phases = [(p.warmup, false), (p.iterations, true)];
+        let mut ready_sent = false;
+        for (count, timed) in phases.into_iter().filter(|&(n, _)| n > 0) {
+            let (mut next, mut got) = (0u64, 0u64);
+            let mut n: u32 = 0;
+            let mut since = None;
+            loop {
+                while posted.len() < window && next < count {
+                    // The last message of the timed run lands in the check buffer.
+                    let b = if timed && next + 1 == count { cb } else { rb };
+                    // SAFETY: the buffers live in self.bufs, which outlives every request
+                    // (each phase waits for all of its receives; after a failure the peer
+                    // keeps them until its worker is gone). The receives share rb, as
+                    // ucx_perftest's do: ucp writes it only inside progress on this thread,
+                    // one message at a time, and this side never reads it; the one message
+                    // checked has cb to itself.
+                    posted.push_back(unsafe { recv(w, b, TAG)? });
+                    next += 1;
+                }
+                if !ready_sent {
+                    chan.send(&Msg::Ready { region: None })?;
+                    ready_sent = true;
+                }
+                while let Some(&r) = posted.front() {
+                    if !done(w, r, "a message")? {
+                        break;
+                    }
+                    if timed && got + 1 == count {
+                        error = check_message("the last message", cb, w.request_info(r)?);
+                    }
+                    w.request_free(r)?;
+                    posted.pop_front();
+                    got += 1;
+                }
+                if got == count {
+                    break;
+                }
+                if w.progress() > 0 {
+                    (n, since) = (0, None);
+                }
+                n = n.wrapping_add(1);
+                if n % SPINS == 0 {
+                    check_stall(chan, &mut since, t, "messages")?;
+                }
+            }
+            ab.write_u64(count);
+            // SAFETY: ab outlives the request (as above) and is not written until the send
+            // completed (wait_one).
+            let s = unsafe { send(w, ep, ab, ACK_TAG, false)? };
+            wait_one(w, chan, t, "the acknowledgement", s)?;
+        }
+        if !ready_sent {
+            chan.send(&Msg::Ready { region: None })?;
+        }
+        handshake::await_done_and_judge(chan, t, || error)
+    }
+}
