@@ -24,7 +24,9 @@
 use libfuzzer_sys::arbitrary::{Result, Unstructured};
 use libfuzzer_sys::fuzz_target;
 use std::collections::VecDeque;
-use uct::shm::fifo::{FifoRx, FifoTx, Geometry, Slot, ELEM_HDR, FLAG_BCOPY, FLAG_INLINE, FLAG_SKIP};
+use uct::shm::fifo::{
+    FifoRx, FifoTx, Geometry, Slot, ELEM_HDR, FLAG_BCOPY, FLAG_INLINE, FLAG_SKIP,
+};
 use uct::AM_ID_MAX;
 
 const GEO: Geometry = Geometry {
@@ -48,6 +50,8 @@ struct Held {
     index: u64,
     inline: usize,
     bcopy: usize,
+    /// The claim found the consumer asleep: its publish must ask for a wakeup.
+    wake: bool,
 }
 
 /// What the receiver must do with a published element.
@@ -143,7 +147,7 @@ struct Harness {
     claimed: u64,
     consumed: u64,
     dropped: u64,
-    /// Model of the consumer's `armed` flag.
+    /// Model of the consumer's sleep bit in `tail`: set by arm, cleared by the next claim.
     armed: bool,
 }
 
@@ -170,6 +174,7 @@ impl Harness {
             index: self.claimed,
             inline,
             bcopy,
+            wake: std::mem::take(&mut self.armed),
         };
         self.claimed += 1;
         self.held.push(h);
@@ -206,8 +211,7 @@ impl Harness {
         if self.rogue {
             return Ok(());
         }
-        assert_eq!(wake, self.armed, "publish reported the wrong wakeup");
-        self.armed = false;
+        assert_eq!(wake, h.wake, "publish reported the wrong wakeup");
         let len = len as usize;
         let well_formed = am_id < AM_ID_MAX
             && match flags {
@@ -293,8 +297,12 @@ impl Harness {
             return;
         }
         self.armed = true;
-        let next_ready = matches!(self.queue.front(), Some(Some(_)));
-        assert_eq!(ok, !next_ready, "arm must refuse exactly when data waits");
+        let outstanding = self.claimed - self.consumed;
+        assert_eq!(
+            ok,
+            outstanding == 0,
+            "arm must refuse exactly when a slot was claimed since the head"
+        );
     }
 
     fn check_flags(&mut self) {

@@ -4,9 +4,9 @@
 //! ```text
 //! segment layout (offsets in bytes)
 //!   0    Ctl.hdr     magic, version, geometry        written once by the owner
-//!   128  Ctl.prod    tail: next slot to claim        producers (CAS)
+//!   128  Ctl.prod    tail: next slot to claim        producers (CAS), consumer (arm bit)
 //!   256  Ctl.cons    head: next slot to consume      consumer (store), producers (load)
-//!   384  Ctl.sig     armed: consumer sleeps          consumer (store), producers (swap)
+//!   384  reserved    (zero)
 //!   512  elements    fifo_size × elem_size           element t % fifo_size
 //!   ...  bcopy area  fifo_size × bcopy_size          buffer t % fifo_size (page aligned)
 //!
@@ -20,11 +20,13 @@
 //! handler, and advances `head`, which frees the slot for claim number `head + fifo_size`.
 //! Counters are 64-bit and never wrap in practice.
 //!
-//! Sleeping. The consumer sets `armed` and then looks at the next element once more; a
-//! producer, after publishing, looks at `armed` and signals the consumer's eventfd only if
-//! it swaps it from 1 to 0. Both pairs (store then load) are sequentially consistent, so
-//! either the consumer sees the element or the producer sees `armed`: no lost wakeup, and
-//! no syscall while the consumer is awake.
+//! Sleeping. The top bit of `tail` says "the consumer sleeps". The consumer sets it with an
+//! atomic or and looks at the value it replaced: if some slot was claimed since its head
+//! it does not sleep (data is on its way). Otherwise every later claim — a compare-and-swap
+//! on the same word — sees the bit, clears it, and that producer signals the consumer's
+//! eventfd after publishing. Both sides only touch `tail` with read-modify-writes, so the
+//! word's single modification order decides who sees whom: no lost wakeup, no fence on
+//! the publish path, and no system call while the consumer is awake.
 //!
 //! Trust. Everything in the segment can be written by any process that mapped it. The
 //! consumer keeps its own copy of `head` and reads only `seq`, `len`, `am_id` and `flags` of
@@ -42,7 +44,9 @@ use ucs::sys::ShmSegment;
 use ucs::{Result, Status};
 
 const MAGIC: u64 = u64::from_le_bytes(*b"RUCXFIFO");
-const LAYOUT_VERSION: u32 = 1;
+const LAYOUT_VERSION: u32 = 2;
+/// The "consumer sleeps" bit of `tail`.
+const ARMED: u64 = 1 << 63;
 /// Set in an element's length word between claim and publish: the rest is the claiming
 /// producer's process id.
 const OWNER_MARK: u32 = 1 << 31;
@@ -84,7 +88,7 @@ struct Ctl {
     hdr: Hdr,
     tail: Line64,
     head: Line64,
-    armed: Line32,
+    reserved: Line32,
 }
 
 #[repr(C)]
@@ -101,7 +105,7 @@ const _: () = {
     assert!(std::mem::size_of::<Ctl>() == CTL_SIZE);
     assert!(std::mem::offset_of!(Ctl, tail) == 128);
     assert!(std::mem::offset_of!(Ctl, head) == 256);
-    assert!(std::mem::offset_of!(Ctl, armed) == 384);
+    assert!(std::mem::offset_of!(Ctl, reserved) == 384);
     assert!(std::mem::size_of::<ElemHdr>() == ELEM_HDR);
     assert!(std::mem::offset_of!(ElemHdr, len) == 8);
     assert!(std::mem::offset_of!(ElemHdr, am_id) == 12);
@@ -353,7 +357,7 @@ impl FifoRx {
     ) -> bool {
         let t = self.head;
         let h = self.ring.elem_hdr(t);
-        let tail = self.ring.ctl().tail.v.load(Ordering::Acquire);
+        let tail = self.ring.ctl().tail.v.load(Ordering::Acquire) & !ARMED;
         if h.seq.load(Ordering::Acquire) == t || tail <= t {
             self.stall = None;
             return false;
@@ -386,8 +390,8 @@ impl FifoRx {
     /// Announces that the consumer is about to sleep. Returns false when an element is
     /// already there (do not sleep; poll instead).
     pub fn arm(&self) -> bool {
-        self.ring.ctl().armed.v.store(1, Ordering::SeqCst);
-        self.ring.elem_hdr(self.head).seq.load(Ordering::SeqCst) != self.head
+        let prev = self.ring.ctl().tail.v.fetch_or(ARMED, Ordering::SeqCst);
+        prev & !ARMED == self.head
     }
 }
 
@@ -398,9 +402,10 @@ pub struct FifoTx {
     pid: u32,
 }
 
-/// A claimed slot: write the payload, then [`FifoTx::publish`] it.
+/// A claimed slot: write the payload, then [`FifoTx::publish`] it. Remembers whether the
+/// claim found the consumer asleep (then the publisher must wake it).
 #[derive(Clone, Copy, Debug)]
-pub struct Slot(u64);
+pub struct Slot(u64, bool);
 
 impl FifoTx {
     /// Attaches to a FIFO in `seg`, validating its header against the segment.
@@ -443,7 +448,7 @@ impl FifoTx {
     /// True when a claim would succeed now.
     pub fn has_space(&mut self) -> bool {
         let ctl = self.ring.ctl();
-        let t = ctl.tail.v.load(Ordering::Relaxed);
+        let t = ctl.tail.v.load(Ordering::Relaxed) & !ARMED;
         self.cached_head = ctl.head.v.load(Ordering::Acquire);
         t.wrapping_sub(self.cached_head) < u64::from(self.ring.geo.fifo_size)
     }
@@ -453,28 +458,30 @@ impl FifoTx {
     pub fn claim(&mut self) -> Option<Slot> {
         let ctl = self.ring.ctl();
         let size = u64::from(self.ring.geo.fifo_size);
-        let mut t = ctl.tail.v.load(Ordering::Relaxed);
+        let mut cur = ctl.tail.v.load(Ordering::Relaxed);
         loop {
+            let t = cur & !ARMED;
             if t.wrapping_sub(self.cached_head) >= size {
                 self.cached_head = ctl.head.v.load(Ordering::Acquire);
                 if t.wrapping_sub(self.cached_head) >= size {
                     return None;
                 }
             }
+            // Claiming also clears the consumer's sleep bit: this producer wakes it.
             match ctl
                 .tail
                 .v
-                .compare_exchange_weak(t, t + 1, Ordering::Acquire, Ordering::Relaxed)
+                .compare_exchange_weak(cur, t + 1, Ordering::Acquire, Ordering::Relaxed)
             {
-                Ok(_) => {
+                Ok(prev) => {
                     // Who holds the slot, for a consumer that finds it never published.
                     self.ring
                         .elem_hdr(t)
                         .len
                         .store(OWNER_MARK | self.pid, Ordering::Release);
-                    return Some(Slot(t));
+                    return Some(Slot(t, prev & ARMED != 0));
                 }
-                Err(cur) => t = cur,
+                Err(c) => cur = c,
             }
         }
     }
@@ -512,9 +519,8 @@ impl FifoTx {
         h.len.store(len as u32, Ordering::Relaxed);
         h.am_id.store(am_id, Ordering::Relaxed);
         h.flags.store(flags, Ordering::Relaxed);
-        h.seq.store(s.0, Ordering::SeqCst);
-        let armed = &self.ring.ctl().armed.v;
-        armed.load(Ordering::SeqCst) != 0 && armed.swap(0, Ordering::SeqCst) != 0
+        h.seq.store(s.0, Ordering::Release);
+        s.1
     }
 }
 
@@ -597,6 +603,11 @@ mod tests {
         assert_eq!(send(&mut tx, b"b"), Some(true));
         // The wakeup is consumed by the first producer that saw it.
         assert_eq!(send(&mut tx, b"c"), Some(false));
+        // A slot claimed but not yet published also keeps the consumer awake.
+        assert_eq!(rx.poll(|_, _| {}), 2);
+        let s = tx.claim().unwrap();
+        assert!(!rx.arm(), "a claimed slot is data on its way");
+        let _ = tx.publish(s, 3, FLAG_INLINE, 0);
     }
 
     #[test]
