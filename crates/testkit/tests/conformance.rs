@@ -5,3 +5,5 @@ use uct::Transport;
 
 testkit::conformance_suite!(self_tl, Transport::SelfTl);
 testkit::conformance_suite!(shm, Transport::Shm);
+testkit::conformance_suite!(tcp, Transport::Tcp);
+testkit::conformance_suite!(udp, Transport::Udp);

@@ -7,7 +7,7 @@
 //!  |  = 1   | = 0    |  u16 = 0 |   u64    |   u64     |   u8     |                      |
 //!  +--------+--------+----------+----------+-----------+----------+----------------------+
 //!  iface entry: transport id u8 | caps u32 | addr len u8 | addr (addr len bytes)
-//!  transport ids: 1 = self, 2 = shm, 3 = tcp (one entry per device); other ids are
+//!  transport ids: 1 = self, 2 = shm, 3 = tcp, 4 = udp (one entry per device); other ids are
 //!  skipped (a newer peer's transport)
 //! ```
 //! All integers little endian. Decoding checks every length and rejects trailing bytes,
@@ -45,6 +45,7 @@ pub fn tl_id(t: Transport) -> u8 {
         Transport::SelfTl => 1,
         Transport::Shm => 2,
         Transport::Tcp => 3,
+        Transport::Udp => 4,
     }
 }
 
@@ -53,6 +54,7 @@ fn tl_from_id(id: u8) -> Option<Transport> {
         1 => Some(Transport::SelfTl),
         2 => Some(Transport::Shm),
         3 => Some(Transport::Tcp),
+        4 => Some(Transport::Udp),
         _ => None,
     }
 }

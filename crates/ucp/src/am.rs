@@ -226,11 +226,11 @@ impl Worker {
         }
         let r = st.new_req(
             ReqKind::Send(SendState {
-                kind: SendKind::Am {
+                kind: SendKind::Am(Box::new(AmInfo {
                     id,
                     header: header.to_vec(),
                     reply: flags.reply,
-                },
+                })),
                 ep: ep.0,
                 buf: data,
                 tag: 0,
@@ -411,12 +411,13 @@ pub(crate) fn am_send_step(tls: &mut [Tl], st: &mut State, lane: Lane, r: Reques
     else {
         return Ok(true);
     };
-    let SendKind::Am { id, header, reply } = &s.kind else {
+    let SendKind::Am(am) = &s.kind else {
         return Ok(true);
     };
+    let header = &am.header;
     let f = Fields {
-        id: *id,
-        flags: if *reply { FLAG_REPLY } else { 0 },
+        id: am.id,
+        flags: if am.reply { FLAG_REPLY } else { 0 },
         hdr_len: header.len(),
         uuid,
     };
@@ -438,7 +439,7 @@ pub(crate) fn am_send_step(tls: &mut [Tl], st: &mut State, lane: Lane, r: Reques
     }
     if s.mem.is_none() {
         let ptr = s.buf.contig_ptr().ok_or(Status::InvalidParam)?;
-        s.mem = Some(tls[lane.tl].md.mem_reg(ptr, len.max(1))?);
+        s.mem = Some(Box::new(tls[lane.tl].md.mem_reg(ptr, len.max(1))?));
     }
     let (rkey, addr) = match &s.mem {
         Some(m) => (m.pack_rkey(), m.address() as u64),

@@ -170,7 +170,8 @@ mod tests {
         assert_eq!(parse_tls("all").unwrap(), Transport::ALL.to_vec());
         assert_eq!(parse_tls("").unwrap(), Transport::ALL.to_vec());
         assert_eq!(parse_tls("posix,self").unwrap(), vec![SelfTl, Shm]);
-        assert_eq!(parse_tls("^shm").unwrap(), vec![SelfTl, Tcp]);
+        assert_eq!(parse_tls("^shm").unwrap(), vec![SelfTl, Tcp, Udp]);
+        assert_eq!(parse_tls("udp").unwrap(), vec![Udp]);
         assert_eq!(parse_tls("tcp").unwrap(), vec![Tcp]);
         assert_eq!(parse_tls("sm,tcp").unwrap(), vec![Shm, Tcp]);
         assert_eq!(parse_tls("rc,ud").unwrap(), vec![]);

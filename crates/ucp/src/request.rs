@@ -222,16 +222,20 @@ impl Buf {
 }
 
 /// State of a send in progress.
+/// An active message's id, user header and whether the receiver gets a reply endpoint
+/// (boxed in requests: most sends are tag sends and should not carry its size).
+pub(crate) struct AmInfo {
+    pub id: u16,
+    pub header: Vec<u8>,
+    pub reply: bool,
+}
+
 /// What a send carries.
 pub(crate) enum SendKind {
     Tag,
     /// An active message: its id, user header and whether the receiver gets a reply
     /// endpoint.
-    Am {
-        id: u16,
-        header: Vec<u8>,
-        reply: bool,
-    },
+    Am(Box<AmInfo>),
     /// Bytes of the endpoint's stream.
     Stream,
 }
@@ -247,7 +251,7 @@ pub(crate) struct SendState {
     pub msg_id: u64,
     pub proto: crate::proto::select::Proto,
     /// Registration of the buffer while a rendezvous is in flight.
-    pub mem: Option<uct::MemHandle>,
+    pub mem: Option<Box<uct::MemHandle>>,
     /// Waiting for the peer's acknowledgement (sync ack or rendezvous done).
     pub remote_pending: bool,
 }
@@ -267,7 +271,7 @@ pub(crate) enum ReqKind {
     Send(SendState),
     Recv(RecvState),
     /// An emulated remote access or atomic.
-    Rma(crate::rma::RmaState),
+    Rma(Box<crate::rma::RmaState>),
     /// Completes when the endpoint (or, with `None`, every endpoint) has nothing in flight.
     Flush(Option<u32>),
     /// Like Flush, then destroys the endpoint.

@@ -141,7 +141,7 @@ impl Worker {
 
     fn rma_req(&mut self, st: RmaState, cb: Option<Callback>, released: bool) -> Result<Request> {
         let ep = st.ep;
-        let r = self.st.new_req(ReqKind::Rma(st), cb);
+        let r = self.st.new_req(ReqKind::Rma(Box::new(st)), cb);
         if let Some(q) = self.st.reqs.get_mut(r.0) {
             q.released = released;
         }

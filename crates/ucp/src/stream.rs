@@ -65,7 +65,7 @@ impl Worker {
             .is_some_and(|q| q.status == Some(Status::Ok))
             && !st.completed.contains(&r)
         {
-            st.reqs.put(r.0);
+            st.reqs.remove(r.0);
             return Ok(None);
         }
         Ok(Some(r))
@@ -104,7 +104,7 @@ impl Worker {
         let q = st.reqs.get_ref(r.0).ok_or(Status::InvalidParam)?;
         if q.status == Some(Status::Ok) && !st.completed.contains(&r) {
             let n = q.info.length;
-            st.reqs.put(r.0);
+            st.reqs.remove(r.0);
             return Ok(StreamRecv::Done(n));
         }
         Ok(StreamRecv::Pending(r))

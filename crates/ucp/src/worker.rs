@@ -550,7 +550,7 @@ impl Worker {
             let cb = q.cb.take();
             let (status, info, released) = (q.status.unwrap_or(Status::Ok), q.info, q.released);
             if released {
-                self.st.reqs.put(r.0);
+                self.st.reqs.remove(r.0);
             }
             if let Some(cb) = cb {
                 cb(r, status, info);
@@ -583,7 +583,7 @@ impl Worker {
     pub fn request_free(&mut self, r: Request) -> Result<()> {
         let q = self.st.reqs.get_mut(r.0).ok_or(Status::InvalidParam)?;
         if q.status.is_some() && q.cb.is_none() {
-            self.st.reqs.put(r.0);
+            self.st.reqs.remove(r.0);
         } else {
             q.released = true;
         }

@@ -190,6 +190,29 @@ impl<T> Pool<T> {
         }
     }
 
+    /// Drops the object at `idx` where it lies (no move out, unlike [`Pool::put`]).
+    /// Returns false when `idx` is stale or was never handed out by this pool.
+    #[inline]
+    pub fn remove(&mut self, idx: PoolIdx) -> bool {
+        let free_head = self.free_head;
+        let Some(slot) = self.slot_mut(idx.slot) else {
+            return false;
+        };
+        if slot.gen != idx.gen || !matches!(slot.entry, Entry::Live(_)) {
+            return false;
+        }
+        let reusable = slot.gen != u32::MAX;
+        if reusable {
+            slot.gen += 1;
+            slot.entry = Entry::Free { next: free_head };
+            self.free_head = idx.slot;
+        } else {
+            slot.entry = Entry::Retired;
+        }
+        self.len -= 1;
+        true
+    }
+
     /// The object at `idx`, if `idx` is live.
     #[inline]
     pub fn get_ref(&self, idx: PoolIdx) -> Option<&T> {
@@ -291,6 +314,24 @@ impl<T> Pool<T> {
             .collect();
         self.chunks.push(slots);
         self.free_head = base as u32;
+    }
+}
+
+#[cfg(test)]
+mod remove_tests {
+    use super::*;
+
+    #[test]
+    fn remove_drops_in_place_and_checks_generations() {
+        let mut p = Pool::new();
+        let a = p.get(String::from("a"));
+        assert!(p.remove(a));
+        assert!(!p.remove(a), "stale index");
+        assert!(p.get_ref(a).is_none());
+        let b = p.get(String::from("b"));
+        assert_eq!(b.slot(), a.slot());
+        assert_eq!(p.get_ref(b).map(String::as_str), Some("b"));
+        assert_eq!(p.len(), 1);
     }
 }
 

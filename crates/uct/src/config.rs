@@ -39,6 +39,7 @@ pub static VARS: &[Var] = &[
 pub struct IfaceConfig {
     pub fifo: Geometry,
     pub tcp: crate::tcp::TcpConfig,
+    pub udp: crate::udp::UdpConfig,
     pub max_poll: usize,
     pub self_seg_size: usize,
 }
@@ -47,6 +48,7 @@ impl Default for IfaceConfig {
     fn default() -> Self {
         IfaceConfig {
             tcp: crate::tcp::TcpConfig::default(),
+            udp: crate::udp::UdpConfig::default(),
             fifo: Geometry {
                 fifo_size: 256,
                 elem_size: 128,
@@ -67,6 +69,7 @@ impl IfaceConfig {
         };
         let cfg = IfaceConfig {
             tcp: crate::tcp::TcpConfig::from_env()?,
+            udp: crate::udp::UdpConfig::from_env()?,
             fifo: Geometry {
                 fifo_size: n(0)?,
                 elem_size: n(1)?,

@@ -11,6 +11,7 @@ use crate::rkey::Rkey;
 use crate::self_tl::SelfIface;
 use crate::shm::ShmIface;
 use crate::tcp::{IfaceEvent, TcpIface};
+use crate::udp::UdpIface;
 use crate::types::*;
 use crate::{rma, Transport};
 use std::collections::VecDeque;
@@ -22,6 +23,7 @@ enum Tl {
     SelfTl(SelfIface),
     Shm(ShmIface),
     Tcp(TcpIface),
+    Udp(UdpIface),
 }
 
 /// An open interface.
@@ -41,6 +43,7 @@ macro_rules! dispatch {
             Tl::SelfTl($t) => $e,
             Tl::Shm($t) => $e,
             Tl::Tcp($t) => $e,
+            Tl::Udp($t) => $e,
         }
     };
 }
@@ -71,6 +74,15 @@ impl Iface {
                     .ok_or(Status::NoDevice)?;
                 Tl::Tcp(TcpIface::open(device, ip, cfg.tcp)?)
             }
+            Transport::Udp => {
+                let ip = transport
+                    .devices()
+                    .into_iter()
+                    .find(|d| d.0 == device)
+                    .and_then(|d| d.1)
+                    .ok_or(Status::NoDevice)?;
+                Tl::Udp(UdpIface::open(device, ip, cfg.udp)?)
+            }
         };
         Ok(Iface {
             tl,
@@ -80,11 +92,50 @@ impl Iface {
         })
     }
 
+    /// Opens a tcp interface listening on `ip`, which need not be the address
+    /// [`Transport::devices`] picked for its device (e.g. `::1` on `lo`). The device is
+    /// the network interface that has `ip`, else the address itself.
+    pub fn open_tcp(ip: std::net::IpAddr, cfg: &IfaceConfig) -> Result<Iface> {
+        let dev = ucs::sys::net::interfaces()
+            .into_iter()
+            .find(|i| i.addr == ip)
+            .map_or_else(|| ip.to_string(), |i| i.name);
+        Ok(Iface {
+            tl: Tl::Tcp(TcpIface::open(&dev, ip, cfg.tcp)?),
+            pending: Vec::new(),
+            pending_eps: VecDeque::new(),
+            dispatching: None,
+        })
+    }
+
+    /// Opens a udp interface bound to `ip` (like [`Iface::open_tcp`]).
+    pub fn open_udp(ip: std::net::IpAddr, cfg: &IfaceConfig) -> Result<Iface> {
+        let dev = ucs::sys::net::interfaces()
+            .into_iter()
+            .find(|i| i.addr == ip)
+            .map_or_else(|| ip.to_string(), |i| i.name);
+        Ok(Iface {
+            tl: Tl::Udp(UdpIface::open(&dev, ip, cfg.udp)?),
+            pending: Vec::new(),
+            pending_eps: VecDeque::new(),
+            dispatching: None,
+        })
+    }
+
+    /// The udp interface inside, for its statistics (`None` for other transports).
+    pub fn as_udp(&self) -> Option<&UdpIface> {
+        match &self.tl {
+            Tl::Udp(t) => Some(t),
+            _ => None,
+        }
+    }
+
     pub fn transport(&self) -> Transport {
         match self.tl {
             Tl::SelfTl(_) => Transport::SelfTl,
             Tl::Shm(_) => Transport::Shm,
             Tl::Tcp(_) => Transport::Tcp,
+            Tl::Udp(_) => Transport::Udp,
         }
     }
 
@@ -92,6 +143,7 @@ impl Iface {
     pub fn device(&self) -> &str {
         match &self.tl {
             Tl::Tcp(t) => t.device(),
+            Tl::Udp(t) => t.device(),
             _ => "memory",
         }
     }
@@ -101,6 +153,7 @@ impl Iface {
             Tl::SelfTl(t) => t.attr(),
             Tl::Shm(t) => t.attr(),
             Tl::Tcp(t) => t.attr(),
+            Tl::Udp(t) => t.attr(),
         }
     }
 
@@ -110,6 +163,7 @@ impl Iface {
             Tl::SelfTl(t) => t.address(),
             Tl::Shm(t) => t.address(),
             Tl::Tcp(t) => t.address(),
+            Tl::Udp(t) => t.address(),
         }
     }
 
@@ -120,14 +174,15 @@ impl Iface {
 
     /// True when an endpoint to (`device_addr`, `iface_addr`) can be created.
     pub fn is_reachable(&self, device_addr: &[u8], iface_addr: &[u8]) -> bool {
-        let same_host = crate::shm::address::decode_device_addr(device_addr)
-            .is_ok_and(|h| h == ucs::sys::host::host_id());
+        let host = crate::shm::address::decode_device_addr(device_addr);
+        let same_host = host.as_ref().is_ok_and(|h| *h == ucs::sys::host::host_id());
         match &self.tl {
             Tl::SelfTl(t) => same_host && t.is_reachable(iface_addr),
             Tl::Shm(_) => {
                 same_host && crate::shm::address::ShmIfaceAddr::decode(iface_addr).is_ok()
             }
-            Tl::Tcp(t) => t.is_reachable(same_host, iface_addr),
+            Tl::Tcp(t) => host.is_ok() && t.is_reachable(same_host, iface_addr),
+            Tl::Udp(t) => host.is_ok() && t.is_reachable(same_host, iface_addr),
         }
     }
 
@@ -164,6 +219,7 @@ impl Iface {
             Tl::SelfTl(t) => t.ep_count(),
             Tl::Shm(t) => t.ep_count(),
             Tl::Tcp(t) => t.ep_count(),
+            Tl::Udp(t) => t.ep_count(),
         }
     }
 
@@ -173,14 +229,17 @@ impl Iface {
             Tl::SelfTl(t) => t.check_ep(ep),
             Tl::Shm(t) => t.ep_has_space(ep).map(|_| ()),
             Tl::Tcp(t) => t.check_ep(ep).and(Err(Status::Unsupported)),
+            Tl::Udp(t) => t.check_ep(ep).and(Err(Status::Unsupported)),
         }
     }
 
     /// True when everything `ep` was given has left this process (tcp: handed to the
-    /// kernel). Self and shm deliver in the call, so they are always flushed.
+    /// kernel; udp: acknowledged by the peer). Self and shm deliver in the call, so they
+    /// are always flushed.
     pub fn ep_is_flushed(&self, ep: EpId) -> Result<bool> {
         match &self.tl {
             Tl::Tcp(t) => t.ep_is_flushed(ep),
+            Tl::Udp(t) => t.ep_is_flushed(ep),
             _ => Ok(true),
         }
     }
@@ -191,6 +250,7 @@ impl Iface {
         match &mut self.tl {
             Tl::Tcp(t) if t.has_events() => t.take_events(),
             Tl::Shm(t) if t.has_events() => t.take_events(),
+            Tl::Udp(t) if t.has_events() => t.take_events(),
             _ => Vec::new(),
         }
     }
@@ -199,7 +259,11 @@ impl Iface {
     /// it rarely (a new connection waits a little; nothing else can).
     #[inline]
     pub fn is_idle(&self) -> bool {
-        matches!(&self.tl, Tl::Tcp(t) if t.is_idle())
+        match &self.tl {
+            Tl::Tcp(t) => t.is_idle(),
+            Tl::Udp(t) => t.is_idle(),
+            _ => false,
+        }
     }
 
     /// True when [`Iface::take_events`] has something.
@@ -208,6 +272,7 @@ impl Iface {
         match &self.tl {
             Tl::Tcp(t) => t.has_events(),
             Tl::Shm(t) => t.has_events(),
+            Tl::Udp(t) => t.has_events(),
             Tl::SelfTl(_) => false,
         }
     }
@@ -276,10 +341,10 @@ impl Iface {
     /// Stores `data` at `addr` of the key's memory (at most `max_put_short` bytes).
     #[inline]
     pub fn put_short(&mut self, ep: EpId, data: &[u8], addr: u64, rkey: &Rkey) -> Result<Outcome> {
+        self.check_ep(ep)?;
         if data.len() > self.attr().max_put_short {
             return Err(Status::InvalidParam);
         }
-        self.check_ep(ep)?;
         rma::put(rkey, addr, &[data]).map(Outcome::Done)
     }
 
@@ -405,10 +470,16 @@ impl Iface {
     }
 
     /// Completes all operations of `ep` issued so far, remotely. On self and shm
-    /// everything is complete when issued, so this only orders memory.
+    /// everything is complete when issued, so this only orders memory; over tcp it says
+    /// `NoResource` until the endpoint's send buffer was handed to the kernel.
     pub fn ep_flush(&mut self, ep: EpId, _comp: Comp) -> Result<Outcome> {
-        if !self.ep_is_flushed(ep)? {
-            return Ok(Outcome::NoResource);
+        match &self.tl {
+            Tl::Tcp(_) | Tl::Udp(_) => {
+                if !self.ep_is_flushed(ep)? {
+                    return Ok(Outcome::NoResource);
+                }
+            }
+            _ => self.check_ep(ep)?,
         }
         if self.blocked(ep) {
             return Ok(Outcome::NoResource);
@@ -419,7 +490,12 @@ impl Iface {
 
     /// Flushes every endpoint of the interface.
     pub fn flush(&mut self, _comp: Comp) -> Result<Outcome> {
-        if !self.pending_eps.is_empty() {
+        let unflushed = match &self.tl {
+            Tl::Tcp(t) => !t.is_flushed(),
+            Tl::Udp(t) => !t.is_flushed(),
+            _ => false,
+        };
+        if !self.pending_eps.is_empty() || unflushed {
             return Ok(Outcome::NoResource);
         }
         std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
@@ -439,6 +515,7 @@ impl Iface {
             Tl::SelfTl(t) => t.check_ep(ep).map(|_| t.has_space())?,
             Tl::Shm(t) => t.ep_has_space(ep)?,
             Tl::Tcp(t) => t.ep_has_space(ep)?,
+            Tl::Udp(t) => t.ep_has_space(ep)?,
         };
         let q = self
             .pending
@@ -535,6 +612,7 @@ impl Iface {
             Tl::SelfTl(_) => None,
             Tl::Shm(t) => Some(t.event_fd()),
             Tl::Tcp(t) => Some(t.event_fd()),
+            Tl::Udp(t) => Some(t.event_fd()),
         }
     }
 
@@ -546,6 +624,7 @@ impl Iface {
             Tl::SelfTl(_) => Ok(()),
             Tl::Shm(t) => t.arm(),
             Tl::Tcp(t) => t.arm(),
+            Tl::Udp(t) => t.arm(),
         }
     }
 
@@ -567,6 +646,7 @@ impl Iface {
             Tl::SelfTl(_) => 0,
             Tl::Shm(t) => t.dropped(),
             Tl::Tcp(t) => t.dropped(),
+            Tl::Udp(t) => t.dropped(),
         }
     }
 }

@@ -3,7 +3,7 @@
 //! A memory domain ([`Md`]) allocates and registers memory and packs/unpacks remote keys;
 //! an interface ([`Iface`]) is one transport on one device, with endpoints ([`EpId`]) to
 //! peers, active messages, RMA, atomics, flush/fence, pending queues and an event fd for
-//! blocking waits. Transports are modules ([`self_tl`], [`shm`]) dispatched statically
+//! blocking waits. Transports are modules ([`self_tl`], [`shm`], [`tcp`], [`udp`]) dispatched statically
 //! through an enum. See docs/architecture.md and docs/wire-formats.md.
 
 pub mod am;
@@ -18,6 +18,7 @@ pub mod shm;
 mod slab;
 pub mod tcp;
 pub mod types;
+pub mod udp;
 pub mod wire;
 
 pub use config::IfaceConfig;
@@ -36,11 +37,19 @@ pub enum Transport {
     Shm,
     /// TCP sockets, between hosts (one interface per network device).
     Tcp,
+    /// UDP datagrams made reliable in software, between hosts (one socket per network
+    /// device for all peers).
+    Udp,
 }
 
 impl Transport {
     /// Every transport, in the order `rucx-info` lists them.
-    pub const ALL: [Transport; 3] = [Transport::SelfTl, Transport::Shm, Transport::Tcp];
+    pub const ALL: [Transport; 4] = [
+        Transport::SelfTl,
+        Transport::Shm,
+        Transport::Tcp,
+        Transport::Udp,
+    ];
 
     /// The name used in UCX_TLS and `-x`.
     pub fn name(self) -> &'static str {
@@ -48,6 +57,7 @@ impl Transport {
             Transport::SelfTl => "self",
             Transport::Shm => "shm",
             Transport::Tcp => "tcp",
+            Transport::Udp => "udp",
         }
     }
 
@@ -58,25 +68,26 @@ impl Transport {
             "self" => Some(Transport::SelfTl),
             "shm" | "posix" | "sysv" | "mm" | "cma" => Some(Transport::Shm),
             "tcp" => Some(Transport::Tcp),
+            "udp" => Some(Transport::Udp),
             _ => None,
         }
     }
 
-    /// The default device name: `memory` for self and shm; for tcp the first device
-    /// [`Transport::devices`] lists.
+    /// The default device name: `memory` for self and shm; for tcp and udp the first
+    /// device [`Transport::devices`] lists.
     pub fn device(self) -> &'static str {
         match self {
-            Transport::Tcp => "default",
+            Transport::Tcp | Transport::Udp => "default",
             _ => "memory",
         }
     }
 
-    /// The devices of this transport on this host: for tcp the network interfaces that
-    /// are up, filtered by `UCX_NET_DEVICES` (names, or `all`/`any`), loopback last.
+    /// The devices of this transport on this host: for tcp and udp the network interfaces
+    /// that are up, filtered by `UCX_NET_DEVICES` (names, or `all`/`any`), loopback last.
     pub fn devices(self) -> Vec<(String, Option<std::net::IpAddr>)> {
         match self {
             Transport::SelfTl | Transport::Shm => vec![("memory".to_string(), None)],
-            Transport::Tcp => {
+            Transport::Tcp | Transport::Udp => {
                 let want = ucs::config::list(&ucs::config::NET_DEVICES);
                 let all = want.is_empty() || want.iter().any(|w| w == "all" || w == "any");
                 let mut out: Vec<(String, Option<std::net::IpAddr>, bool)> = Vec::new();

@@ -109,10 +109,10 @@ impl Md {
         self.transport
     }
 
-    /// True when the domain registers memory for remote access (tcp's does not: remote
-    /// memory over tcp is reached by the protocol layer's emulation).
+    /// True when the domain registers memory for remote access (tcp's and udp's do not:
+    /// remote memory over them is reached by the protocol layer's emulation).
     pub fn supports_rkeys(&self) -> bool {
-        self.transport != Transport::Tcp
+        !matches!(self.transport, Transport::Tcp | Transport::Udp)
     }
 
     /// Allocates `len` bytes (zeroed) in a shared segment.
@@ -151,7 +151,7 @@ impl Md {
         let kind = match self.transport {
             Transport::SelfTl => RkeyKind::Local,
             Transport::Shm => RkeyKind::Cma,
-            Transport::Tcp => return Err(Status::Unsupported),
+            Transport::Tcp | Transport::Udp => return Err(Status::Unsupported),
         };
         Ok(MemHandle {
             reg,

@@ -373,7 +373,7 @@ pub(crate) fn send_step(tls: &mut [Tl], st: &mut State, lane: Lane, r: Request) 
     };
     match s.kind {
         SendKind::Tag => {}
-        SendKind::Am { .. } => return crate::am::am_send_step(tls, st, lane, r),
+        SendKind::Am(_) => return crate::am::am_send_step(tls, st, lane, r),
         SendKind::Stream => return crate::stream::stream_send_step(tls, st, lane, r),
     }
     let iface = &mut tls[lane.tl].iface;
@@ -468,7 +468,7 @@ pub(crate) fn send_step(tls: &mut [Tl], st: &mut State, lane: Lane, r: Request) 
         Proto::Rndv => {
             if s.mem.is_none() {
                 let ptr = s.buf.contig_ptr().ok_or(Status::InvalidParam)?;
-                s.mem = Some(tls[lane.tl].md.mem_reg(ptr, len)?);
+                s.mem = Some(Box::new(tls[lane.tl].md.mem_reg(ptr, len)?));
             }
             let iface = &mut tls[lane.tl].iface;
             let (rkey, addr) = match &s.mem {
@@ -709,17 +709,8 @@ impl State {
     }
 
     fn eager(&mut self, tag: u64, p: &[u8], sync: Option<(u64, u64)>) {
-        match self.matcher.arrive(
-            tag,
-            (
-                tag,
-                Unexp::Eager {
-                    data: Vec::new(),
-                    sync,
-                },
-            ),
-        ) {
-            Arrived::Matched(_, r, _) => {
+        match self.matcher.match_posted(tag) {
+            Some((_, r)) => {
                 self.set_info(r, tag, p.len());
                 self.deliver(r, 0, p);
                 self.finish_recv(r);
@@ -727,10 +718,12 @@ impl State {
                     self.deferred.push_back(Deferred::SyncAck { uuid, sreq });
                 }
             }
-            Arrived::Unexpected(m) => {
-                if let Some((_, Unexp::Eager { data, .. })) = self.matcher.unexpected_mut(m) {
-                    data.extend_from_slice(p);
-                }
+            None => {
+                let u = Unexp::Eager {
+                    data: p.to_vec(),
+                    sync,
+                };
+                self.matcher.add_unexpected(tag, (tag, u));
             }
         }
     }

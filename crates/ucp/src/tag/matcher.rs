@@ -433,19 +433,33 @@ impl<R, U> Matcher<R, U> {
     /// returned with `u`; otherwise `u` is stored as unexpected, behind all earlier
     /// messages.
     pub fn arrive(&mut self, tag: Tag, u: U) -> Arrived<R, U> {
-        if let Some(seq) = self.find_posted(tag) {
-            let found = self.remove_posted(seq);
-            debug_assert!(found.is_some(), "matched a receive missing from the store");
-            if let Some(p) = found {
-                return Arrived::Matched(RecvId(seq), p.payload, u);
-            }
+        match self.match_posted(tag) {
+            Some((id, r)) => Arrived::Matched(id, r, u),
+            None => Arrived::Unexpected(self.add_unexpected(tag, u)),
         }
+    }
+
+    /// The first half of [`Matcher::arrive`]: takes the oldest posted receive that
+    /// matches `tag`, if any. A caller that gets `None` must store the message with
+    /// [`Matcher::add_unexpected`] before anything else arrives, or order breaks; the
+    /// split lets it build the unexpected payload only when it is needed.
+    #[inline]
+    pub fn match_posted(&mut self, tag: Tag) -> Option<(RecvId, R)> {
+        let seq = self.find_posted(tag)?;
+        let found = self.remove_posted(seq);
+        debug_assert!(found.is_some(), "matched a receive missing from the store");
+        found.map(|p| (RecvId(seq), p.payload))
+    }
+
+    /// The second half of [`Matcher::arrive`]: stores an unexpected message behind all
+    /// earlier ones.
+    pub fn add_unexpected(&mut self, tag: Tag, u: U) -> MsgId {
         let seq = self.next_msg;
         self.next_msg += 1;
         self.unexp_by_tag.push(tag, seq);
         self.unexp_order.push(seq, tag);
         self.msgs.insert(seq, Unexpected { tag, payload: u });
-        Arrived::Unexpected(MsgId(seq))
+        MsgId(seq)
     }
 
     /// The unexpected message that a receive posted with `(tag, mask)` would take now,

@@ -253,6 +253,114 @@ impl Hosts {
     pub fn addr(&self, i: usize) -> String {
         format!("198.51.100.{}", i + 1)
     }
+
+    /// Makes host `i`'s network device lose `loss` percent of the packets it sends,
+    /// reorder about `reorder` percent, and duplicate `duplicate` percent of those it
+    /// receives, with `tc netem` (`loss L% duplicate D% reorder R% delay 1ms`) when the
+    /// kernel has it. Without netem (a kernel built without `CONFIG_NET_SCH_NETEM`), the
+    /// same from qdiscs and classifiers most kernels have: an htb root whose classic-BPF
+    /// filter draws a random number per packet and sends `loss`% to a class whose pfifo
+    /// holds nothing (dropped) and `reorder`% to a slow class (50 Mbit/s; they fall behind
+    /// the others), and an ingress filter that mirrors `duplicate`% back into the
+    /// device's receive path. No base delay then. Returns which of the two was set up.
+    pub fn impair(&self, i: usize, loss: f64, duplicate: f64, reorder: f64) -> &'static str {
+        let ns = &self.names[i];
+        let dev = format!("rh{i}");
+        let tc = |args: &[&str]| -> bool {
+            let mut a = vec!["netns", "exec", ns.as_str(), "tc"];
+            a.extend_from_slice(args);
+            ip(&a)
+        };
+        let (l, d, r) = (
+            format!("{loss}%"),
+            format!("{duplicate}%"),
+            format!("{reorder}%"),
+        );
+        if tc(&[
+            "qdisc",
+            "add",
+            "dev",
+            &dev,
+            "root",
+            "netem",
+            "loss",
+            &l,
+            "duplicate",
+            &d,
+            "reorder",
+            &r,
+            "delay",
+            "1ms",
+        ]) {
+            return "netem";
+        }
+        // Thresholds on a uniform u32: below t_loss drop, below t_reo reorder.
+        let frac = |p: f64| ((p / 100.0) * 4_294_967_296.0).min(4_294_967_295.0) as u64;
+        let t_loss = frac(loss);
+        let t_reo = frac(loss + reorder);
+        let t_dup = frac(duplicate);
+        // Classic BPF: A = random u32 (ancillary load SKF_AD_RANDOM); jge to skip; ret
+        // returns the class id (0x10001 = 1:1 normal, 1:2 slow, 1:3 drop).
+        let rand = "32 0 0 4294963256";
+        let classify =
+            format!("6,{rand},53 1 0 {t_loss},6 0 0 65539,53 1 0 {t_reo},6 0 0 65538,6 0 0 65537");
+        let dup = format!("4,{rand},53 1 0 {t_dup},6 0 0 65537,6 0 0 0");
+        let ok = tc(&[
+            "qdisc", "add", "dev", &dev, "root", "handle", "1:", "htb", "default", "1",
+        ]) && tc(&[
+            "class", "add", "dev", &dev, "parent", "1:", "classid", "1:1", "htb", "rate", "10gbit",
+        ]) && tc(&[
+            "class", "add", "dev", &dev, "parent", "1:", "classid", "1:2", "htb", "rate", "50mbit",
+            "ceil", "50mbit", "burst", "1600", "cburst", "1600",
+        ]) && tc(&[
+            "class", "add", "dev", &dev, "parent", "1:", "classid", "1:3", "htb", "rate", "1mbit",
+        ]) && tc(&[
+            "qdisc", "add", "dev", &dev, "parent", "1:2", "handle", "20:", "pfifo", "limit", "1000",
+        ]) && tc(&[
+            "qdisc", "add", "dev", &dev, "parent", "1:3", "handle", "30:", "pfifo", "limit", "0",
+        ]) && tc(&[
+            "filter", "add", "dev", &dev, "parent", "1:", "prio", "1", "bpf", "bytecode", &classify,
+        ]) && tc(&["qdisc", "add", "dev", &dev, "ingress"])
+            && tc(&[
+                "filter", "add", "dev", &dev, "parent", "ffff:", "prio", "1", "bpf", "bytecode",
+                &dup, "action", "mirred", "ingress", "mirror", "dev", &dev,
+            ]);
+        assert!(
+            ok,
+            "neither netem nor htb/bpf/mirred could impair {dev} in {ns}"
+        );
+        "htb+bpf"
+    }
+
+    /// Packets host `i`'s impairment dropped, reordered (sent through the slow class) and
+    /// duplicated, from `tc -s` (the htb+bpf variant; zeros for netem).
+    pub fn impair_stats(&self, i: usize) -> (u64, u64, u64) {
+        let dev = format!("rh{i}");
+        let out = |args: &[&str]| -> String {
+            let o = Command::new("ip")
+                .args(["netns", "exec", &self.names[i], "tc", "-s"])
+                .args(args)
+                .output()
+                .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                .unwrap_or_default();
+            o
+        };
+        // "Sent N bytes P pkt (dropped D, ..." after each class / action line.
+        let field = |text: &str, after: &str, key: &str| -> u64 {
+            text.split(after)
+                .nth(1)
+                .and_then(|t| t.split(key).nth(1))
+                .and_then(|t| t.split([' ', ',', ')']).find(|w| !w.is_empty()))
+                .and_then(|w| w.parse().ok())
+                .unwrap_or(0)
+        };
+        let classes = out(&["class", "show", "dev", &dev]);
+        let dropped = field(&classes, "class htb 1:3", "dropped ");
+        let slow = field(&classes, "class htb 1:2", "bytes ");
+        let filters = out(&["filter", "show", "dev", &dev, "ingress"]);
+        let dups = field(&filters, "mirred", "bytes ");
+        (dropped, slow, dups)
+    }
 }
 
 impl Drop for Hosts {

@@ -13,6 +13,18 @@
 //! dead, fails the endpoints that write to it (reported by [`TcpIface::take_events`]);
 //! nothing a peer sends can make this process panic: bad handshakes and frames close the
 //! connection and are counted.
+//!
+//! Behaviour a caller sees that differs from the in-memory transports:
+//! - Connecting is asynchronous: the first sends of a new endpoint (and its handshake) are
+//!   kept in its send buffer until the connection is up; `ep_flush` (and the interface
+//!   flush) say `NoResource` until everything was handed to the kernel.
+//! - `NoResource` only comes once the kernel's socket buffers *and* the endpoint's send
+//!   buffer ([`TcpConfig::tx_buf`]) are full, so a receiver that stops progressing stalls
+//!   its senders only after megabytes.
+//! - Destroying an endpoint drops what its send buffer still holds (flush first); the
+//!   receiver sees a connection that closed, possibly inside a frame, which it discards.
+//! - The event descriptor is a level-triggered epoll set: it is readable while a
+//!   connection waits to be accepted or data waits to be read, so there is nothing to arm.
 
 pub mod wire;
 
@@ -88,10 +100,17 @@ impl TcpConfig {
             keepintvl: config::time(&VARS[3])?,
             keepcnt: config::u64_value(&VARS[4])? as u32,
         };
-        if c.seg_size < 256 || c.seg_size > 16 << 20 || c.tx_buf < c.seg_size {
+        c.validate()?;
+        Ok(c)
+    }
+
+    /// Checks the limits: a segment of 256 B to 16 MiB, a send buffer of at least one
+    /// segment.
+    pub fn validate(&self) -> Result<()> {
+        if self.seg_size < 256 || self.seg_size > 16 << 20 || self.tx_buf < self.seg_size {
             return Err(Status::InvalidParam);
         }
-        Ok(c)
+        Ok(())
     }
 }
 
@@ -103,6 +122,18 @@ pub enum IfaceEvent {
     /// The peer with this interface address closed its connection to us.
     PeerClosed(Vec<u8>),
 }
+
+/// Reads one connection gets per readiness report before the others get their turn (the
+/// epoll set is level-triggered: what is left is reported again).
+const RX_READS_PER_EVENT: usize = 16;
+/// Initial receive buffer of a connection; it grows up to one frame of `seg_size` when a
+/// frame needs it, so that idle or small-message connections stay cheap.
+const RX_BUF_INITIAL: usize = 16 << 10;
+/// Room for the handshake in front of the first frame.
+const RX_BUF_SLACK: usize = 128;
+
+/// Sent bytes at the front of an endpoint's send buffer worth moving the rest down for.
+const TX_COMPACT: usize = 64 << 10;
 
 const TOK_LISTENER: u64 = 0;
 const TOK_EP: u64 = 1 << 32;
@@ -154,6 +185,8 @@ pub struct TcpIface {
     cfg: TcpConfig,
     attr: IfaceAttr,
     dropped: u64,
+    /// One past the largest endpoint id handed out (the slab reuses ids below it).
+    ep_ids: u32,
 }
 
 fn new_socket(addr: &SocketAddr) -> Result<Socket> {
@@ -168,6 +201,7 @@ fn new_socket(addr: &SocketAddr) -> Result<Socket> {
 impl TcpIface {
     /// Opens an interface listening on `ip` (port chosen by the kernel) of `device`.
     pub fn open(device: &str, ip: std::net::IpAddr, cfg: TcpConfig) -> Result<TcpIface> {
+        cfg.validate()?;
         let bind = SocketAddr::new(ip, 0);
         let listener = new_socket(&bind)?;
         listener.set_reuse_address(true)?;
@@ -223,6 +257,7 @@ impl TcpIface {
             cfg,
             attr,
             dropped: 0,
+            ep_ids: 0,
         })
     }
 
@@ -263,15 +298,23 @@ impl TcpIface {
             && (!a.ip().is_loopback() || same_host)
     }
 
+    fn keepalive(&self) -> TcpKeepalive {
+        TcpKeepalive::new()
+            .with_time(self.cfg.keepidle)
+            .with_interval(self.cfg.keepintvl)
+            .with_retries(self.cfg.keepcnt)
+    }
+
+    /// The largest receive buffer a connection needs: the handshake and one whole frame.
+    fn rx_buf_max(&self) -> usize {
+        self.cfg.seg_size + FRAME_HDR + RX_BUF_SLACK
+    }
+
     pub fn ep_create(&mut self, iface_addr: &[u8]) -> Result<EpId> {
         let peer = wire::decode_addr(iface_addr)?;
         let sock = new_socket(&peer)?;
         sock.set_nodelay(true)?;
-        let ka = TcpKeepalive::new()
-            .with_time(self.cfg.keepidle)
-            .with_interval(self.cfg.keepintvl)
-            .with_retries(self.cfg.keepcnt);
-        sock.set_tcp_keepalive(&ka)?;
+        sock.set_tcp_keepalive(&self.keepalive())?;
         let state = match sock.connect(&SockAddr::from(peer)) {
             Ok(()) => EpState::Connected,
             Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => EpState::Connecting,
@@ -289,6 +332,7 @@ impl TcpIface {
             head: 0,
             want_out: true,
         });
+        self.ep_ids = self.ep_ids.max(ep.0 + 1);
         let e = self.eps.get(ep)?;
         self.events.add(
             &e.sock,
@@ -315,10 +359,11 @@ impl TcpIface {
         self.eps.get(ep).map(|_| ())
     }
 
-    /// True when `ep` can take another message now.
+    /// True when `ep` can take another message of any size now (an endpoint with an empty
+    /// send buffer always can: what the socket does not take is kept).
     pub fn ep_has_space(&self, ep: EpId) -> Result<bool> {
         let e = self.eps.get(ep)?;
-        Ok(e.pending() + FRAME_HDR + self.cfg.seg_size <= self.cfg.tx_buf)
+        Ok(e.pending() == 0 || e.pending() + FRAME_HDR + self.cfg.seg_size <= self.cfg.tx_buf)
     }
 
     /// True when everything `ep` was given has been handed to the kernel.
@@ -328,6 +373,17 @@ impl TcpIface {
             EpState::Failed(s) => Err(s),
             _ => Ok(e.pending() == 0 && e.state == EpState::Connected),
         }
+    }
+
+    /// True when every endpoint that has not failed has handed everything to the kernel
+    /// (the interface flush). A failed endpoint's data is gone; it does not hold a flush.
+    pub fn is_flushed(&self) -> bool {
+        (0..self.ep_ids).all(|i| {
+            self.eps.get(EpId(i)).map_or(true, |e| {
+                matches!(e.state, EpState::Failed(_))
+                    || (e.pending() == 0 && e.state == EpState::Connected)
+            })
+        })
     }
 
     fn fail_ep(&mut self, ep: EpId, s: Status) {
@@ -371,7 +427,11 @@ impl TcpIface {
                 .send_vectored_with_flags(&iov[..1 + parts.len().min(3)], libc::MSG_NOSIGNAL)
             {
                 Ok(n) => sent = n,
-                Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(err)
+                    if matches!(
+                        err.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted
+                    ) => {}
                 Err(err) => {
                     tracing::debug!("tcp: send failed: {err}");
                     self.fail_ep(ep, Status::ConnectionReset);
@@ -418,13 +478,22 @@ impl TcpIface {
         while e.head < e.tx.len() {
             match e.sock.send_with_flags(&e.tx[e.head..], libc::MSG_NOSIGNAL) {
                 Ok(n) => e.head += n,
-                Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => return,
-                Err(_) => break,
+                Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => {
+                    // A slow reader may never let the buffer empty: drop the sent prefix
+                    // now and then so that the vector does not grow without bound.
+                    if e.head >= TX_COMPACT && 2 * e.head >= e.tx.len() {
+                        e.tx.drain(..e.head);
+                        e.head = 0;
+                    }
+                    return;
+                }
+                Err(err) if err.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(err) => {
+                    tracing::debug!("tcp: send failed: {err}");
+                    self.fail_ep(ep, Status::ConnectionReset);
+                    return;
+                }
             }
-        }
-        if e.head < e.tx.len() {
-            self.fail_ep(ep, Status::ConnectionReset);
-            return;
         }
         e.tx.clear();
         e.head = 0;
@@ -453,10 +522,16 @@ impl TcpIface {
         if let EpState::Failed(s) = e.state {
             return Err(s);
         }
+        // Refuse a bad id before the packer runs, like the other transports.
+        if id >= AM_ID_MAX {
+            return Err(Status::InvalidParam);
+        }
         if e.pending() > 0 && e.pending() + FRAME_HDR + self.cfg.seg_size > self.cfg.tx_buf {
             return Ok(Outcome::NoResource);
         }
         let mut scratch = std::mem::take(&mut self.scratch);
+        // A packer that panicked took the buffer with it: make a new one.
+        scratch.resize(self.cfg.seg_size, 0);
         let n = pack(&mut scratch);
         let r = if n > scratch.len() {
             Err(Status::InvalidParam)
@@ -472,6 +547,9 @@ impl TcpIface {
     }
 
     pub fn am_zcopy(&mut self, ep: EpId, id: u8, header: &[u8], iov: &[&[u8]]) -> Result<Outcome> {
+        if header.len() > self.attr.max_am_hdr {
+            return Err(Status::InvalidParam);
+        }
         if iov.len() <= 2 {
             let mut parts: Vec<&[u8]> = Vec::with_capacity(3);
             parts.push(header);
@@ -479,7 +557,7 @@ impl TcpIface {
             return self.send_frame(ep, id, &parts);
         }
         let total = header.len() + iov.iter().map(|b| b.len()).sum::<usize>();
-        if total > self.cfg.seg_size {
+        if id >= AM_ID_MAX || total > self.cfg.seg_size {
             return Err(Status::InvalidParam);
         }
         self.am_bcopy(ep, id, |b| {
@@ -548,9 +626,12 @@ impl TcpIface {
                         continue;
                     }
                     let _ = sock.set_nodelay(true);
+                    // The connector's keepalive watches our side; ours finds a connector
+                    // whose host vanished, so that its connection is not kept forever.
+                    let _ = sock.set_tcp_keepalive(&self.keepalive());
                     let conn = RxConn {
                         sock,
-                        buf: vec![0; self.cfg.seg_size + FRAME_HDR + 128],
+                        buf: vec![0; RX_BUF_INITIAL.min(self.rx_buf_max())],
                         start: 0,
                         end: 0,
                         peer: None,
@@ -625,43 +706,57 @@ impl TcpIface {
         }
     }
 
+    /// Reads from connection `idx` and delivers the complete frames, at most
+    /// [`RX_READS_PER_EVENT`] reads (the epoll set reports what is left again).
     fn rx_event(&mut self, idx: u32, f: &mut impl FnMut(u8, &[u8])) -> usize {
         let id = EpId(idx);
         let max = self.cfg.seg_size;
+        let buf_max = self.rx_buf_max();
         let mut delivered = 0;
-        loop {
+        for _ in 0..RX_READS_PER_EVENT {
             let Ok(c) = self.rx.get_mut(id) else {
                 return delivered;
             };
-            if c.start > 0 && c.end == c.buf.len() {
-                c.buf.copy_within(c.start..c.end, 0);
-                c.end -= c.start;
-                c.start = 0;
-            }
-            let got = match (&c.sock).read(&mut c.buf[c.end..]) {
-                Ok(0) => {
-                    self.close_rx(id);
-                    return delivered;
-                }
-                Ok(n) => n,
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return delivered,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(_) => {
-                    self.close_rx(id);
-                    return delivered;
-                }
-            };
-            c.end += got;
-            // Handshake first, then frames.
             let mut bad = false;
-            if c.peer.is_none() {
-                match wire::decode_handshake(&c.buf[c.start..c.end]) {
-                    Ok(Some((peer, used))) => {
-                        c.peer = Some(peer);
-                        c.start += used;
+            if c.end == c.buf.len() {
+                if c.start > 0 {
+                    c.buf.copy_within(c.start..c.end, 0);
+                    c.end -= c.start;
+                    c.start = 0;
+                } else if c.buf.len() < buf_max {
+                    let n = (2 * c.buf.len()).clamp(RX_BUF_INITIAL.min(buf_max), buf_max);
+                    c.buf.resize(n, 0);
+                } else {
+                    // Unreachable with checked frames (a whole one fits and is consumed),
+                    // but never read into an empty slice: that would look like a close.
+                    bad = true;
+                }
+            }
+            if !bad {
+                let got = match (&c.sock).read(&mut c.buf[c.end..]) {
+                    Ok(0) => {
+                        self.close_rx(id);
+                        return delivered;
                     }
-                    Ok(None) => continue,
-                    Err(_) => bad = true,
+                    Ok(n) => n,
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return delivered,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                    Err(_) => {
+                        self.close_rx(id);
+                        return delivered;
+                    }
+                };
+                c.end += got;
+                // Handshake first, then frames.
+                if c.peer.is_none() {
+                    match wire::decode_handshake(&c.buf[c.start..c.end]) {
+                        Ok(Some((peer, used))) => {
+                            c.peer = Some(peer);
+                            c.start += used;
+                        }
+                        Ok(None) => continue,
+                        Err(_) => bad = true,
+                    }
                 }
             }
             while !bad && c.end - c.start >= FRAME_HDR {
@@ -689,6 +784,7 @@ impl TcpIface {
                 c.end = 0;
             }
         }
+        delivered
     }
 
     pub fn event_fd(&self) -> BorrowedFd<'_> {

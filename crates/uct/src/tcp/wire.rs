@@ -76,13 +76,21 @@ pub fn encode_handshake(iface_addr: &[u8]) -> Vec<u8> {
 }
 
 /// Parses a handshake at the start of `b`: `Ok(None)` when more bytes are needed,
-/// else the connector's interface address and the bytes consumed.
+/// else the connector's interface address and the bytes consumed. A prefix that cannot
+/// start a handshake (wrong magic, version or reserved byte) is an error at once, so a
+/// stray client is dropped without waiting for it.
 pub fn decode_handshake(b: &[u8]) -> Result<Option<(Vec<u8>, usize)>> {
+    let bad = Status::InvalidParam;
+    let m = MAGIC.to_le_bytes();
+    let head = [m[0], m[1], m[2], m[3], VERSION, 0];
+    let n = b.len().min(head.len());
+    if b[..n] != head[..n] {
+        return Err(bad);
+    }
     if b.len() < HANDSHAKE_FIXED {
         return Ok(None);
     }
     let mut r = Reader::new(b);
-    let bad = Status::InvalidParam;
     if r.u32().ok_or(bad)? != MAGIC || r.u8().ok_or(bad)? != VERSION || r.u8().ok_or(bad)? != 0 {
         return Err(bad);
     }
@@ -153,6 +161,22 @@ mod tests {
             let _ = decode_handshake(&b);
             let _ = parse_frame(&b, 1000);
         }
+    }
+
+    #[test]
+    fn bad_handshake_prefixes_are_rejected_early() {
+        assert_eq!(decode_handshake(b"").unwrap(), None);
+        assert_eq!(decode_handshake(b"RT").unwrap(), None);
+        assert!(decode_handshake(b"GE").is_err());
+        assert!(decode_handshake(b"RTCP\x02").is_err());
+        assert!(decode_handshake(b"RTCP\x01\x01").is_err());
+        assert_eq!(decode_handshake(b"RTCP\x01\x00\x08").unwrap(), None);
+        // A length over 64 and an address that does not decode.
+        assert!(decode_handshake(b"RTCP\x01\x00\x41\x00").is_err());
+        let mut h = encode_handshake(&[1, 4, 0, 0, 127, 0, 0, 1]);
+        assert!(decode_handshake(&h).is_err(), "port 0");
+        h[10] = 1;
+        assert_eq!(decode_handshake(&h).unwrap().unwrap().1, h.len());
     }
 
     #[test]

@@ -1,0 +1,1044 @@
+//! The udp transport: one nonblocking UDP socket per interface for all peers, made
+//! reliable and ordered by the sans-IO engine of [`uct_rel`] (the role InfiniBand UD plays
+//! in UCX: memory stays constant as the job grows).
+//!
+//! # Peers and endpoints
+//!
+//! Endpoints connect to an interface (`CONNECT_TO_IFACE`): [`UdpIface::ep_create`] only
+//! adds the remote address to the interface's peer table and to the engine (a fixed-size
+//! record, [`uct_rel::Engine::IDLE_PEER_BYTES`]); it opens no socket, starts no thread,
+//! allocates no buffer and sends nothing. Peers are numbered densely ([`PeerId`] = index
+//! in the table); a hash map finds the peer of an arriving datagram's source address.
+//! Several endpoints to the same address share its peer (and so its ordering). A datagram
+//! from an unknown address that is a well-formed data packet creates an *implicit* peer,
+//! so that a process can receive from peers it never created an endpoint to (the protocol
+//! layer opens its own endpoint back, which then finds that peer). Peers that no endpoint
+//! refers to are bounded ([`UdpConfig::max_implicit_peers`]); beyond the bound, datagrams
+//! from new addresses are counted and dropped. Peers are never forgotten while the
+//! interface lives (their sequence state must survive, or a later message would look like
+//! a duplicate); a destroyed endpoint's unacknowledged messages are still delivered.
+//!
+//! # Messages
+//!
+//! Every active message is one reliable message of the engine, i.e. one datagram: a
+//! two-byte frame header ([`wire`]) and the AM bytes, so `max_am_bcopy` is the datagram
+//! payload ([`UdpConfig::seg_size`], by default 1472 bytes on IPv4 and 1452 on IPv6, a
+//! 1500-byte MTU path) minus the engine's 16-byte header and the frame header. The
+//! protocol layer fragments larger messages. zcopy gathers into the same buffer.
+//! A send copies the message into the engine's send pool and hands the datagrams the
+//! engine wants out to the socket at once. When the peer's window (or the interface's
+//! send pool) is full, the send returns `NoResource`, and `pending_add` queues until
+//! acknowledgements make room.
+//!
+//! # Progress
+//!
+//! [`UdpIface::poll`]: read up to [`UdpConfig::rx_max_poll`] datagrams (nonblocking) and
+//! feed them to the engine; run the engine's timers when due ([`ucs::now_ns`]); send what
+//! the engine wants sent (acknowledgements, NAKs, retransmissions, probes); deliver the
+//! messages the engine releases, in order, to the handler, and turn failed peers into
+//! [`IfaceEvent::EpFailed`]`(ep, EndpointTimeout)` for each of their endpoints. If the
+//! socket's send buffer is full, the datagram at hand is kept and sent first on the next
+//! progress (nothing else is sent meanwhile).
+//!
+//! # Flush
+//!
+//! An endpoint is flushed when the peer acknowledged every message sent to it (remote
+//! delivery, not just handed to the kernel: a datagram can still be lost after that).
+//! Acknowledgements may be delayed by up to [`UdpConfig::ack_delay`], so a flush takes
+//! about a round trip plus that delay. A failed peer's endpoint reports its error.
+//!
+//! # Waiting
+//!
+//! The event descriptor is an epoll set holding the socket and a timerfd. [`UdpIface::arm`]
+//! returns `Busy` when events wait, a datagram is held back or waits in the socket, and
+//! when an engine timer is already due; otherwise it sets the timerfd to the engine's next deadline
+//! (retransmission, delayed acknowledgement, NAK repeat, keepalive, peer timeout), so a
+//! sleeper wakes when a datagram arrives *or* the engine needs to act. The timerfd is not
+//! read: re-arming it clears it. So `Iface::wait` (arm, then poll the descriptor) and a
+//! worker sleeping on its epoll set both keep the protocol running while idle.
+//!
+//! # Failure
+//!
+//! A peer that we wait for (unacknowledged messages, or a keepalive probe when
+//! [`UdpConfig::keepalive`] is set) and that stays silent for [`UdpConfig::timeout`] is
+//! declared failed by the engine: its endpoints fail with `EndpointTimeout`, later sends
+//! on them return that status. An endpoint created again to that address starts a fresh
+//! peer.
+//!
+//! # Untrusted input
+//!
+//! Every datagram is checked: by size against the receive buffer, by the engine's packet
+//! decoder and its range checks, and by the frame decoder. What fails is counted
+//! ([`UdpIface::stats`], summed in [`UdpIface::dropped`]) and dropped.
+//!
+//! All processes must use the same `UCX_UDP_SEG_SIZE`: it is part of the interface
+//! address, and an interface with another size is not reachable.
+
+pub mod wire;
+
+use crate::am::AmTable;
+use crate::slab::Slab;
+use crate::tcp::IfaceEvent;
+use crate::types::*;
+use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::time::Duration;
+use ucs::config::{self, Var};
+use ucs::{EventSet, Events, Result, Status};
+use uct_rel::packet::{Body, Packet, HEADER_LEN};
+use uct_rel::{Engine, Event, PeerId, PeerStatus, SendError};
+use wire::FRAME_HDR;
+
+pub static VARS: &[Var] = &[
+    Var {
+        name: "UDP_SEG_SIZE",
+        default: "auto",
+        doc: "Largest udp datagram payload, headers of rucx included (the largest active message is 18 bytes less). auto: 1472 on IPv4, 1452 on IPv6 (fits a 1500-byte MTU path). 256..65507; all processes must use the same value.",
+    },
+    Var {
+        name: "UDP_WINDOW",
+        default: "256",
+        doc: "Unacknowledged udp messages per peer; beyond it sends get NO_RESOURCE. Both ends must agree.",
+    },
+    Var {
+        name: "UDP_TIMEOUT",
+        default: "10s",
+        doc: "A udp peer that acknowledges nothing for this long while we wait for it is unreachable; its endpoints fail with ENDPOINT_TIMEOUT.",
+    },
+    Var {
+        name: "UDP_KEEPALIVE",
+        default: "inf",
+        doc: "Probe udp peers silent for this long even when nothing is in flight, so that a dead idle peer is noticed (inf: never; idle peers then cost nothing).",
+    },
+    Var {
+        name: "UDP_RTO",
+        default: "5ms",
+        doc: "Initial udp retransmission timeout (doubles on each expiry up to UDP_RTO_MAX); should exceed the round trip.",
+    },
+    Var {
+        name: "UDP_RTO_MAX",
+        default: "500ms",
+        doc: "Ceiling of the udp retransmission timeout.",
+    },
+    Var {
+        name: "UDP_NAK_INTERVAL",
+        default: "500us",
+        doc: "Spacing of repeated udp negative acknowledgements for the same gap; about one round trip.",
+    },
+    Var {
+        name: "UDP_ACK_DELAY",
+        default: "0",
+        doc: "How long a udp receiver may hold an acknowledgement back waiting for a message to carry it. 0: acknowledge at the end of each receive batch (one acknowledgement per batch and peer), so that a process that stops progressing right after receiving leaves no sender waiting.",
+    },
+    Var {
+        name: "UDP_MAX_IMPLICIT_PEERS",
+        default: "65536",
+        doc: "Udp peers without an endpoint (created by arriving datagrams) an interface keeps; datagrams from further new addresses are dropped.",
+    },
+    Var {
+        name: "UDP_RX_MAX_POLL",
+        default: "64",
+        doc: "Largest number of datagrams one udp progress call reads.",
+    },
+    Var {
+        name: "UDP_SOCK_BUF",
+        default: "4m",
+        doc: "Send and receive buffer size requested for the udp socket (the kernel caps it at net.core.[rw]mem_max).",
+    },
+    Var {
+        name: "UDP_TX_QUEUE",
+        default: "8192",
+        doc: "Datagrams a udp interface keeps for retransmission (and receives out of order), over all peers; when full, sends get NO_RESOURCE.",
+    },
+];
+
+/// Settings of a udp interface. Times are rounded to nanoseconds; `Duration::MAX` means
+/// never.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UdpConfig {
+    /// Largest datagram payload (UDP payload) including the engine's and the frame's
+    /// headers; `None`: 1472 on IPv4, 1452 on IPv6.
+    pub seg_size: Option<usize>,
+    /// Unacknowledged messages per peer.
+    pub window: u32,
+    /// Silence after which a peer we wait for is declared failed.
+    pub timeout: Duration,
+    /// Probe idle peers silent for this long (`None`: never).
+    pub keepalive: Option<Duration>,
+    /// Initial retransmission timeout.
+    pub rto: Duration,
+    /// Retransmission timeout ceiling.
+    pub rto_max: Duration,
+    /// NAK repeat spacing.
+    pub nak_interval: Duration,
+    /// Longest delay of an acknowledgement.
+    pub ack_delay: Duration,
+    /// Peers no endpoint refers to, at most.
+    pub max_implicit_peers: u32,
+    /// Datagrams read per progress call.
+    pub rx_max_poll: u32,
+    /// Socket send and receive buffer size to ask for.
+    pub sock_buf: usize,
+    /// Send (and out-of-order receive) pool, in datagrams, over all peers.
+    pub tx_queue: u32,
+}
+
+impl Default for UdpConfig {
+    fn default() -> Self {
+        UdpConfig {
+            seg_size: None,
+            window: 256,
+            timeout: Duration::from_secs(10),
+            keepalive: None,
+            rto: Duration::from_millis(5),
+            rto_max: Duration::from_millis(500),
+            nak_interval: Duration::from_micros(500),
+            ack_delay: Duration::ZERO,
+            max_implicit_peers: 65536,
+            rx_max_poll: 64,
+            sock_buf: 4 << 20,
+            tx_queue: 8192,
+        }
+    }
+}
+
+/// Largest UDP payload over IPv4 (65535 - 20 - 8).
+pub const MAX_SEG_SIZE: usize = 65507;
+/// Smallest allowed [`UdpConfig::seg_size`].
+pub const MIN_SEG_SIZE: usize = 256;
+
+fn ns(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+impl UdpConfig {
+    pub fn from_env() -> Result<UdpConfig> {
+        config::register(VARS);
+        let seg = config::raw(&VARS[0]);
+        let seg_size = if seg.trim().eq_ignore_ascii_case("auto") {
+            None
+        } else {
+            Some(config::size(&VARS[0])? as usize)
+        };
+        let u32v = |i: usize| -> Result<u32> {
+            u32::try_from(config::u64_value(&VARS[i])?).map_err(|_| Status::InvalidParam)
+        };
+        let keepalive = config::time(&VARS[3])?;
+        let c = UdpConfig {
+            seg_size,
+            window: u32v(1)?,
+            timeout: config::time(&VARS[2])?,
+            keepalive: (keepalive != Duration::MAX).then_some(keepalive),
+            rto: config::time(&VARS[4])?,
+            rto_max: config::time(&VARS[5])?,
+            nak_interval: config::time(&VARS[6])?,
+            ack_delay: config::time(&VARS[7])?,
+            max_implicit_peers: u32v(8)?,
+            rx_max_poll: u32v(9)?,
+            sock_buf: usize::try_from(config::size(&VARS[10])?).unwrap_or(usize::MAX),
+            tx_queue: u32v(11)?,
+        };
+        c.validate()?;
+        Ok(c)
+    }
+
+    /// Checks every field (and that the engine accepts the result).
+    pub fn validate(&self) -> Result<()> {
+        let seg_ok = self
+            .seg_size
+            .map_or(true, |s| (MIN_SEG_SIZE..=MAX_SEG_SIZE).contains(&s));
+        if !seg_ok || self.rx_max_poll == 0 || self.sock_buf > i32::MAX as usize {
+            return Err(Status::InvalidParam);
+        }
+        self.engine_config(1472).validate().map_err(|e| {
+            tracing::error!("udp: {e}");
+            Status::InvalidParam
+        })
+    }
+
+    /// The datagram payload size on an interface of this address family.
+    pub fn seg_size_for(&self, ip: IpAddr) -> usize {
+        self.seg_size.unwrap_or(if ip.is_ipv4() { 1472 } else { 1452 })
+    }
+
+    fn engine_config(&self, seg_size: usize) -> uct_rel::Config {
+        uct_rel::Config {
+            // A fresh incarnation id per interface: a restarted peer's packets are not
+            // taken for the old one's.
+            session: ucs::sys::host::random_u64() as u32,
+            initial_seq: 0,
+            window: self.window,
+            max_payload: seg_size.saturating_sub(HEADER_LEN),
+            ack_delay: ns(self.ack_delay),
+            ack_every: (self.window / 4).clamp(1, 32),
+            initial_rto: ns(self.rto),
+            max_rto: ns(self.rto_max),
+            nak_interval: ns(self.nak_interval),
+            peer_timeout: ns(self.timeout),
+            keepalive: self.keepalive.map(ns),
+            tx_pool_packets: self.tx_queue,
+            rx_pool_packets: self.tx_queue,
+            max_peers: 1 << 24,
+        }
+    }
+}
+
+/// Counters of a udp interface (datagrams and what happened to them). The engine's own
+/// counters are in [`UdpIface::engine_counters`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct UdpStats {
+    /// Datagrams read from the socket.
+    pub rx_datagrams: u64,
+    /// Datagrams handed to the socket.
+    pub tx_datagrams: u64,
+    /// Datagrams larger than the configured size, dropped.
+    pub rx_oversize: u64,
+    /// Datagrams from unknown addresses that are not well-formed packets, dropped.
+    pub rx_junk: u64,
+    /// Well-formed packets other than data from unknown addresses, dropped.
+    pub rx_stray: u64,
+    /// Datagrams from new addresses dropped because of [`UdpConfig::max_implicit_peers`].
+    pub rx_peers_refused: u64,
+    /// Delivered messages whose frame header is invalid, dropped.
+    pub rx_bad_frame: u64,
+    /// Peers created by arriving datagrams.
+    pub implicit_peers: u64,
+    /// Sends the socket refused with an error (the datagram is lost; the engine resends).
+    pub tx_errors: u64,
+    /// Times the socket's send buffer was full.
+    pub tx_stalls: u64,
+}
+
+/// A remote interface.
+struct PeerEntry {
+    addr: SocketAddr,
+    /// Endpoints that refer to it.
+    eps: u32,
+    failed: bool,
+}
+
+struct UdpEp {
+    peer: u32,
+    failed: Option<Status>,
+}
+
+const TOK_SOCK: u64 = 0;
+const TOK_TIMER: u64 = 1;
+const NEVER: u64 = u64::MAX;
+
+/// A udp interface on one device.
+pub struct UdpIface {
+    device: String,
+    local: SocketAddr,
+    sock: UdpSocket,
+    events: EventSet,
+    timer: OwnedFd,
+    /// Deadline the timerfd is set to (`NEVER`: disarmed).
+    timer_at: u64,
+    engine: Engine,
+    peers: Vec<PeerEntry>,
+    by_addr: HashMap<SocketAddr, u32>,
+    /// Peers no endpoint refers to.
+    unref_peers: u32,
+    eps: Slab<UdpEp>,
+    /// One past the largest endpoint id handed out.
+    ep_ids: u32,
+    handlers: AmTable,
+    out_events: Vec<IfaceEvent>,
+    rx_buf: Vec<u8>,
+    tx_buf: Vec<u8>,
+    /// A datagram the socket did not take (its send buffer was full), and its peer.
+    stalled: Option<u32>,
+    stall_buf: Vec<u8>,
+    cfg: UdpConfig,
+    seg_size: usize,
+    /// Largest reliable message: frame header and AM bytes.
+    max_msg: usize,
+    attr: IfaceAttr,
+    stats: UdpStats,
+}
+
+/// The form of an address used as a map key: no IPv6 flow label.
+fn key(a: SocketAddr) -> SocketAddr {
+    match a {
+        SocketAddr::V6(mut v6) => {
+            v6.set_flowinfo(0);
+            SocketAddr::V6(v6)
+        }
+        v4 => v4,
+    }
+}
+
+fn io_would_block(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted
+    )
+}
+
+impl UdpIface {
+    /// Opens an interface bound to `ip` (port chosen by the kernel) of `device`.
+    pub fn open(device: &str, ip: IpAddr, cfg: UdpConfig) -> Result<UdpIface> {
+        cfg.validate()?;
+        let bind = SocketAddr::new(ip, 0);
+        let s = Socket::new(
+            Domain::for_address(bind),
+            Type::DGRAM.nonblocking().cloexec(),
+            Some(Protocol::UDP),
+        )?;
+        if ip.is_ipv6() {
+            s.set_only_v6(true)?;
+        }
+        // Best effort: the kernel caps these at its maxima.
+        let _ = s.set_recv_buffer_size(cfg.sock_buf);
+        let _ = s.set_send_buffer_size(cfg.sock_buf);
+        s.bind(&SockAddr::from(bind)).map_err(|e| {
+            tracing::debug!("udp: bind to {bind} failed: {e}");
+            Status::NoDevice
+        })?;
+        let local = s.local_addr()?.as_socket().ok_or(Status::NoDevice)?;
+        let sock: UdpSocket = s.into();
+        let timer = rustix::time::timerfd_create(
+            rustix::time::TimerfdClockId::Monotonic,
+            rustix::time::TimerfdFlags::CLOEXEC | rustix::time::TimerfdFlags::NONBLOCK,
+        )?;
+        let events = EventSet::new()?;
+        events.add(&sock, Events::READABLE, TOK_SOCK)?;
+        events.add(&timer, Events::READABLE, TOK_TIMER)?;
+        let seg_size = cfg.seg_size_for(ip);
+        let engine = Engine::new(cfg.engine_config(seg_size)).map_err(|e| {
+            tracing::error!("udp: {e}");
+            Status::InvalidParam
+        })?;
+        let max_msg = seg_size - HEADER_LEN;
+        let max_am = max_msg - FRAME_HDR;
+        let cost = CostModel {
+            overhead: 2e-6,
+            latency: 12e-6,
+            bandwidth: 1e9,
+        };
+        let attr = IfaceAttr {
+            caps: Caps::AM_SHORT
+                | Caps::AM_BCOPY
+                | Caps::AM_ZCOPY
+                | Caps::CONNECT_TO_IFACE
+                | Caps::EVENT_RECV,
+            max_am_short: max_am - 8,
+            max_am_bcopy: max_am,
+            max_am_zcopy: max_am,
+            max_am_hdr: max_am.min(128),
+            max_put_short: 0,
+            max_put_bcopy: 0,
+            max_put_zcopy: 0,
+            max_get_bcopy: 0,
+            max_get_zcopy: 0,
+            iface_addr_len: wire::encode_addr(&local, seg_size as u16).len(),
+            device_addr_len: crate::shm::address::DEVICE_ADDR_LEN,
+            cost,
+            rma_cost: cost,
+        };
+        tracing::debug!("udp: interface on {device} at {local}, datagrams of {seg_size} bytes");
+        Ok(UdpIface {
+            device: device.to_string(),
+            local,
+            sock,
+            events,
+            timer,
+            timer_at: NEVER,
+            engine,
+            peers: Vec::new(),
+            by_addr: HashMap::new(),
+            unref_peers: 0,
+            eps: Slab::default(),
+            ep_ids: 0,
+            handlers: AmTable::default(),
+            out_events: Vec::new(),
+            // One byte more than the largest datagram: a longer one shows up as too long
+            // instead of silently truncated.
+            rx_buf: vec![0; seg_size + 1],
+            tx_buf: Vec::with_capacity(max_msg),
+            stalled: None,
+            stall_buf: Vec::with_capacity(seg_size),
+            cfg,
+            seg_size,
+            max_msg,
+            attr,
+            stats: UdpStats::default(),
+        })
+    }
+
+    pub fn attr(&self) -> &IfaceAttr {
+        &self.attr
+    }
+
+    pub fn device(&self) -> &str {
+        &self.device
+    }
+
+    /// The address the socket is bound to.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    /// The datagram payload size of this interface.
+    pub fn seg_size(&self) -> usize {
+        self.seg_size
+    }
+
+    pub fn address(&self) -> Vec<u8> {
+        wire::encode_addr(&self.local, self.seg_size as u16)
+    }
+
+    pub fn handlers(&mut self) -> &mut AmTable {
+        &mut self.handlers
+    }
+
+    /// The interface's datagram counters.
+    pub fn stats(&self) -> &UdpStats {
+        &self.stats
+    }
+
+    /// The reliability engine's counters (retransmissions, duplicates, malformed, ...).
+    pub fn engine_counters(&self) -> &uct_rel::Counters {
+        self.engine.counters()
+    }
+
+    /// Peers known (with or without endpoints).
+    pub fn peer_count(&self) -> usize {
+        self.peers.len()
+    }
+
+    /// Datagrams dropped as malformed, invalid or unexpected: oversize, junk or stray
+    /// packets from unknown addresses, refused new peers, bad frames, and what the engine
+    /// rejected (malformed, impossible contents, another session of a known peer).
+    /// Duplicates and retransmissions are normal protocol traffic and not counted.
+    pub fn dropped(&self) -> u64 {
+        let c = self.engine.counters();
+        let s = &self.stats;
+        s.rx_oversize
+            + s.rx_junk
+            + s.rx_stray
+            + s.rx_peers_refused
+            + s.rx_bad_frame
+            + c.rx_malformed
+            + c.rx_invalid
+            + c.rx_stale_session
+    }
+
+    /// True when `iface_addr` can be reached from this interface: same datagram size and
+    /// address family, and a loopback peer only from a loopback interface of the same
+    /// host.
+    pub fn is_reachable(&self, same_host: bool, iface_addr: &[u8]) -> bool {
+        let Ok((a, seg)) = wire::decode_addr(iface_addr) else {
+            return false;
+        };
+        usize::from(seg) == self.seg_size
+            && a.is_ipv4() == self.local.is_ipv4()
+            && (a.ip().is_loopback() == self.local.ip().is_loopback())
+            && (!a.ip().is_loopback() || same_host)
+    }
+
+    /// Adds a peer at `addr` that no endpoint refers to yet.
+    fn add_peer(&mut self, addr: SocketAddr, now: u64) -> Result<u32> {
+        let id = u32::try_from(self.peers.len()).map_err(|_| Status::NoResource)?;
+        self.engine
+            .add_peer(PeerId(id), now)
+            .map_err(|_| Status::NoResource)?;
+        self.peers.push(PeerEntry {
+            addr,
+            eps: 0,
+            failed: false,
+        });
+        self.by_addr.insert(addr, id);
+        self.unref_peers += 1;
+        Ok(id)
+    }
+
+    pub fn ep_create(&mut self, iface_addr: &[u8]) -> Result<EpId> {
+        let (addr, seg) = wire::decode_addr(iface_addr)?;
+        if usize::from(seg) != self.seg_size || addr.is_ipv4() != self.local.is_ipv4() {
+            tracing::debug!("udp: {addr} (datagrams of {seg} bytes) is not reachable");
+            return Err(Status::Unreachable);
+        }
+        let addr = key(addr);
+        let now = ucs::now_ns();
+        let peer = match self.by_addr.get(&addr) {
+            Some(&p) => {
+                let pe = &mut self.peers[p as usize];
+                if pe.failed {
+                    // A new endpoint to a peer that failed starts afresh.
+                    self.engine.remove_peer(PeerId(p));
+                    self.engine
+                        .add_peer(PeerId(p), now)
+                        .map_err(|_| Status::NoResource)?;
+                    pe.failed = false;
+                }
+                p
+            }
+            None => self.add_peer(addr, now)?,
+        };
+        let pe = &mut self.peers[peer as usize];
+        if pe.eps == 0 {
+            self.unref_peers -= 1;
+        }
+        pe.eps += 1;
+        let ep = self.eps.insert(UdpEp { peer, failed: None });
+        self.ep_ids = self.ep_ids.max(ep.0 + 1);
+        Ok(ep)
+    }
+
+    /// Destroys an endpoint. Its peer stays known, and what was sent to it is still
+    /// delivered (flush first to know that it was).
+    pub fn ep_destroy(&mut self, ep: EpId) -> Result<()> {
+        let e = self.eps.remove(ep)?;
+        if let Some(pe) = self.peers.get_mut(e.peer as usize) {
+            pe.eps -= 1;
+            if pe.eps == 0 {
+                self.unref_peers += 1;
+            }
+        }
+        Ok(())
+    }
+
+    pub fn ep_count(&self) -> usize {
+        self.eps.len()
+    }
+
+    pub fn check_ep(&self, ep: EpId) -> Result<()> {
+        self.eps.get(ep).map(|_| ())
+    }
+
+    /// The peer of a live endpoint, or its error.
+    #[inline]
+    fn ep_peer(&self, ep: EpId) -> Result<u32> {
+        let e = self.eps.get(ep)?;
+        match e.failed {
+            Some(s) => Err(s),
+            None => Ok(e.peer),
+        }
+    }
+
+    fn peer_has_space(&self, peer: u32) -> bool {
+        matches!(self.engine.peer_status(PeerId(peer)),
+            PeerStatus::Active { unacked } if unacked < self.cfg.window)
+            && self.engine.pool_in_use().0 < self.cfg.tx_queue
+    }
+
+    /// True when `ep` can take another message now. A failed endpoint "has space": its
+    /// operations fail at once instead of waiting.
+    pub fn ep_has_space(&self, ep: EpId) -> Result<bool> {
+        let e = self.eps.get(ep)?;
+        Ok(e.failed.is_some() || self.peer_has_space(e.peer))
+    }
+
+    /// True when the peer of `ep` acknowledged everything sent to it.
+    pub fn ep_is_flushed(&self, ep: EpId) -> Result<bool> {
+        let peer = self.ep_peer(ep)?;
+        match self.engine.peer_status(PeerId(peer)) {
+            PeerStatus::Active { unacked } => Ok(unacked == 0),
+            PeerStatus::Failed => Err(Status::EndpointTimeout),
+            PeerStatus::Unknown => Err(Status::InvalidParam),
+        }
+    }
+
+    /// True when every peer that has not failed acknowledged everything sent to it.
+    pub fn is_flushed(&self) -> bool {
+        (0..self.peers.len() as u32).all(|p| {
+            !matches!(self.engine.peer_status(PeerId(p)),
+                PeerStatus::Active { unacked } if unacked > 0)
+        })
+    }
+
+    /// Queues one reliable message for `peer` and sends what can go.
+    #[inline]
+    fn push(&mut self, peer: u32, msg: &[u8]) -> Result<Outcome> {
+        let now = ucs::now_ns();
+        match self.engine.send(PeerId(peer), msg, now) {
+            Ok(()) => {
+                self.transmit(now);
+                Ok(Outcome::Done(()))
+            }
+            Err(SendError::WindowFull) => Ok(Outcome::NoResource),
+            Err(SendError::Failed) => Err(Status::EndpointTimeout),
+            Err(SendError::UnknownPeer | SendError::TooLarge) => Err(Status::InvalidParam),
+        }
+    }
+
+    /// Sends one active message made of `parts`.
+    fn send_parts(&mut self, ep: EpId, id: u8, parts: &[&[u8]]) -> Result<Outcome> {
+        let peer = self.ep_peer(ep)?;
+        let total: usize = parts.iter().map(|p| p.len()).sum();
+        if id >= AM_ID_MAX || FRAME_HDR + total > self.max_msg {
+            return Err(Status::InvalidParam);
+        }
+        let mut buf = std::mem::take(&mut self.tx_buf);
+        buf.clear();
+        buf.extend_from_slice(&wire::frame_header(id));
+        for p in parts {
+            buf.extend_from_slice(p);
+        }
+        let r = self.push(peer, &buf);
+        self.tx_buf = buf;
+        r
+    }
+
+    pub fn am_short(&mut self, ep: EpId, id: u8, hdr: u64, payload: &[u8]) -> Result<Outcome> {
+        if payload.len() > self.attr.max_am_short {
+            return Err(Status::InvalidParam);
+        }
+        self.send_parts(ep, id, &[&hdr.to_ne_bytes(), payload])
+    }
+
+    pub fn am_bcopy(
+        &mut self,
+        ep: EpId,
+        id: u8,
+        pack: impl FnOnce(&mut [u8]) -> usize,
+    ) -> Result<Outcome<usize>> {
+        let peer = self.ep_peer(ep)?;
+        // Refuse a bad id, and wait for room, before the packer runs.
+        if id >= AM_ID_MAX {
+            return Err(Status::InvalidParam);
+        }
+        if !self.peer_has_space(peer) {
+            return Ok(Outcome::NoResource);
+        }
+        let mut buf = std::mem::take(&mut self.tx_buf);
+        // A packer that panicked took the buffer with it: this makes a new one.
+        buf.resize(self.max_msg, 0);
+        buf[..FRAME_HDR].copy_from_slice(&wire::frame_header(id));
+        let n = pack(&mut buf[FRAME_HDR..]);
+        let r = if n > self.max_msg - FRAME_HDR {
+            Err(Status::InvalidParam)
+        } else {
+            self.push(peer, &buf[..FRAME_HDR + n]).map(|o| match o {
+                Outcome::Done(()) => Outcome::Done(n),
+                Outcome::InProgress => Outcome::InProgress,
+                Outcome::NoResource => Outcome::NoResource,
+            })
+        };
+        self.tx_buf = buf;
+        r
+    }
+
+    /// Sends `header` and the buffers of `iov`, gathered into one datagram.
+    pub fn am_zcopy(&mut self, ep: EpId, id: u8, header: &[u8], iov: &[&[u8]]) -> Result<Outcome> {
+        if header.len() > self.attr.max_am_hdr {
+            return Err(Status::InvalidParam);
+        }
+        let peer = self.ep_peer(ep)?;
+        let total = header.len() + iov.iter().map(|b| b.len()).sum::<usize>();
+        if id >= AM_ID_MAX || FRAME_HDR + total > self.max_msg {
+            return Err(Status::InvalidParam);
+        }
+        let mut buf = std::mem::take(&mut self.tx_buf);
+        buf.clear();
+        buf.extend_from_slice(&wire::frame_header(id));
+        buf.extend_from_slice(header);
+        for p in iov {
+            buf.extend_from_slice(p);
+        }
+        let r = self.push(peer, &buf);
+        self.tx_buf = buf;
+        r
+    }
+
+    /// True when no peer is known: nothing can be in flight and nothing is expected, so
+    /// progress may poll rarely (the first datagram of a new peer waits a little).
+    pub fn is_idle(&self) -> bool {
+        self.peers.is_empty()
+    }
+
+    /// Failed endpoints since the last call.
+    pub fn take_events(&mut self) -> Vec<IfaceEvent> {
+        std::mem::take(&mut self.out_events)
+    }
+
+    pub fn has_events(&self) -> bool {
+        !self.out_events.is_empty()
+    }
+
+    /// Reads datagrams, runs due timers, sends what the engine wants sent, and delivers
+    /// arrived messages to `f(am_id, bytes)`. Returns messages delivered plus datagrams
+    /// read.
+    pub fn poll(&mut self, f: &mut impl FnMut(u8, &[u8])) -> usize {
+        let now = ucs::now_ns();
+        let got = self.recv_batch(now);
+        if self.engine.next_timeout().is_some_and(|t| t <= now) {
+            self.engine.on_timeout(now);
+        }
+        self.transmit(now);
+        got + self.deliver(f)
+    }
+
+    pub fn progress(&mut self) -> usize {
+        let mut handlers = std::mem::take(&mut self.handlers);
+        let n = self.poll(&mut |id, d| handlers.dispatch(id, d));
+        self.handlers = handlers;
+        n
+    }
+
+    fn recv_batch(&mut self, now: u64) -> usize {
+        let mut got = 0;
+        for _ in 0..self.cfg.rx_max_poll {
+            let (n, from) = match self.sock.recv_from(&mut self.rx_buf) {
+                Ok(r) => r,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) => {
+                    // E.g. an ICMP error reported on the socket: nothing to read here.
+                    tracing::debug!("udp: receive failed: {e}");
+                    break;
+                }
+            };
+            got += 1;
+            if n > self.seg_size {
+                self.stats.rx_oversize += 1;
+                continue;
+            }
+            let from = key(from);
+            let peer = match self.by_addr.get(&from) {
+                Some(&p) => p,
+                None => match self.implicit_peer(from, n, now) {
+                    Some(p) => p,
+                    None => continue,
+                },
+            };
+            self.engine
+                .on_packet(PeerId(peer), &self.rx_buf[..n], now);
+        }
+        self.stats.rx_datagrams += got as u64;
+        got
+    }
+
+    /// A peer for a datagram (the first `n` bytes of the receive buffer) from an unknown
+    /// address: only a well-formed data packet makes one, within the bound.
+    #[cold]
+    fn implicit_peer(&mut self, from: SocketAddr, n: usize, now: u64) -> Option<u32> {
+        match Packet::decode(&self.rx_buf[..n]) {
+            Ok(Packet {
+                body: Body::Data { .. },
+                ..
+            }) => {}
+            Ok(_) => {
+                self.stats.rx_stray += 1;
+                return None;
+            }
+            Err(_) => {
+                self.stats.rx_junk += 1;
+                return None;
+            }
+        }
+        if self.unref_peers >= self.cfg.max_implicit_peers {
+            self.stats.rx_peers_refused += 1;
+            tracing::debug!("udp: datagram from new peer {from} dropped: too many peers");
+            return None;
+        }
+        let p = self.add_peer(from, now).ok()?;
+        self.stats.implicit_peers += 1;
+        Some(p)
+    }
+
+    /// Hands the engine's datagrams to the socket until it has none or the socket's send
+    /// buffer is full (the datagram at hand is then kept for the next call).
+    fn transmit(&mut self, now: u64) {
+        if let Some(p) = self.stalled {
+            let addr = self.peers[p as usize].addr;
+            match self.sock.send_to(&self.stall_buf, addr) {
+                Err(e) if io_would_block(&e) => return,
+                Err(_) => self.stats.tx_errors += 1,
+                Ok(_) => self.stats.tx_datagrams += 1,
+            }
+            self.stalled = None;
+        }
+        while let Some(t) = self.engine.poll_transmit(now) {
+            let Some(pe) = self.peers.get(t.peer.0 as usize) else {
+                continue;
+            };
+            match self.sock.send_to(t.bytes, pe.addr) {
+                Ok(_) => self.stats.tx_datagrams += 1,
+                Err(e) if io_would_block(&e) => {
+                    self.stall_buf.clear();
+                    self.stall_buf.extend_from_slice(t.bytes);
+                    self.stalled = Some(t.peer.0);
+                    self.stats.tx_stalls += 1;
+                    return;
+                }
+                Err(e) => {
+                    // Lost like a datagram on the wire: the engine recovers it, or the
+                    // peer times out.
+                    self.stats.tx_errors += 1;
+                    tracing::debug!("udp: send to {} failed: {e}", pe.addr);
+                }
+            }
+        }
+    }
+
+    fn deliver(&mut self, f: &mut impl FnMut(u8, &[u8])) -> usize {
+        let mut n = 0;
+        let mut failed: Option<u32> = None;
+        while let Some(ev) = self.engine.poll_event() {
+            match ev {
+                Event::Deliver { payload, .. } => match wire::parse_frame(payload) {
+                    Ok((id, data)) => {
+                        f(id, data);
+                        n += 1;
+                    }
+                    Err(_) => self.stats.rx_bad_frame += 1,
+                },
+                Event::PeerFailed(p) => {
+                    failed = Some(p.0);
+                    break;
+                }
+            }
+        }
+        if let Some(p) = failed {
+            self.peer_failed(p);
+            // More events may follow the failure.
+            n += self.deliver(f);
+        }
+        n
+    }
+
+    #[cold]
+    fn peer_failed(&mut self, p: u32) {
+        let Some(pe) = self.peers.get_mut(p as usize) else {
+            return;
+        };
+        pe.failed = true;
+        tracing::debug!("udp: peer {} timed out", pe.addr);
+        if self.stalled == Some(p) {
+            self.stalled = None;
+        }
+        for i in 0..self.ep_ids {
+            if let Ok(e) = self.eps.get_mut(EpId(i)) {
+                if e.peer == p && e.failed.is_none() {
+                    e.failed = Some(Status::EndpointTimeout);
+                    self.out_events
+                        .push(IfaceEvent::EpFailed(EpId(i), Status::EndpointTimeout));
+                }
+            }
+        }
+    }
+
+    /// The epoll set of the socket and the timer; see the module docs.
+    pub fn event_fd(&self) -> BorrowedFd<'_> {
+        self.events.as_fd()
+    }
+
+    /// Prepares for sleeping on [`UdpIface::event_fd`]: `Busy` when there is work now
+    /// (events, a held-back datagram, a due timer, or a datagram waiting in the socket),
+    /// else sets the timer to the engine's next deadline.
+    pub fn arm(&mut self) -> Result<()> {
+        if !self.out_events.is_empty()
+            || self.stalled.is_some()
+            || ucs::sys::poll::readable(self.sock.as_fd(), 0)?
+        {
+            return Err(Status::Busy);
+        }
+        let next = self.engine.next_timeout().unwrap_or(NEVER);
+        if next != NEVER && next <= ucs::now_ns() {
+            return Err(Status::Busy);
+        }
+        if next != self.timer_at {
+            let at = |t: u64| rustix::time::Timespec {
+                tv_sec: (t / 1_000_000_000) as _,
+                tv_nsec: (t % 1_000_000_000) as _,
+            };
+            let spec = rustix::time::Itimerspec {
+                it_interval: at(0),
+                // All zero disarms.
+                it_value: at(if next == NEVER { 0 } else { next }),
+            };
+            rustix::time::timerfd_settime(
+                &self.timer,
+                rustix::time::TimerfdTimerFlags::ABSTIME,
+                &spec,
+            )?;
+            self.timer_at = next;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pair(cfg: UdpConfig) -> (UdpIface, UdpIface) {
+        let ip: IpAddr = "127.0.0.1".parse().unwrap();
+        (
+            UdpIface::open("lo", ip, cfg).unwrap(),
+            UdpIface::open("lo", ip, cfg).unwrap(),
+        )
+    }
+
+    #[test]
+    fn config_limits() {
+        let mut c = UdpConfig::default();
+        assert!(c.validate().is_ok());
+        c.seg_size = Some(100);
+        assert!(c.validate().is_err());
+        c.seg_size = Some(MAX_SEG_SIZE + 1);
+        assert!(c.validate().is_err());
+        c.seg_size = Some(MAX_SEG_SIZE);
+        assert!(c.validate().is_ok());
+        c.window = 0;
+        assert!(c.validate().is_err());
+        assert_eq!(UdpConfig::default().seg_size_for("::1".parse().unwrap()), 1452);
+    }
+
+    #[test]
+    fn message_and_implicit_peer() {
+        let (mut a, mut b) = pair(UdpConfig::default());
+        assert_eq!(a.attr().max_am_bcopy, 1472 - 16 - 2);
+        let ep = a.ep_create(&b.address()).unwrap();
+        assert_eq!(b.peer_count(), 0);
+        assert!(a.am_short(ep, 3, 42, b"hi").unwrap().is_done());
+        let mut got = Vec::new();
+        for _ in 0..1000 {
+            b.poll(&mut |id, d| got.push((id, d.to_vec())));
+            if !got.is_empty() {
+                break;
+            }
+            std::thread::sleep(Duration::from_micros(100));
+        }
+        let mut want = 42u64.to_ne_bytes().to_vec();
+        want.extend_from_slice(b"hi");
+        assert_eq!(got, vec![(3, want)]);
+        assert_eq!(b.stats().implicit_peers, 1);
+        // The acknowledgement flushes the endpoint.
+        for _ in 0..1000 {
+            a.poll(&mut |_, _| {});
+            b.poll(&mut |_, _| {});
+            if a.ep_is_flushed(ep).unwrap() {
+                break;
+            }
+            std::thread::sleep(Duration::from_micros(100));
+        }
+        assert!(a.ep_is_flushed(ep).unwrap());
+        // An endpoint back finds the implicit peer.
+        let back = b.ep_create(&a.address()).unwrap();
+        assert_eq!(b.peer_count(), 1);
+        b.ep_destroy(back).unwrap();
+    }
+
+    #[test]
+    fn other_seg_size_is_unreachable() {
+        let (a, _) = pair(UdpConfig::default());
+        let other = UdpIface::open(
+            "lo",
+            "127.0.0.1".parse().unwrap(),
+            UdpConfig {
+                seg_size: Some(9000),
+                ..UdpConfig::default()
+            },
+        )
+        .unwrap();
+        assert!(!a.is_reachable(true, &other.address()));
+        let mut a = a;
+        assert_eq!(a.ep_create(&other.address()), Err(Status::Unreachable));
+    }
+}

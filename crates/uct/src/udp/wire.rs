@@ -1,0 +1,143 @@
+//! The udp transport's wire formats: the interface address, and the frame of an active
+//! message inside one reliable message of [`uct_rel`].
+//!
+//! ```text
+//! iface address: version u8 = 1 | family u8 (4 or 6) | port u16 | seg size u16 | ip (4 or 16 bytes)
+//!
+//! datagram:  uct_rel packet header (16 bytes, see uct_rel::packet) | payload
+//! payload of a DATA packet, one active message:
+//!
+//!   0        1        2
+//!   +--------+--------+----------------------------------------+
+//!   | am id  | flags  | AM bytes (am_short: 8-byte header in   |
+//!   | u8 <32 | u8 = 0 | native order, then the payload)        |
+//!   +--------+--------+----------------------------------------+
+//! ```
+//! The port, seg size (the largest datagram payload the interface sends and receives,
+//! [`super::UdpConfig::seg_size`]) and IP are in network order as on the wire of IP itself. `flags` is reserved
+//! (must be zero; a future version may use it, e.g. to coalesce several messages in one
+//! datagram). The frame's version is the reliability packet's version byte.
+//! Everything is checked on decode: a bad frame is counted and dropped by the interface.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use ucs::{Result, Status};
+
+pub const VERSION: u8 = 1;
+/// Bytes in front of the active-message bytes in a reliable message.
+pub const FRAME_HDR: usize = 2;
+
+/// Encodes an interface address: the socket address and the datagram size.
+pub fn encode_addr(a: &SocketAddr, seg_size: u16) -> Vec<u8> {
+    let mut w = Vec::with_capacity(22);
+    w.push(VERSION);
+    w.push(if a.is_ipv4() { 4 } else { 6 });
+    w.extend_from_slice(&a.port().to_be_bytes());
+    w.extend_from_slice(&seg_size.to_be_bytes());
+    match a.ip() {
+        IpAddr::V4(ip) => w.extend_from_slice(&ip.octets()),
+        IpAddr::V6(ip) => w.extend_from_slice(&ip.octets()),
+    }
+    w
+}
+
+/// Decodes an interface address: exact length, known family, port not 0, a seg size of
+/// at least the two headers.
+pub fn decode_addr(b: &[u8]) -> Result<(SocketAddr, u16)> {
+    let bad = Status::InvalidAddr;
+    let (&[ver, fam, p0, p1, s0, s1], ip) = b.split_first_chunk::<6>().ok_or(bad)?;
+    let port = u16::from_be_bytes([p0, p1]);
+    let seg = u16::from_be_bytes([s0, s1]);
+    if ver != VERSION || port == 0 || usize::from(seg) < uct_rel::packet::HEADER_LEN + FRAME_HDR {
+        return Err(bad);
+    }
+    let ip = match (fam, ip.len()) {
+        (4, 4) => {
+            let o: [u8; 4] = ip.try_into().map_err(|_| bad)?;
+            IpAddr::V4(Ipv4Addr::from(o))
+        }
+        (6, 16) => {
+            let o: [u8; 16] = ip.try_into().map_err(|_| bad)?;
+            IpAddr::V6(Ipv6Addr::from(o))
+        }
+        _ => return Err(bad),
+    };
+    Ok((SocketAddr::new(ip, port), seg))
+}
+
+/// Writes a frame header for active-message id `id`.
+#[inline]
+pub fn frame_header(id: u8) -> [u8; FRAME_HDR] {
+    [id, 0]
+}
+
+/// Splits a reliable message into (am id, AM bytes). The id must be below
+/// [`crate::AM_ID_MAX`] and the reserved byte zero.
+#[inline]
+pub fn parse_frame(m: &[u8]) -> Result<(u8, &[u8])> {
+    match m {
+        [id, 0, rest @ ..] if *id < crate::AM_ID_MAX => Ok((*id, rest)),
+        _ => Err(Status::InvalidParam),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn addr_round_trip(v4: [u8; 4], v6: [u8; 16], port in 1u16.., seg in 18u16..) {
+            for ip in [IpAddr::V4(Ipv4Addr::from(v4)), IpAddr::V6(Ipv6Addr::from(v6))] {
+                let a = SocketAddr::new(ip, port);
+                prop_assert_eq!(decode_addr(&encode_addr(&a, seg)).unwrap(), (a, seg));
+            }
+        }
+
+        #[test]
+        fn frame_round_trip(id in 0u8..32, body in proptest::collection::vec(any::<u8>(), 0..64)) {
+            let mut m = frame_header(id).to_vec();
+            m.extend_from_slice(&body);
+            let (got, rest) = parse_frame(&m).unwrap();
+            prop_assert_eq!(got, id);
+            prop_assert_eq!(rest, &body[..]);
+        }
+
+        #[test]
+        fn decoders_never_panic(b in proptest::collection::vec(any::<u8>(), 0..40)) {
+            if let Ok((a, seg)) = decode_addr(&b) {
+                prop_assert_eq!(encode_addr(&a, seg), b.clone());
+            }
+            let _ = parse_frame(&b);
+        }
+    }
+
+    #[test]
+    fn bad_input_is_rejected() {
+        let a = encode_addr(&"127.0.0.1:7".parse().unwrap(), 1472);
+        assert!(decode_addr(&a).is_ok());
+        assert!(decode_addr(&a[..a.len() - 1]).is_err());
+        let mut b = a.clone();
+        b.push(0);
+        assert!(decode_addr(&b).is_err(), "trailing byte");
+        let mut b = a.clone();
+        b[0] = 2;
+        assert!(decode_addr(&b).is_err(), "version");
+        let mut b = a.clone();
+        b[1] = 6;
+        assert!(decode_addr(&b).is_err(), "family and length disagree");
+        let mut b = a.clone();
+        b[2] = 0;
+        b[3] = 0;
+        assert!(decode_addr(&b).is_err(), "port 0");
+        let mut b = a;
+        b[4] = 0;
+        b[5] = 17;
+        assert!(decode_addr(&b).is_err(), "seg size below the headers");
+        assert!(parse_frame(&[]).is_err());
+        assert!(parse_frame(&[1]).is_err());
+        assert!(parse_frame(&[32, 0]).is_err());
+        assert!(parse_frame(&[1, 1]).is_err());
+        assert_eq!(parse_frame(&[31, 0]).unwrap(), (31, &[][..]));
+    }
+}
