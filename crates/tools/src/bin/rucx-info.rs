@@ -174,6 +174,11 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    // The protocol layer's variables (thresholds, UCX_TLS, RMA path, tcp budget) too.
+    if let Err(e) = ucp::Config::from_env() {
+        eprintln!("rucx-info: invalid configuration: {e}");
+        return ExitCode::from(1);
+    }
     ucs::config::warn_unknown();
     let mut out = String::new();
     let mut ok = true;
