@@ -180,6 +180,9 @@ pub(crate) struct State {
     pub dropped: u64,
     /// Endpoints whose lane is tcp (bounded by the configured budget).
     pub tcp_eps: usize,
+    /// Interfaces progressed on every call (live and not idle); refreshed on idle turns
+    /// and when an endpoint connects.
+    pub hot: Vec<usize>,
 }
 
 pub(crate) struct Tl {
@@ -273,6 +276,7 @@ impl Worker {
                 next_msg_id: 1,
                 dropped: 0,
                 tcp_eps: 0,
+                hot: Vec::new(),
             },
             events,
             signal,
@@ -300,9 +304,12 @@ impl Worker {
     /// The worker's address. Handing it out means peers may send at any time, so every
     /// interface that can receive from another process is progressed from now on.
     pub fn address(&mut self) -> Vec<u8> {
-        for t in &mut self.tls {
+        for (i, t) in self.tls.iter_mut().enumerate() {
             if t.transport != Transport::SelfTl {
                 t.live = true;
+                if !t.iface.is_idle() && !self.st.hot.contains(&i) {
+                    self.st.hot.push(i);
+                }
             }
         }
         self.st.my_address.clone()
@@ -358,16 +365,27 @@ impl Worker {
         let mut n = 0;
         let st = &mut self.st;
         self.tick = self.tick.wrapping_add(1);
-        let idle_turn = self.tick % 64 == 0;
+        let idle_turn = self.tick % 256 == 0;
         let mut events = false;
-        for t in self.tls.iter_mut() {
-            // A connection-based interface without connections only waits for new ones:
-            // poll it now and then, not on every call.
-            if t.live && (idle_turn || !t.iface.is_idle()) {
-                n += t.iface.progress_with(|id, d| st.on_am(id, d));
-                if idle_turn {
+        if idle_turn {
+            // Every live interface, and the list of those to poll on every call: a
+            // connection-based interface without connections only waits for new ones, so
+            // it is polled on these turns only.
+            st.hot.clear();
+            for (i, t) in self.tls.iter_mut().enumerate() {
+                if t.live {
+                    n += t.iface.progress_with(|id, d| st.on_am(id, d));
                     t.iface.check_peers();
+                    events |= t.iface.has_events();
+                    if !t.iface.is_idle() {
+                        st.hot.push(i);
+                    }
                 }
+            }
+        } else {
+            for k in 0..st.hot.len() {
+                let t = &mut self.tls[st.hot[k]];
+                n += t.iface.progress_with(|id, d| st.on_am(id, d));
                 events |= t.iface.has_events();
             }
         }
@@ -875,6 +893,9 @@ pub(crate) fn connect(tls: &mut [Tl], st: &mut State, ep: u32) -> Result<Lane> {
     let addr = e.remote.ifaces[entry].addr.clone();
     let uct_ep = tls[tl].iface.ep_create(&addr)?;
     tls[tl].live = true;
+    if !st.hot.contains(&tl) {
+        st.hot.push(tl);
+    }
     let attr = tls[tl].iface.attr();
     let rma = attr.caps.contains(uct::Caps::GET_ZCOPY);
     let lane = Lane {

@@ -244,9 +244,10 @@ impl<K: Copy> SeqQueue<K> {
     #[inline]
     fn remove(&mut self, seq: u64, live: impl Fn(u64) -> bool) {
         if self.front() == Some(seq) {
-            // Keep invariant 1: uncover the next live entry.
+            // Keep invariant 1: uncover the next live entry. With no dead entry in the
+            // queue the new front is live already: no store lookup on the common path.
             self.entries.pop_front();
-            while let Some(&(next, _)) = self.entries.front() {
+            while let Some(&(next, _)) = self.entries.front().filter(|_| self.dead > 0) {
                 if live(next) {
                     break;
                 }
