@@ -26,10 +26,13 @@ pub struct Params {
     pub warmup: u64,
     /// Data layout; `None` picks the cheapest one the size fits (short, bcopy, zcopy).
     pub layout: Option<Layout>,
-    /// am_bw: credit window of the sender (0: only the transport's own back-pressure);
-    /// put_bw/get_bw: operations between flushes (0: flush only at the end);
-    /// tag_bw/tag_mr: most sends in flight, and receives posted ahead, on each side
-    /// (0: the test's default); others: unused.
+    /// Transport layer: am_bw: credit window of the sender (0: only the transport's own
+    /// back-pressure); put_bw/get_bw: operations between flushes (0: flush only at the
+    /// end). Protocol layer: tag_bw/tag_mr: most sends in flight, and receives posted
+    /// ahead, on each side; put_bw, get_bw, am_bw, stream_bw, fadd_mr: most requests in
+    /// flight; add_mr: most posts between flushes when ucp emulates the atomics (a post
+    /// on the direct path completes in the call) (0 there: the test's default). Others:
+    /// unused.
     pub window: u32,
 }
 
@@ -75,6 +78,10 @@ impl Params {
             tracing::error!("{}: warm-up {} is too large", info.name, self.warmup);
             return Err(Status::InvalidParam);
         }
+        if self.test.is_atomic() && self.size != 4 && self.size != 8 {
+            tracing::error!("{}: atomics are 4 or 8 bytes, not {}", info.name, self.size);
+            return Err(Status::InvalidParam);
+        }
         if let Some(l) = self.layout {
             if !info.layouts.contains(&l) {
                 tracing::error!("{}: data layout '{l}' is not supported", info.name);
@@ -116,6 +123,13 @@ mod tests {
         assert_eq!(t.validate(), Err(Status::Unsupported));
         t.layout = Some(Layout::Contig);
         assert!(t.validate().is_ok());
+        // Atomics take 4 or 8 bytes.
+        let mut a = Params::new(TestId::FaddLat);
+        assert!(a.validate().is_ok());
+        a.size = 4;
+        assert!(a.validate().is_ok());
+        a.size = 16;
+        assert_eq!(a.validate(), Err(Status::InvalidParam));
     }
 
     #[test]
@@ -126,5 +140,10 @@ mod tests {
         let s = serde_json::to_string(&p).unwrap();
         assert!(s.contains("\"test\":\"put_bw\""), "{s}");
         assert_eq!(serde_json::from_str::<Params>(&s).unwrap(), p);
+        // The protocol-layer test of the same name has its own key in the channel.
+        let q = Params::new(TestId::UcpPutBw);
+        let s = serde_json::to_string(&q).unwrap();
+        assert!(s.contains("\"test\":\"ucp_put_bw\""), "{s}");
+        assert_eq!(serde_json::from_str::<Params>(&s).unwrap(), q);
     }
 }

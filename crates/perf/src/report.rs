@@ -61,8 +61,11 @@ pub fn final_line(r: &PerfResult, final_only: bool) -> String {
 /// The line above a test's table: which test, over what, with which message.
 pub fn banner(r: &PerfResult) -> String {
     let info = r.test.info();
+    let path = r
+        .rma_path
+        .map_or_else(String::new, |p| format!(", rma path {p}"));
     format!(
-        "# {} ({}, {}): {}/{}, {} bytes, {} layout, {} iterations, {} warm-up",
+        "# {} ({}, {}): {}/{}, {} bytes, {} layout, {} iterations, {} warm-up{path}",
         info.name,
         info.description,
         info.api.label(),
@@ -116,6 +119,7 @@ mod tests {
             msg_rate_overall: 13027812.0,
             elapsed_s: 0.0015,
             stamp_stride: 1,
+            rma_path: None,
             samples_ns: vec![150; 4],
         }
     }
@@ -202,5 +206,38 @@ mod tests {
         assert!(b.contains("am_lat") && b.contains("8 bytes") && b.contains("shm/memory"));
         let t = table(&sample(), false);
         assert_eq!(t.lines().count(), 7);
+        assert!(!b.contains("rma path"));
+        let mut put = sample();
+        put.test = TestId::UcpPutLat;
+        put.api = crate::registry::Api::Ucp;
+        put.rma_path = Some("direct");
+        let b = banner(&put);
+        assert!(b.contains("put_lat (put latency, protocol layer)"), "{b}");
+        assert!(b.ends_with(", rma path direct"), "{b}");
+    }
+
+    /// A protocol-layer test named like a transport-layer one: the JSON says the name and
+    /// the layer, and the access path when there is one.
+    #[test]
+    fn json_of_a_protocol_layer_rma_test() {
+        let t = Timing::per_iteration(vec![100, 200], 250);
+        let s = Subject {
+            test: TestId::UcpGetBw,
+            transport: "shm".into(),
+            layout: Layout::Contig,
+            size: 8,
+            warmup: 0,
+            window: 32,
+        };
+        let mut r = PerfResult::compute(s, Kind::Stream, &t).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&json_line(&r)).unwrap();
+        assert_eq!(
+            (v["test"].as_str(), v["api"].as_str()),
+            (Some("get_bw"), Some("ucp"))
+        );
+        assert!(v.get("rma_path").is_none(), "{v}");
+        r.rma_path = Some("cma");
+        let v: serde_json::Value = serde_json::from_str(&json_line(&r)).unwrap();
+        assert_eq!(v["rma_path"], "cma");
     }
 }

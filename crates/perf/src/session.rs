@@ -157,8 +157,11 @@ mod tests {
             TestId::TagLat,
             TestId::AmLat,
             TestId::TagMr,
+            TestId::UcpPutLat,
+            TestId::FaddLat,
             TestId::TagBw,
             TestId::PutBw,
+            TestId::UcpAmLat,
         ] {
             let r = init.run(&short(test)).unwrap();
             assert_eq!(r.test, test);

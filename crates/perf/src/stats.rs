@@ -164,6 +164,9 @@ const MB: f64 = (1u64 << 20) as f64;
 /// The result of one test, as printed in the table and the JSON line.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct PerfResult {
+    /// The test, by its name (put_lat of either layer is "put_lat"; `api` tells them
+    /// apart).
+    #[serde(serialize_with = "serialize_name")]
     pub test: TestId,
     /// The layer the test ran on: "uct" or "ucp".
     pub api: Api,
@@ -192,11 +195,19 @@ pub struct PerfResult {
     pub elapsed_s: f64,
     /// Iterations per timestamp (1, or [`STREAM_STRIDE`] for bandwidth tests).
     pub stamp_stride: u64,
+    /// How the protocol layer reached the peer's memory in RMA and atomic tests
+    /// ("direct", "cma" or "am"; see `UCX_RMA_PATH`); absent for other tests.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rma_path: Option<&'static str>,
     /// Time of each measured iteration in nanoseconds, in order (whole round trips for
     /// ping-pong tests); with a stamp stride above 1, one value per batch of iterations
     /// (the batch's time over its size). Not part of the JSON line.
     #[serde(skip)]
     pub samples_ns: Vec<u64>,
+}
+
+fn serialize_name<S: serde::Serializer>(t: &TestId, s: S) -> std::result::Result<S::Ok, S::Error> {
+    s.serialize_str(t.name())
 }
 
 /// What a result is about (everything but the numbers).
@@ -255,6 +266,7 @@ impl PerfResult {
             msg_rate_overall: 1e9 / overall_ns,
             elapsed_s: end as f64 * 1e-9,
             stamp_stride: stride,
+            rma_path: None,
             samples_ns: samples,
         })
     }

@@ -72,12 +72,20 @@ fn json_results(run: &Run) -> Vec<serde_json::Value> {
 }
 
 fn check_result(v: &serde_json::Value, test: &str, size: u64, iterations: u64, layout: &str) {
+    // Only the protocol layer has the contig layout.
+    let api = if layout == "contig" { "ucp" } else { "uct" };
+    check_result_api(v, test, api, size, iterations, layout);
+}
+
+fn check_result_api(
+    v: &serde_json::Value,
+    test: &str,
+    api: &str,
+    size: u64,
+    iterations: u64,
+    layout: &str,
+) {
     assert_eq!(v["test"], test, "{v}");
-    let api = if test.starts_with("tag_") {
-        "ucp"
-    } else {
-        "uct"
-    };
     assert_eq!(v["api"], api, "{v}");
     assert_eq!(v["size"], size, "{v}");
     assert_eq!(v["iterations"], iterations, "{v}");
@@ -114,7 +122,9 @@ fn check_result(v: &serde_json::Value, test: &str, size: u64, iterations: u64, l
 
 #[test]
 fn am_lat_json() {
-    let run = perftest(&["-t", "am_lat", "-s", "8", "-n", "2000", "--json"]);
+    let run = perftest(&[
+        "-t", "am_lat", "-x", "shm", "-s", "8", "-n", "2000", "--json",
+    ]);
     assert_eq!(run.code, Some(0), "stderr: {}", run.stderr);
     let r = json_results(&run);
     assert_eq!(r.len(), 1, "stdout: {}", run.stdout);
@@ -124,7 +134,7 @@ fn am_lat_json() {
 #[test]
 fn put_bw_zcopy_json() {
     let run = perftest(&[
-        "-t", "put_bw", "-s", "65536", "-n", "200", "-D", "zcopy", "--json",
+        "-t", "put_bw", "-x", "shm", "-s", "65536", "-n", "200", "-D", "zcopy", "--json",
     ]);
     assert_eq!(run.code, Some(0), "stderr: {}", run.stderr);
     let r = json_results(&run);
@@ -134,7 +144,9 @@ fn put_bw_zcopy_json() {
 
 #[test]
 fn table_output_has_final_line() {
-    let run = perftest(&["-t", "get_lat", "-s", "64", "-n", "500", "-w", "10"]);
+    let run = perftest(&[
+        "-t", "get_lat", "-x", "shm", "-s", "64", "-n", "500", "-w", "10",
+    ]);
     assert_eq!(run.code, Some(0), "stderr: {}", run.stderr);
     let fin: Vec<&str> = run
         .stdout
@@ -162,7 +174,11 @@ fn unsupported_modes_fail_with_a_message() {
         &["-t", "tag_sync_bw"][..],
         &["-x", "ib"],
         &["-d", "mlx5_0:1"],
-        &["-t", "am_lat", "-D", "short", "-s", "100000"],
+        &["-t", "am_lat", "-x", "shm", "-D", "short", "-s", "100000"],
+        // Without -x, put_lat is the protocol-layer test: contig only.
+        &["-t", "put_lat", "-D", "zcopy"],
+        &["-t", "fadd_lat", "-s", "16"],
+        &["-t", "add_mr", "-x", "shm"],
         &["-t", "tag_lat", "-x", "shm"],
         &["-t", "tag_bw", "-D", "zcopy"],
         &["-p", "5000"],
@@ -197,6 +213,71 @@ fn tag_tests_json() {
         assert_eq!(r.len(), 1, "stdout: {}", run.stdout);
         check_result(&r[0], test, size, n, "contig");
     }
+}
+
+/// The protocol-layer RMA, atomic, AM and stream tests through the binary, with the path
+/// ucp took to the peer's memory; then the RMA paths forced with UCX_RMA_PATH.
+#[test]
+fn ucp_rma_amo_am_stream_json() {
+    for (test, size, n, path) in [
+        ("put_lat", 8, 2000, Some("direct")),
+        ("get_bw", 1 << 20, 100, Some("direct")),
+        ("fadd_lat", 8, 2000, Some("direct")),
+        ("add_mr", 4, 20000, Some("direct")),
+        ("am_lat", 8, 2000, None),
+        ("stream_bw", 65536, 300, None),
+    ] {
+        let (s, n_s) = (size.to_string(), n.to_string());
+        let run = perftest(&["-t", test, "-s", &s, "-n", &n_s, "-w", "10", "--json"]);
+        assert_eq!(run.code, Some(0), "{test}: stderr: {}", run.stderr);
+        let r = json_results(&run);
+        assert_eq!(r.len(), 1, "stdout: {}", run.stdout);
+        check_result_api(&r[0], test, "ucp", size, n, "contig");
+        assert_eq!(r[0]["rma_path"].as_str(), path, "{}", r[0]);
+    }
+    for (test, env, path) in [
+        ("put_bw", "cma", "cma"),
+        ("get_lat", "am", "am"),
+        ("swap_lat", "am", "am"),
+        ("fadd_mr", "cma", "am"),
+    ] {
+        let run = perftest_env(
+            &["-t", test, "-n", "500", "-w", "10", "--json"],
+            &[("UCX_RMA_PATH", env)],
+        );
+        assert_eq!(run.code, Some(0), "{test} {env}: stderr: {}", run.stderr);
+        let r = json_results(&run);
+        check_result_api(&r[0], test, "ucp", 8, 500, "contig");
+        assert_eq!(r[0]["rma_path"], path, "{}", r[0]);
+    }
+}
+
+/// The names both layers have: the transport layer with -x, the protocol layer without;
+/// the table's banner says which.
+#[test]
+fn shared_names_pick_the_layer() {
+    let run = perftest(&["-t", "put_bw", "-s", "4096", "-n", "300", "-f"]);
+    assert_eq!(run.code, Some(0), "stderr: {}", run.stderr);
+    assert!(
+        run.stdout
+            .contains("# put_bw (put bandwidth / message rate, protocol layer)"),
+        "{}",
+        run.stdout
+    );
+    assert!(run.stdout.contains("rma path direct"), "{}", run.stdout);
+    let run = perftest(&[
+        "-t", "put_bw", "-x", "shm", "-s", "4096", "-n", "300", "--json",
+    ]);
+    assert_eq!(run.code, Some(0), "stderr: {}", run.stderr);
+    let r = json_results(&run);
+    assert_eq!(
+        (r[0]["api"].as_str(), r[0].get("rma_path")),
+        (Some("uct"), None)
+    );
+    // ucx_perftest's name of the protocol-layer get test.
+    let run = perftest(&["-t", "ucp_get", "-n", "300", "--json"]);
+    assert_eq!(run.code, Some(0), "stderr: {}", run.stderr);
+    check_result_api(&json_results(&run)[0], "get_bw", "ucp", 8, 300, "contig");
 }
 
 /// A TCP port nobody listens on (at the moment of the call).
@@ -299,7 +380,18 @@ fn server_and_client_over_tcp() {
     let port = free_port();
     let server = Server::start(port);
     let p = port.to_string();
-    let run = perftest(&["127.0.0.1", "-p", &p, "-t", "am_bw", "-n", "5000", "--json"]);
+    let run = perftest(&[
+        "127.0.0.1",
+        "-p",
+        &p,
+        "-t",
+        "am_bw",
+        "-x",
+        "shm",
+        "-n",
+        "5000",
+        "--json",
+    ]);
     assert_eq!(run.code, Some(0), "client stderr: {}", run.stderr);
     check_result(&json_results(&run)[0], "am_bw", 8, 5000, "short");
     assert_eq!(server.wait(), Some(0));

@@ -1,27 +1,42 @@
-//! The protocol-layer (`ucp`) tests: tag_lat, tag_sync_lat, tag_bw and tag_mr, between
-//! two processes, each with one ucp worker and one endpoint to the other.
+//! The protocol-layer (`ucp`) tests between two processes, each with one ucp worker and
+//! one endpoint to the other:
+//!
+//! - tag: tag_lat, tag_sync_lat, tag_bw, tag_mr (`runs.rs`);
+//! - remote memory access: put_lat, put_bw, get_lat, get_bw (`rma.rs`);
+//! - atomics: add_lat, fadd_lat, swap_lat, cswap_lat, add_mr, fadd_mr (`amo.rs`);
+//! - active messages: am_lat, am_bw (`am.rs`);
+//! - streams: stream_lat, stream_bw (`stream.rs`).
 //!
 //! [`UcpPeer::connect`] (or [`UcpPeer::accept`] on a responder that already read the
-//! initiator's hello) creates a context with the tag feature and a worker, trades worker
-//! addresses over the [`Channel`], creates the endpoint to the peer and connects it at once,
-//! so that a peer no transport reaches is reported before any test ("unreachable"). ucp
-//! picks the transport (shared memory between two processes of one host; `UCX_TLS`
-//! restricts the choice); results name the one it picked.
+//! initiator's hello) creates a context with the tag, RMA, atomic, AM and stream features
+//! and a worker, trades worker addresses over the [`Channel`], creates the endpoint to the
+//! peer and connects it at once, so that a peer no transport reaches is reported before
+//! any test ("unreachable"). ucp picks the transport (shared memory between two processes
+//! of one host; `UCX_TLS` restricts the choice); results name the one it picked. RMA and
+//! atomic tests also report how ucp reaches the peer's memory (`rma_path`: direct, cma or
+//! am; `UCX_RMA_PATH` forces one).
 //!
 //! Then, as with the transport tests, the initiator calls [`UcpPeer::run`] once per test
 //! and the responder sits in [`UcpPeer::serve`]; each test is `Start` → `Ready` → the test
-//! → `Done` → `Verdict`. The runners are in `runs.rs`.
+//! → `Done` → `Verdict`, with the memory regions of one-sided tests in `Start` (the
+//! initiator's, when the responder writes to it) and `Ready` (the responder's).
 
+mod am;
+mod amo;
+mod rma;
 mod runs;
+mod stream;
+mod wait;
 
-use crate::channel::{Channel, Msg};
+use crate::channel::{Channel, Hex, Msg, RegionInfo};
 use crate::handshake::{self, Hello, UCP};
 use crate::mem::{pattern_mismatch, AlignedBuf};
 use crate::params::Params;
 use crate::registry::{Api, Layout, TestId};
 use crate::stats::{PerfResult, Subject};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::time::Duration;
-use ucp::{Context, Ep, Features, ThreadMode, Worker};
+use ucp::{Config, Context, Ep, Features, MemH, RemoteKey, RmaPath, ThreadMode, Worker};
 use ucs::{Result, Status};
 
 /// The tag of test messages (ucx_perftest's).
@@ -34,11 +49,63 @@ const MASK: u64 = u64::MAX;
 /// [`crate::mem::pattern`] (whose values are below 251).
 const POISON: u8 = 0xff;
 
+/// The groups of protocol-layer tests, each with its runners.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Group {
+    TagLat,
+    TagBw,
+    Rma,
+    Amo,
+    Am,
+    Stream,
+}
+
+fn group(t: TestId) -> Option<Group> {
+    Some(match t {
+        TestId::TagLat | TestId::TagSyncLat => Group::TagLat,
+        TestId::TagBw | TestId::TagMr => Group::TagBw,
+        TestId::UcpPutLat | TestId::UcpPutBw | TestId::UcpGetLat | TestId::UcpGetBw => Group::Rma,
+        TestId::AddLat
+        | TestId::FaddLat
+        | TestId::SwapLat
+        | TestId::CswapLat
+        | TestId::AddMr
+        | TestId::FaddMr => Group::Amo,
+        TestId::UcpAmLat | TestId::UcpAmBw => Group::Am,
+        TestId::StreamLat | TestId::StreamBw => Group::Stream,
+        TestId::AmLat
+        | TestId::AmBw
+        | TestId::PutLat
+        | TestId::PutBw
+        | TestId::GetLat
+        | TestId::GetBw => return None,
+    })
+}
+
+/// How `UCX_RMA_PATH` names a path (and the JSON's `rma_path`).
+fn path_name(p: RmaPath) -> &'static str {
+    match p {
+        RmaPath::Auto => "auto",
+        RmaPath::Direct => "direct",
+        RmaPath::Cma => "cma",
+        RmaPath::Emulated => "am",
+    }
+}
+
+/// The memory behind a [`MsgBuf`].
+enum Backing {
+    /// Page-aligned heap memory of this process.
+    Heap { _buf: AlignedBuf },
+    /// A region mapped with `mem_map` (the peer reaches it with its remote key); unmapped
+    /// when dropped.
+    Mapped(MemH),
+}
+
 /// A message buffer handed to ucp by address: page-aligned (as ucx_perftest's), with its
 /// address taken once at creation, so that this side holds no Rust reference into it while
-/// a request may read or write it.
+/// a request, or the peer, may read or write it.
 struct MsgBuf {
-    _mem: AlignedBuf,
+    mem: Backing,
     ptr: *mut u8,
     len: usize,
 }
@@ -58,10 +125,29 @@ impl MsgBuf {
         Ok(b)
     }
 
+    /// `len` zero bytes mapped for remote access (allocated by ucp: a shared segment that
+    /// peers on this host can map).
+    fn mapped(ctx: &Context, len: usize) -> Result<MsgBuf> {
+        let mem = ctx.mem_map(None, len).inspect_err(|e| {
+            tracing::error!("cannot map {len} bytes for remote access: {e}");
+        })?;
+        let ptr = mem.address();
+        if ptr.is_null() || mem.len() < len {
+            return Err(Status::NoMemory);
+        }
+        let b = MsgBuf {
+            mem: Backing::Mapped(mem),
+            ptr,
+            len,
+        };
+        b.fill(0);
+        Ok(b)
+    }
+
     fn from(mut mem: AlignedBuf) -> MsgBuf {
         let (ptr, len) = (mem.as_mut_ptr(), mem.len());
         MsgBuf {
-            _mem: mem,
+            mem: Backing::Heap { _buf: mem },
             ptr,
             len,
         }
@@ -73,27 +159,56 @@ impl MsgBuf {
         ucp::Buf::contig(self.ptr, self.len)
     }
 
-    /// Fills the buffer with [`POISON`]. Call only while no request uses the buffer, or
-    /// the poison is overwritten by whatever the request writes next.
+    /// What the peer needs to reach a mapped buffer; `None` for heap memory.
+    fn region(&self) -> Option<RegionInfo> {
+        match &self.mem {
+            Backing::Mapped(m) => Some(RegionInfo {
+                address: self.ptr as u64,
+                rkey: Hex(m.rkey_pack()),
+            }),
+            Backing::Heap { .. } => None,
+        }
+    }
+
+    /// Fills the buffer with `byte`. Call only while no request uses the buffer and the
+    /// peer does not write it, or the fill is overwritten by whatever they write next.
+    fn fill(&self, byte: u8) {
+        // SAFETY: ptr is valid for len bytes (owned by mem). ucp writes a buffer only
+        // inside calls on this thread's worker, so nothing else of this process accesses
+        // it during this; the peer does not write it now (the caller's condition).
+        unsafe { std::ptr::write_bytes(self.ptr, byte, self.len) };
+    }
+
+    /// Fills the buffer with [`POISON`] (see [`MsgBuf::fill`]).
     fn poison(&self) {
-        // SAFETY: ptr is valid for len bytes (owned by _mem). ucp writes a buffer only
-        // inside calls on this thread's worker, so nothing else accesses it during this.
-        unsafe { std::ptr::write_bytes(self.ptr, POISON, self.len) };
+        self.fill(POISON);
+    }
+
+    /// Fills the buffer with the data pattern (see [`MsgBuf::fill`]).
+    fn fill_pattern(&self) {
+        let src = crate::mem::pattern_vec(self.len);
+        // SAFETY: as in fill(); src is a separate buffer of the same length.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr, self.len) };
+    }
+
+    /// A copy of the contents (while nothing writes the buffer).
+    fn snapshot(&self) -> Vec<u8> {
+        let mut v = vec![0u8; self.len];
+        // SAFETY: as in fill(); v is a separate buffer of the same length.
+        unsafe { std::ptr::copy_nonoverlapping(self.ptr, v.as_mut_ptr(), self.len) };
+        v
     }
 
     /// The first byte that differs from the data pattern.
     fn mismatch(&self) -> Option<usize> {
-        // SAFETY: as in poison(): valid memory, and no access by ucp while this shared
-        // slice lives (only this thread drives the worker, and it is here).
-        let data = unsafe { std::slice::from_raw_parts(self.ptr, self.len) };
-        pattern_mismatch(data, false)
+        pattern_mismatch(&self.snapshot(), false)
     }
 
     /// The 8 bytes at the start, as a little-endian number (acknowledgements).
     fn read_u64(&self) -> u64 {
         let mut b = [0u8; 8];
         let n = self.len.min(8);
-        // SAFETY: as in mismatch(); n <= len.
+        // SAFETY: as in fill(); n <= len.
         unsafe { std::ptr::copy_nonoverlapping(self.ptr, b.as_mut_ptr(), n) };
         u64::from_le_bytes(b)
     }
@@ -102,8 +217,43 @@ impl MsgBuf {
     fn write_u64(&self, v: u64) {
         let b = v.to_le_bytes();
         let n = self.len.min(8);
-        // SAFETY: as in poison(); n <= len.
+        // SAFETY: as in fill(); n <= len.
         unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), self.ptr, n) };
+    }
+
+    /// The last byte, which a put ping-pong changes every round. Atomic (acquire), since
+    /// the peer may be writing it through a mapping at this moment.
+    #[inline]
+    fn last(&self) -> u8 {
+        // SAFETY: len >= 1 (sizes are validated), the byte lies inside the allocation,
+        // and every access of this process to it while the peer may write is atomic.
+        let b = unsafe { AtomicU8::from_ptr(self.ptr.add(self.len.max(1) - 1)) };
+        b.load(Ordering::Acquire)
+    }
+
+    /// Sets the last byte (only while no request reads the buffer).
+    #[inline]
+    fn set_last(&self, v: u8) {
+        // SAFETY: as in last(); this side's sends read the buffer only inside worker
+        // calls on this thread.
+        let b = unsafe { AtomicU8::from_ptr(self.ptr.add(self.len.max(1) - 1)) };
+        b.store(v, Ordering::Relaxed);
+    }
+
+    /// The atomic word at the start (`size` 4 or 8 bytes), read atomically: the peer's
+    /// atomics may change it at any moment.
+    #[inline]
+    fn word(&self, size: usize) -> u64 {
+        debug_assert!(self.len >= size && self.ptr as usize % 8 == 0);
+        if size == 4 {
+            // SAFETY: the buffer is page-aligned and at least 4 bytes long; the peer
+            // accesses the word only atomically (CPU atomics through its mapping, or
+            // this worker's emulation, which uses the same CPU atomics).
+            u64::from(unsafe { AtomicU32::from_ptr(self.ptr.cast()) }.load(Ordering::Acquire))
+        } else {
+            // SAFETY: as above, with 8 bytes.
+            unsafe { AtomicU64::from_ptr(self.ptr.cast()) }.load(Ordering::Acquire)
+        }
     }
 }
 
@@ -133,6 +283,10 @@ struct Buffers {
     check: Option<MsgBuf>,
     /// Acknowledgement of a bandwidth phase.
     ack: Option<MsgBuf>,
+    /// Memory of this side that the peer reads or writes (RMA and atomic tests).
+    mine: Option<MsgBuf>,
+    /// The peer's memory, as this side reaches it.
+    peer: Option<(u64, RemoteKey)>,
 }
 
 /// One side of the protocol-layer tests.
@@ -145,14 +299,28 @@ pub struct UcpPeer<C: Channel> {
     transport: String,
     /// A test failed: requests may still be posted on the buffers, so no more tests.
     broken: bool,
+    /// How the current test reaches the peer's memory (RMA and atomic tests).
+    path: Option<RmaPath>,
     /// Buffers of the current (or last) test. Declared after the worker, so dropped after
     /// it: after a failed test ucp may still hold requests on them.
     bufs: Buffers,
 }
 
-/// A worker for the tests (tag feature, single thread).
-fn open_worker() -> Result<Worker> {
-    let ctx = Context::new(Features::TAG).inspect_err(|e| {
+/// A worker for the tests (every feature the tests use, single thread).
+/// The configuration comes from the environment (`UCX_*`), or is `config`.
+fn open_worker(config: Option<&Config>) -> Result<Worker> {
+    let features = Features::TAG
+        | Features::RMA
+        | Features::AMO32
+        | Features::AMO64
+        | Features::AM
+        | Features::STREAM;
+    let ctx = match config {
+        None => Context::new(features),
+        Some(c) => uct::IfaceConfig::from_env()
+            .and_then(|ic| Context::with_config(features, c.clone(), ic)),
+    }
+    .inspect_err(|e| {
         tracing::error!("cannot create a ucp context: {e}");
     })?;
     Worker::new(&ctx, ThreadMode::Single).inspect_err(|e| {
@@ -163,8 +331,18 @@ fn open_worker() -> Result<Worker> {
 impl<C: Channel> UcpPeer<C> {
     /// Initiator: creates a worker, sends its address, reads the peer's and connects to
     /// it. `timeout` bounds every later wait for the peer.
-    pub fn connect(mut chan: C, timeout: Duration) -> Result<UcpPeer<C>> {
-        let mut worker = open_worker()?;
+    pub fn connect(chan: C, timeout: Duration) -> Result<UcpPeer<C>> {
+        Self::connect_with(chan, timeout, None)
+    }
+
+    /// [`UcpPeer::connect`] with an explicit ucp configuration instead of the
+    /// environment's (`None`: the environment's).
+    pub fn connect_with(
+        mut chan: C,
+        timeout: Duration,
+        config: Option<&Config>,
+    ) -> Result<UcpPeer<C>> {
+        let mut worker = open_worker(config)?;
         handshake::send_hello(&mut chan, UCP, worker.address())?;
         let hello = handshake::recv_hello(&mut chan, timeout)?;
         handshake::check_hello(&hello, UCP)?;
@@ -173,9 +351,19 @@ impl<C: Channel> UcpPeer<C> {
 
     /// Responder: answers the initiator's `hello` (already received) with this side's
     /// worker address and connects to the initiator's worker.
-    pub fn accept(hello: &Hello, mut chan: C, timeout: Duration) -> Result<UcpPeer<C>> {
+    pub fn accept(hello: &Hello, chan: C, timeout: Duration) -> Result<UcpPeer<C>> {
+        Self::accept_with(hello, chan, timeout, None)
+    }
+
+    /// [`UcpPeer::accept`] with an explicit ucp configuration (`None`: the environment's).
+    pub fn accept_with(
+        hello: &Hello,
+        mut chan: C,
+        timeout: Duration,
+        config: Option<&Config>,
+    ) -> Result<UcpPeer<C>> {
         handshake::check_hello(hello, UCP)?;
-        let mut worker = open_worker()?;
+        let mut worker = open_worker(config)?;
         handshake::send_hello(&mut chan, UCP, worker.address())?;
         Self::attach(worker, &hello.address, chan, timeout)
     }
@@ -222,6 +410,7 @@ impl<C: Channel> UcpPeer<C> {
             timeout,
             transport,
             broken: false,
+            path: None,
             bufs: Buffers::default(),
         })
     }
@@ -255,9 +444,15 @@ impl<C: Channel> UcpPeer<C> {
             return Err(Status::InvalidParam);
         }
         let p = Self::resolve(p)?;
-        let timing = match p.test {
-            TestId::TagLat | TestId::TagSyncLat => self.lat_initiator(&p),
-            _ => self.bw_initiator(&p),
+        self.path = None;
+        let timing = match group(p.test) {
+            Some(Group::TagLat) => self.lat_initiator(&p),
+            Some(Group::TagBw) => self.bw_initiator(&p),
+            Some(Group::Rma) => self.rma_initiator(&p),
+            Some(Group::Amo) => self.amo_initiator(&p),
+            Some(Group::Am) => self.am_initiator(&p),
+            Some(Group::Stream) => self.stream_initiator(&p),
+            None => Err(Status::InvalidParam),
         };
         let timing = match timing {
             Ok(t) => t,
@@ -278,7 +473,9 @@ impl<C: Channel> UcpPeer<C> {
             warmup: p.warmup,
             window: p.window,
         };
-        PerfResult::compute(subject, p.test.info().kind, &timing)
+        let mut r = PerfResult::compute(subject, p.test.info().kind, &timing)?;
+        r.rma_path = self.path.map(path_name);
+        Ok(r)
     }
 
     /// Initiator: tells the responder there are no more protocol-layer tests; returns the
@@ -310,7 +507,7 @@ impl<C: Channel> UcpPeer<C> {
             })?;
             match msg {
                 Msg::Quit => return Ok(()),
-                Msg::Start { params, .. } => {
+                Msg::Start { params, region } => {
                     let p = match Self::resolve(&params) {
                         Ok(p) if !self.broken => p,
                         r => {
@@ -321,9 +518,14 @@ impl<C: Channel> UcpPeer<C> {
                             continue;
                         }
                     };
-                    let r = match p.test {
-                        TestId::TagLat | TestId::TagSyncLat => self.lat_responder(&p),
-                        _ => self.bw_responder(&p),
+                    let r = match group(p.test) {
+                        Some(Group::TagLat) => self.lat_responder(&p),
+                        Some(Group::TagBw) => self.bw_responder(&p),
+                        Some(Group::Rma) => self.rma_responder(&p, region.as_ref()),
+                        Some(Group::Amo) => self.amo_responder(&p, region.as_ref()),
+                        Some(Group::Am) => self.am_responder(&p),
+                        Some(Group::Stream) => self.stream_responder(&p),
+                        None => Err(Status::InvalidParam),
                     };
                     if let Err(e) = r {
                         self.broken = true;
@@ -344,11 +546,38 @@ impl<C: Channel> UcpPeer<C> {
 
     /// Initiator: sends `Start` and waits for `Ready`.
     fn start(&mut self, p: &Params) -> Result<()> {
+        self.start_with(p, None).map(|_| ())
+    }
+
+    /// Initiator: sends `Start` with this side's region (if the responder writes to it)
+    /// and waits for `Ready`; returns the responder's region.
+    fn start_with(&mut self, p: &Params, mine: Option<RegionInfo>) -> Result<Option<RegionInfo>> {
         self.chan.send(&Msg::Start {
             params: p.clone(),
-            region: None,
+            region: mine,
         })?;
-        handshake::expect_ready(&mut self.chan, self.timeout).map(|_| ())
+        handshake::expect_ready(&mut self.chan, self.timeout)
+    }
+
+    /// Unpacks the peer's region for this endpoint, keeps it for the test, and returns
+    /// the path ucp resolved for put/get (`amo`: for atomics).
+    fn attach_peer(
+        &mut self,
+        region: Option<&RegionInfo>,
+        test: TestId,
+        amo: bool,
+    ) -> Result<RmaPath> {
+        let Some(region) = region else {
+            tracing::error!("{test}: the peer sent no memory region");
+            return Err(Status::InvalidParam);
+        };
+        let rk = self
+            .worker
+            .rkey_unpack(self.ep, &region.rkey.0)
+            .inspect_err(|e| tracing::error!("{test}: cannot unpack the peer's key: {e}"))?;
+        let path = if amo { rk.amo_path() } else { rk.rma_path() };
+        self.bufs.peer = Some((region.address, rk));
+        Ok(path)
     }
 }
 
@@ -422,6 +651,114 @@ mod tests {
         assert_eq!(responder.join().unwrap(), Ok(()));
     }
 
+    /// Runs `cases` (test, size, window) between an initiator and a responder in two
+    /// threads of this process, both with `config` (`None`: the environment's); checks
+    /// the results and returns the access paths reported.
+    fn run_cases(
+        cases: &[(TestId, usize, u32)],
+        config: Option<Config>,
+    ) -> Vec<Option<&'static str>> {
+        let (a, b) = pair();
+        let timeout = Duration::from_secs(60);
+        let cfg = config.clone();
+        let responder = std::thread::spawn(move || {
+            let mut chan = b;
+            let hello = handshake::recv_hello(&mut chan, timeout)?;
+            let mut peer = UcpPeer::accept_with(&hello, chan, timeout, cfg.as_ref())?;
+            peer.serve()
+        });
+        let mut init = UcpPeer::connect_with(a, timeout, config.as_ref()).unwrap();
+        let mut paths = Vec::new();
+        for &(test, size, window) in cases {
+            let p = Params {
+                size,
+                window,
+                iterations: 60,
+                warmup: 7,
+                ..Params::new(test)
+            };
+            let r = init
+                .run(&p)
+                .unwrap_or_else(|e| panic!("{test} {size} window {window}: {e}"));
+            assert_eq!((r.test, r.size, r.iterations), (test, size, 60));
+            assert_eq!((r.api, r.layout), (Api::Ucp, Layout::Contig));
+            assert_eq!(r.transport, "shm");
+            assert!(r.latency_avg_us > 0.0 && r.msg_rate > 0.0);
+            let one_sided = matches!(group(test), Some(Group::Rma | Group::Amo));
+            assert_eq!(r.rma_path.is_some(), one_sided, "{test}");
+            paths.push(r.rma_path);
+        }
+        init.finish().unwrap();
+        assert_eq!(responder.join().unwrap(), Ok(()));
+        paths
+    }
+
+    /// Every RMA, atomic, AM and stream test on the default (direct) path: eager and
+    /// rendezvous sizes, windows of one and more, 4- and 8-byte atomics.
+    #[test]
+    fn one_sided_am_and_stream_tests_between_two_threads() {
+        let cases = [
+            (TestId::UcpPutLat, 8, 0),
+            (TestId::UcpPutLat, 5000, 0),
+            (TestId::UcpPutBw, 64 << 10, 0),
+            (TestId::UcpPutBw, 100, 1),
+            (TestId::UcpGetLat, 8, 0),
+            (TestId::UcpGetBw, 100_000, 3),
+            (TestId::UcpAmLat, 8, 0),
+            (TestId::UcpAmLat, 300_000, 0),
+            (TestId::UcpAmBw, 8, 0),
+            (TestId::UcpAmBw, 1 << 20, 2),
+            (TestId::StreamLat, 8, 0),
+            (TestId::StreamLat, 70_000, 0),
+            (TestId::StreamBw, 64 << 10, 0),
+            (TestId::StreamBw, 3, 1),
+            (TestId::AddLat, 8, 0),
+            (TestId::AddLat, 4, 0),
+            (TestId::FaddLat, 8, 0),
+            (TestId::SwapLat, 4, 0),
+            (TestId::CswapLat, 8, 0),
+            (TestId::AddMr, 8, 7),
+            (TestId::FaddMr, 8, 0),
+            (TestId::FaddMr, 4, 5),
+        ];
+        let paths = run_cases(&cases, None);
+        for ((test, ..), path) in cases.iter().zip(paths) {
+            if let Some(path) = path {
+                assert_eq!(path, "direct", "{test}");
+            }
+        }
+    }
+
+    /// The one-sided tests through the other access paths, forced by configuration:
+    /// emulation by active messages (windows of requests in flight), and CMA (put/get;
+    /// atomics are then emulated).
+    #[test]
+    fn one_sided_tests_over_forced_paths() {
+        let cases = [
+            (TestId::UcpPutLat, 100, 0),
+            (TestId::UcpPutBw, 20_000, 4),
+            (TestId::UcpGetLat, 8, 0),
+            (TestId::UcpGetBw, 70_000, 3),
+            (TestId::AddLat, 8, 0),
+            (TestId::FaddLat, 4, 0),
+            (TestId::SwapLat, 8, 0),
+            (TestId::CswapLat, 8, 0),
+            (TestId::AddMr, 8, 16),
+            (TestId::FaddMr, 8, 4),
+        ];
+        for (path, rma, amo) in [(RmaPath::Emulated, "am", "am"), (RmaPath::Cma, "cma", "am")] {
+            let cfg = Config {
+                rma_path: path,
+                ..Config::from_env().unwrap()
+            };
+            let got = run_cases(&cases, Some(cfg));
+            for ((test, ..), p) in cases.iter().zip(got) {
+                let want = if test.is_atomic() { amo } else { rma };
+                assert_eq!(p, Some(want), "{test} with {path:?}");
+            }
+        }
+    }
+
     /// A hand-driven tag_bw initiator whose last message has one wrong byte: the
     /// responder's check must say so.
     #[test]
@@ -430,7 +767,7 @@ mod tests {
         let timeout = Duration::from_secs(60);
         let responder = std::thread::spawn(move || crate::session::respond(b, timeout));
         let mut chan = a;
-        let mut w = open_worker().unwrap();
+        let mut w = open_worker(None).unwrap();
         handshake::send_hello(&mut chan, UCP, w.address()).unwrap();
         let hello = handshake::recv_hello(&mut chan, timeout).unwrap();
         let ep = w.ep_create(&hello.address).unwrap();
@@ -460,6 +797,68 @@ mod tests {
             Msg::Verdict { error: Some(e) } => assert!(e.contains("byte 2345"), "{e}"),
             m => panic!("expected a failing verdict, got {m:?}"),
         }
+        chan.send(&Msg::Quit).unwrap();
+        drop(chan);
+        assert_eq!(responder.join().unwrap(), Ok(()));
+    }
+
+    /// Hand-driven one-sided initiators that write wrong data: a put_bw whose put has
+    /// one wrong byte, and an add_mr one add short. The responder's checks must say so.
+    #[test]
+    fn responder_reports_wrong_memory() {
+        let (a, b) = pair();
+        let timeout = Duration::from_secs(60);
+        let responder = std::thread::spawn(move || crate::session::respond(b, timeout));
+        let mut chan = a;
+        let mut w = open_worker(None).unwrap();
+        handshake::send_hello(&mut chan, UCP, w.address()).unwrap();
+        let hello = handshake::recv_hello(&mut chan, timeout).unwrap();
+        let ep = w.ep_create(&hello.address).unwrap();
+        let start = |w: &mut Worker, chan: &mut LineChannel, p: Params| {
+            chan.send(&Msg::Start {
+                params: p,
+                region: None,
+            })
+            .unwrap();
+            match chan.recv(timeout).unwrap() {
+                Msg::Ready { region: Some(r) } => {
+                    let rk = w.rkey_unpack(ep, &r.rkey.0).unwrap();
+                    (r.address, rk)
+                }
+                m => panic!("expected ready with a region, got {m:?}"),
+            }
+        };
+        let verdict = |chan: &mut LineChannel| {
+            chan.send(&Msg::Done).unwrap();
+            match chan.recv(timeout).unwrap() {
+                Msg::Verdict { error: Some(e) } => e,
+                m => panic!("expected a failing verdict, got {m:?}"),
+            }
+        };
+        let put = Params {
+            size: 3000,
+            iterations: 1,
+            warmup: 0,
+            ..Params::new(TestId::UcpPutBw)
+        };
+        let (addr, rk) = start(&mut w, &mut chan, put);
+        let mut bad = crate::mem::pattern_vec(3000);
+        bad[1234] ^= 0x10;
+        w.put(ep, &bad, addr, &rk).unwrap();
+        assert!(verdict(&mut chan).contains("byte 1234"));
+        let add = Params {
+            iterations: 10,
+            warmup: 0,
+            ..Params::new(TestId::AddMr)
+        };
+        let (addr, rk) = start(&mut w, &mut chan, add);
+        for _ in 0..9 {
+            w.atomic_post(ep, ucp::AtomicOp::Add, ucp::AtomicSize::B64, 1, addr, &rk)
+                .unwrap();
+        }
+        w.flush_ep_blocking(ep).unwrap();
+        let e = verdict(&mut chan);
+        assert!(e.contains("is 9, expected 10"), "{e}");
         chan.send(&Msg::Quit).unwrap();
         drop(chan);
         assert_eq!(responder.join().unwrap(), Ok(()));

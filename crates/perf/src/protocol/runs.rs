@@ -1,4 +1,4 @@
-//! The two sides of every protocol-layer test.
+//! The two sides of the tag tests.
 //!
 //! - tag_lat / tag_sync_lat: ping-pong of tagged messages (synchronous sends for
 //!   tag_sync_lat). Each side posts the receive for the next message right after its own
@@ -18,6 +18,7 @@
 //! Every request is waited for and freed; a failure leaves the peer broken (no more
 //! tests), its buffers kept until the worker is gone.
 
+use super::wait::{done, drain_to, wait_one, wait_pair};
 use super::{check_message, MsgBuf, UcpPeer, ACK_TAG, MASK, TAG};
 use crate::channel::{Channel, Msg};
 use crate::handshake;
@@ -26,116 +27,8 @@ use crate::registry::TestId;
 use crate::stats::{stride_of, Stamps, Timing};
 use crate::transport::wait::{check_stall, SPINS};
 use std::collections::VecDeque;
-use std::time::Duration;
 use ucp::{Ep, RecvInfo, Request, Worker};
 use ucs::{Result, Status};
-
-/// True when `r` completed successfully; an error when it completed otherwise.
-#[inline]
-fn done(w: &Worker, r: Request, what: &str) -> Result<bool> {
-    match w.request_test(r)? {
-        None => Ok(false),
-        Some(Status::Ok) => Ok(true),
-        Some(s) => {
-            tracing::error!("{what}: the request completed with {s}");
-            Err(s)
-        }
-    }
-}
-
-/// Progresses until `send` (if any) and then `recv` complete; frees both and returns what
-/// the receive got.
-#[inline]
-fn wait_pair<C: Channel>(
-    w: &mut Worker,
-    chan: &mut C,
-    timeout: Duration,
-    what: &str,
-    mut send: Option<Request>,
-    recv: Request,
-) -> Result<RecvInfo> {
-    let mut n: u32 = 0;
-    let mut since = None;
-    loop {
-        if let Some(s) = send {
-            if done(w, s, what)? {
-                w.request_free(s)?;
-                send = None;
-            }
-        }
-        if send.is_none() && done(w, recv, what)? {
-            let info = w.request_info(recv)?;
-            w.request_free(recv)?;
-            return Ok(info);
-        }
-        if w.progress() > 0 {
-            // Events: the peer is alive; only fruitless spins count towards a stall.
-            (n, since) = (0, None);
-        }
-        n = n.wrapping_add(1);
-        if n % SPINS == 0 {
-            check_stall(chan, &mut since, timeout, what)?;
-        }
-    }
-}
-
-/// Progresses until `r` completes; frees it.
-fn wait_one<C: Channel>(
-    w: &mut Worker,
-    chan: &mut C,
-    timeout: Duration,
-    what: &str,
-    r: Option<Request>,
-) -> Result<()> {
-    let Some(r) = r else { return Ok(()) };
-    let mut n: u32 = 0;
-    let mut since = None;
-    while !done(w, r, what)? {
-        if w.progress() > 0 {
-            // Events: the peer is alive; only fruitless spins count towards a stall.
-            (n, since) = (0, None);
-        }
-        n = n.wrapping_add(1);
-        if n % SPINS == 0 {
-            check_stall(chan, &mut since, timeout, what)?;
-        }
-    }
-    w.request_free(r)
-}
-
-/// Progresses until at most `limit` requests of `inflight` are outstanding, freeing the
-/// completed ones from the front (one endpoint's sends complete in order).
-#[inline]
-fn drain_to<C: Channel>(
-    w: &mut Worker,
-    chan: &mut C,
-    timeout: Duration,
-    inflight: &mut VecDeque<Request>,
-    limit: usize,
-) -> Result<()> {
-    let mut n: u32 = 0;
-    let mut since = None;
-    loop {
-        while let Some(&r) = inflight.front() {
-            if !done(w, r, "a send")? {
-                break;
-            }
-            w.request_free(r)?;
-            inflight.pop_front();
-        }
-        if inflight.len() <= limit {
-            return Ok(());
-        }
-        if w.progress() > 0 {
-            // Events: the peer is alive; only fruitless spins count towards a stall.
-            (n, since) = (0, None);
-        }
-        n = n.wrapping_add(1);
-        if n % SPINS == 0 {
-            check_stall(chan, &mut since, timeout, "send completions")?;
-        }
-    }
-}
 
 /// One send of the test message.
 ///

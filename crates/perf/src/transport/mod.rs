@@ -43,7 +43,8 @@ fn family(t: TestId) -> Family {
         TestId::AmLat | TestId::AmBw => Family::Am,
         TestId::PutLat | TestId::PutBw => Family::Put,
         TestId::GetLat | TestId::GetBw => Family::Get,
-        TestId::TagLat | TestId::TagBw | TestId::TagMr | TestId::TagSyncLat => Family::None,
+        // The protocol-layer tests.
+        _ => Family::None,
     }
 }
 

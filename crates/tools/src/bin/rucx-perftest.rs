@@ -36,6 +36,13 @@ use std::time::{Duration, Instant};
                   4 KiB, tag_bw 64 KiB and 1 MiB, tag_mr 8 B), then transport-layer tests over \
                   shm (am_lat, am_bw, put_lat, put_bw, get_bw), between this process and a \
                   peer process it starts (or the server named with --connect).\n\n\
+                  Layers: am_lat, am_bw, put_lat, put_bw, get_lat and get_bw exist on both \
+                  layers. With -x TRANSPORT they are the transport-layer (uct) tests over that \
+                  transport; without -x, the protocol-layer (ucp) tests, like every other test \
+                  but ucx_perftest's \"get\" (ucp picks the transport; UCX_TLS restricts it, \
+                  and UCX_RMA_PATH=auto|direct|cma|am chooses how put, get and atomics reach \
+                  the peer's memory; results report it as rma_path). The JSON's \"api\" says \
+                  which layer ran.\n\n\
                   Server/client mode: run `rucx-perftest --server` on one side and \
                   `rucx-perftest --connect HOST [-t TEST ...]` (or `rucx-perftest HOST ...`) \
                   on the other; the client chooses the tests and prints the results."
@@ -45,8 +52,9 @@ struct Cli {
     #[arg(short = 't', long = "test", value_name = "TEST")]
     test: Option<String>,
     /// Transport of transport-layer tests (shm; posix, sysv, mm and cma name it too)
-    /// [default: shm].
-    /// Protocol-layer (tag_*) tests take theirs from UCX_TLS.
+    /// [default: shm]. Selects the transport layer for the names both layers have
+    /// (am_lat, am_bw, put_lat, put_bw, get_lat, get_bw); without it they are
+    /// protocol-layer tests. Protocol-layer tests take their transport from UCX_TLS.
     #[arg(short = 'x', long = "tl", value_name = "TRANSPORT")]
     transport: Option<String>,
     /// Device of transport-layer tests [default: the transport's first].
@@ -61,8 +69,8 @@ struct Cli {
     /// Warm-up iterations, not measured [default: 1000; the suite has its own].
     #[arg(short = 'w', long = "warmup", value_name = "N")]
     warmup: Option<u64>,
-    /// Data layout: short, bcopy or zcopy (transport tests) [default: the cheapest the
-    /// size fits]; contig (protocol tests).
+    /// Data layout: short, bcopy or zcopy (transport-layer tests) [default: the cheapest
+    /// the size fits]; contig (protocol-layer tests).
     #[arg(short = 'D', long = "layout", value_name = "LAYOUT")]
     layout: Option<String>,
     /// CPUs: the first for this process, the second for the local peer (e.g. "0,1"), or
@@ -70,9 +78,10 @@ struct Cli {
     /// off].
     #[arg(short = 'c', long = "cpus", value_name = "CPUS")]
     cpus: Option<String>,
-    /// tag_bw/tag_mr: most sends in flight and receives posted ahead [default: 32];
-    /// am_bw: credit window in messages; put_bw/get_bw: operations between flushes
-    /// [default: 0, none].
+    /// Protocol layer: tag_bw/tag_mr: most sends in flight and receives posted ahead;
+    /// put_bw, get_bw, am_bw, stream_bw, fadd_mr: most requests in flight; add_mr: most
+    /// posts between flushes when ucp emulates them [default: 32]. Transport layer: am_bw: credit window in
+    /// messages; put_bw/get_bw: operations between flushes [default: 0, none].
     #[arg(short = 'O', long = "outstanding", value_name = "N")]
     window: Option<u32>,
     /// Print only the final numbers (ucx_perftest's -f).
@@ -82,7 +91,7 @@ struct Cli {
     #[arg(long)]
     json: bool,
     /// Longest wait for the peer, in seconds (also for a server waiting for its client;
-    /// on the responder of put/get tests this bounds a whole test).
+    /// on the responder of one-sided tests (put, get, atomics) this bounds a whole test).
     #[arg(long, value_name = "SECONDS", default_value_t = 60.0)]
     timeout: f64,
     /// Wait for a client on a TCP port (-p) and serve the tests it asks for.
@@ -270,12 +279,27 @@ fn plan(cli: &Cli) -> Result<Plan, Failure> {
     }
     let mut tests = match &cli.test {
         Some(name) => {
-            let info = perf::lookup(name).map_err(|e| Failure::Usage(e.to_string()))?;
+            // -x selects the transport layer for the names both layers have.
+            let api = cli.transport.as_ref().map(|_| Api::Uct);
+            let info =
+                perf::registry::lookup_in(name, api).map_err(|e| Failure::Usage(e.to_string()))?;
             if info.api == Api::Ucp && cli.transport.is_some() {
                 return usage(format!(
                     "-x does not apply to {} (a protocol-layer test: ucp picks the \
                      transport; restrict it with UCX_TLS)",
                     info.name
+                ));
+            }
+            if info.api == Api::Ucp
+                && layout.is_some_and(|l| l != Layout::Contig)
+                && perf::registry::on_both_layers(info.name)
+            {
+                return usage(format!(
+                    "{} without -x is the protocol-layer test, whose only layout is contig; \
+                     for the transport-layer {} with -D {}, add -x shm",
+                    info.name,
+                    info.name,
+                    layout.map_or("?", |l| l.name())
                 ));
             }
             let mut p = Params::new(info.id);
@@ -498,14 +522,22 @@ fn responder(cli: &Cli) -> Result<(), Failure> {
 
 /// The help of `-t`, from the test table, so that a test added there shows up here.
 fn test_help() -> String {
-    let names: Vec<String> = perf::TESTS
-        .iter()
-        .map(|t| match t.aliases {
-            [] => t.name.to_string(),
-            a => format!("{} (or {})", t.name, a.join(", ")),
-        })
-        .collect();
-    format!("Test: {}", names.join(", "))
+    let names = |api: Api| -> String {
+        perf::TESTS
+            .iter()
+            .filter(|t| t.api == api)
+            .map(|t| match t.aliases {
+                [] => t.name.to_string(),
+                a => format!("{} (or {})", t.name, a.join(", ")),
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    format!(
+        "Test. Protocol layer: {}. Transport layer (with -x; \"get\" also without): {}",
+        names(Api::Ucp),
+        names(Api::Uct)
+    )
 }
 
 fn parse_cli() -> Cli {
