@@ -27,6 +27,8 @@ pub const AM_AM_RTS: u8 = 16;
 const EAGER_HDR: usize = 16;
 const RTS_HDR: usize = 42;
 const FLAG_REPLY: u16 = 1;
+/// Largest active message sent through the transports' inline (short) path.
+const SHORT_MAX: usize = 256;
 
 /// Names a received message's data for `am_data`, `am_data_release` and
 /// `am_recv_data_nb`.
@@ -212,7 +214,26 @@ impl Worker {
             hdr_len: header.len(),
             uuid: st.uuid,
         };
-        if !rndv && st.ep(ep.0)?.queue.is_empty() {
+        let total = EAGER_HDR + header.len() + len;
+        if !rndv && st.ep(ep.0)?.queue.is_empty() && total <= (lane.th.max_short + 8).min(SHORT_MAX)
+        {
+            // Small enough for the transport's inline path: the first 8 header bytes are
+            // its header word, the rest its payload.
+            let mut b = [0u8; SHORT_MAX];
+            let h = put_fields(&mut b, &f);
+            b[h..h + header.len()].copy_from_slice(header);
+            let o = h + header.len();
+            // SAFETY: the caller promised `data` is readable until completion.
+            let n = o + unsafe { data.read_at(0, &mut b[o..o + len]) };
+            let word = u64::from_ne_bytes(b[..8].try_into().map_err(|_| Status::InvalidParam)?);
+            if tls[lane.tl]
+                .iface
+                .am_short(lane.ep, AM_AM_EAGER, word, &b[8..n])?
+                .is_done()
+            {
+                return Ok(None);
+            }
+        } else if !rndv && st.ep(ep.0)?.queue.is_empty() {
             let out = tls[lane.tl].iface.am_bcopy(lane.ep, AM_AM_EAGER, |b| {
                 let h = put_fields(b, &f);
                 b[h..h + header.len()].copy_from_slice(header);

@@ -37,7 +37,32 @@ impl Worker {
         cb: Option<Callback>,
     ) -> Result<Option<Request>> {
         let (tls, st) = (&mut self.tls, &mut self.st);
-        connect(tls, st, ep.0)?;
+        let lane = connect(tls, st, ep.0)?;
+        // Straight from the caller's buffer while the endpoint has nothing queued: no
+        // request unless something is left over.
+        let mut sent = 0;
+        if let (Some(p), true) = (buf.contig_ptr(), st.ep(ep.0)?.queue.is_empty()) {
+            let len = buf.len();
+            let hdr = st.uuid.to_le_bytes();
+            let chunk_max = lane.th.max_bcopy.max(1);
+            while sent < len {
+                let n = chunk_max.min(len - sent);
+                // SAFETY: sent + n <= len, inside the caller's buffer, readable per the
+                // function's contract.
+                let piece = unsafe { std::slice::from_raw_parts(p.add(sent), n) };
+                if !tls[lane.tl]
+                    .iface
+                    .am_zcopy(lane.ep, AM_STREAM, &hdr, &[piece], 0)?
+                    .is_done()
+                {
+                    break;
+                }
+                sent += n;
+            }
+            if sent == len {
+                return Ok(None);
+            }
+        }
         let r = st.new_req(
             ReqKind::Send(SendState {
                 kind: SendKind::Stream,
@@ -45,7 +70,7 @@ impl Worker {
                 buf,
                 tag: 0,
                 sync: false,
-                offset: 0,
+                offset: sent,
                 msg_id: 0,
                 proto: Proto::Multi,
                 mem: None,
@@ -59,15 +84,6 @@ impl Worker {
             st.active.push_back(ep.0);
         }
         crate::tag::api::drain_queue(tls, st, ep.0);
-        if st
-            .reqs
-            .get_ref(r.0)
-            .is_some_and(|q| q.status == Some(Status::Ok))
-            && !st.completed.contains(&r)
-        {
-            st.reqs.remove(r.0);
-            return Ok(None);
-        }
         Ok(Some(r))
     }
 
@@ -212,8 +228,41 @@ impl State {
         }
         let uuid = u64::from_le_bytes(d[..HDR].try_into().map_err(|_| Status::InvalidParam)?);
         let ep = *self.by_uuid.get(&uuid).ok_or(Status::InvalidParam)?;
-        if d.len() > HDR {
-            self.ep_mut(ep)?.stream_rx.push_back(d[HDR..].to_vec());
+        let mut data = &d[HDR..];
+        // Receives already waiting take the bytes straight from the message (nothing older
+        // can be queued then); only what is left is kept.
+        while !data.is_empty() {
+            let e = self.ep_mut(ep)?;
+            if !e.stream_rx.is_empty() {
+                break;
+            }
+            let Some(&r) = e.stream_reqs.front() else {
+                break;
+            };
+            let done = match self.reqs.get_mut(r.0) {
+                Some(Req {
+                    kind: ReqKind::Recv(rs),
+                    info,
+                    status: None,
+                    ..
+                }) => {
+                    // SAFETY: the receiver promised the buffer is writable until completion.
+                    let n = unsafe { rs.buf.write_at(rs.received, data) };
+                    rs.received += n;
+                    info.length = rs.received;
+                    data = &data[n..];
+                    rs.received == rs.buf.len() || !rs.waitall
+                }
+                _ => true,
+            };
+            if !done {
+                break;
+            }
+            self.ep_mut(ep)?.stream_reqs.pop_front();
+            self.complete(r, Status::Ok);
+        }
+        if !data.is_empty() {
+            self.ep_mut(ep)?.stream_rx.push_back(data.to_vec());
             self.stream_satisfy(ep);
         }
         Ok(())
