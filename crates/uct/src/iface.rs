@@ -11,8 +11,8 @@ use crate::rkey::Rkey;
 use crate::self_tl::SelfIface;
 use crate::shm::ShmIface;
 use crate::tcp::{IfaceEvent, TcpIface};
-use crate::udp::UdpIface;
 use crate::types::*;
+use crate::udp::UdpIface;
 use crate::{rma, Transport};
 use std::collections::VecDeque;
 use std::os::fd::BorrowedFd;
@@ -629,7 +629,10 @@ impl Iface {
     }
 
     /// Arms and sleeps on the event fd for up to `timeout_ms` (-1: forever) unless events
-    /// are waiting. Returns true when woken by an event (or events were waiting).
+    /// are waiting. Returns true when woken by an event (or events were waiting). For udp
+    /// the descriptor also holds a timer that `arm` sets to the reliability engine's next
+    /// deadline, so a sleeper wakes to retransmit, acknowledge or declare a peer failed
+    /// (see [`crate::udp`]); call `progress` after waking either way.
     pub fn wait(&mut self, timeout_ms: i32) -> Result<bool> {
         if self.arm().is_err() {
             return Ok(true);

@@ -22,8 +22,9 @@
 //!
 //! Every active message is one reliable message of the engine, i.e. one datagram: a
 //! two-byte frame header ([`wire`]) and the AM bytes, so `max_am_bcopy` is the datagram
-//! payload ([`UdpConfig::seg_size`], by default 1472 bytes on IPv4 and 1452 on IPv6, a
-//! 1500-byte MTU path) minus the engine's 16-byte header and the frame header. The
+//! payload ([`UdpConfig::seg_size`]; by default 1472 bytes on IPv4 and 1452 on IPv6, a
+//! 1500-byte MTU path, and 65000 bytes on a loopback device, whose path is this host)
+//! minus the engine's 16-byte header and the frame header. The
 //! protocol layer fragments larger messages. zcopy gathers into the same buffer.
 //! A send copies the message into the engine's send pool and hands the datagrams the
 //! engine wants out to the socket at once. When the peer's window (or the interface's
@@ -43,19 +44,34 @@
 //! # Flush
 //!
 //! An endpoint is flushed when the peer acknowledged every message sent to it (remote
-//! delivery, not just handed to the kernel: a datagram can still be lost after that).
-//! Acknowledgements may be delayed by up to [`UdpConfig::ack_delay`], so a flush takes
-//! about a round trip plus that delay. A failed peer's endpoint reports its error.
+//! delivery, not just handed to the kernel: a datagram can still be lost after that), so
+//! a flush takes a round trip plus [`UdpConfig::ack_delay`] (0 by default: a receiver
+//! acknowledges at the end of each batch it reads). The peer must progress to
+//! acknowledge: a process that stops progressing for good before its peers' last messages
+//! were acknowledged leaves them waiting until [`UdpConfig::timeout`]; with the default
+//! delay of 0 that can only happen when an acknowledgement is lost. A failed peer's
+//! endpoint reports its error.
 //!
 //! # Waiting
 //!
-//! The event descriptor is an epoll set holding the socket and a timerfd. [`UdpIface::arm`]
-//! returns `Busy` when events wait, a datagram is held back or waits in the socket, and
-//! when an engine timer is already due; otherwise it sets the timerfd to the engine's next deadline
-//! (retransmission, delayed acknowledgement, NAK repeat, keepalive, peer timeout), so a
-//! sleeper wakes when a datagram arrives *or* the engine needs to act. The timerfd is not
-//! read: re-arming it clears it. So `Iface::wait` (arm, then poll the descriptor) and a
-//! worker sleeping on its epoll set both keep the protocol running while idle.
+//! The event descriptor is an epoll set holding the socket and a timerfd.
+//! [`UdpIface::arm`] returns `Busy` when events wait, a datagram is held back or waits in
+//! the socket, and when an engine timer is already due; otherwise it sets the timerfd to
+//! the engine's next deadline (retransmission, delayed acknowledgement, NAK repeat,
+//! keepalive, peer timeout), so a sleeper wakes when a datagram arrives *or* the engine
+//! needs to act. The timerfd is not read: re-arming it clears it. So `Iface::wait` (arm,
+//! then poll the descriptor) and a worker sleeping on its epoll set both keep the
+//! protocol running while idle, without spinning: a sender waiting for a dead peer wakes
+//! once per (backed-off) retransmission until the peer times out.
+//!
+//! # Memory
+//!
+//! Per peer: the engine's record ([`uct_rel::Engine::IDLE_PEER_BYTES`], 116 bytes), a
+//! 40-byte table entry, a hash-map entry (about 48 bytes) and per endpoint a 12-byte slot:
+//! about 220 bytes, no descriptor, no buffer. Shared by all peers: the socket, a receive
+//! and a send buffer of one datagram, and the engine's packet pools, which grow with the
+//! messages in flight up to [`UdpConfig::tx_queue`] datagrams each (by default 8192, and
+//! at most 64 MiB of datagrams: 1032 on loopback).
 //!
 //! # Failure
 //!
@@ -95,7 +111,7 @@ pub static VARS: &[Var] = &[
     Var {
         name: "UDP_SEG_SIZE",
         default: "auto",
-        doc: "Largest udp datagram payload, headers of rucx included (the largest active message is 18 bytes less). auto: 1472 on IPv4, 1452 on IPv6 (fits a 1500-byte MTU path). 256..65507; all processes must use the same value.",
+        doc: "Largest udp datagram payload, headers of rucx included (the largest active message is 18 bytes less). auto: 1472 on IPv4 and 1452 on IPv6 network devices (fits a 1500-byte MTU path), 65000 on loopback devices. 256..65507; all processes must use the same value.",
     },
     Var {
         name: "UDP_WINDOW",
@@ -119,8 +135,8 @@ pub static VARS: &[Var] = &[
     },
     Var {
         name: "UDP_RTO_MAX",
-        default: "500ms",
-        doc: "Ceiling of the udp retransmission timeout.",
+        default: "100ms",
+        doc: "Ceiling of the udp retransmission timeout (one packet is resent per timeout, so a low ceiling is cheap; it bounds the stall when a retransmission and its answer are lost again and again).",
     },
     Var {
         name: "UDP_NAK_INTERVAL",
@@ -149,8 +165,8 @@ pub static VARS: &[Var] = &[
     },
     Var {
         name: "UDP_TX_QUEUE",
-        default: "8192",
-        doc: "Datagrams a udp interface keeps for retransmission (and receives out of order), over all peers; when full, sends get NO_RESOURCE.",
+        default: "auto",
+        doc: "Datagrams a udp interface keeps for retransmission (and receives out of order), over all peers; when full, sends get NO_RESOURCE. auto: 8192, at most 64 MiB of datagrams of UDP_SEG_SIZE.",
     },
 ];
 
@@ -159,7 +175,8 @@ pub static VARS: &[Var] = &[
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct UdpConfig {
     /// Largest datagram payload (UDP payload) including the engine's and the frame's
-    /// headers; `None`: 1472 on IPv4, 1452 on IPv6.
+    /// headers; `None`: 1472 on IPv4, 1452 on IPv6 (a 1500-byte MTU path), 65000 on a
+    /// loopback address.
     pub seg_size: Option<usize>,
     /// Unacknowledged messages per peer.
     pub window: u32,
@@ -182,7 +199,8 @@ pub struct UdpConfig {
     /// Socket send and receive buffer size to ask for.
     pub sock_buf: usize,
     /// Send (and out-of-order receive) pool, in datagrams, over all peers.
-    pub tx_queue: u32,
+    /// `None`: 8192 datagrams, at most 64 MiB of them.
+    pub tx_queue: Option<u32>,
 }
 
 impl Default for UdpConfig {
@@ -193,19 +211,22 @@ impl Default for UdpConfig {
             timeout: Duration::from_secs(10),
             keepalive: None,
             rto: Duration::from_millis(5),
-            rto_max: Duration::from_millis(500),
+            rto_max: Duration::from_millis(100),
             nak_interval: Duration::from_micros(500),
             ack_delay: Duration::ZERO,
             max_implicit_peers: 65536,
             rx_max_poll: 64,
             sock_buf: 4 << 20,
-            tx_queue: 8192,
+            tx_queue: None,
         }
     }
 }
 
 /// Largest UDP payload over IPv4 (65535 - 20 - 8).
 pub const MAX_SEG_SIZE: usize = 65507;
+/// The default datagram size on a loopback device (its MTU is 64 KiB, and the path never
+/// leaves the host): ten times the bandwidth of 1472-byte datagrams there.
+pub const LOOPBACK_SEG_SIZE: usize = 65000;
 /// Smallest allowed [`UdpConfig::seg_size`].
 pub const MIN_SEG_SIZE: usize = 256;
 
@@ -238,7 +259,11 @@ impl UdpConfig {
             max_implicit_peers: u32v(8)?,
             rx_max_poll: u32v(9)?,
             sock_buf: usize::try_from(config::size(&VARS[10])?).unwrap_or(usize::MAX),
-            tx_queue: u32v(11)?,
+            tx_queue: if config::raw(&VARS[11]).trim().eq_ignore_ascii_case("auto") {
+                None
+            } else {
+                Some(u32v(11)?)
+            },
         };
         c.validate()?;
         Ok(c)
@@ -260,7 +285,19 @@ impl UdpConfig {
 
     /// The datagram payload size on an interface of this address family.
     pub fn seg_size_for(&self, ip: IpAddr) -> usize {
-        self.seg_size.unwrap_or(if ip.is_ipv4() { 1472 } else { 1452 })
+        self.seg_size.unwrap_or(if ip.is_loopback() {
+            LOOPBACK_SEG_SIZE
+        } else if ip.is_ipv4() {
+            1472
+        } else {
+            1452
+        })
+    }
+
+    /// The send pool size, in datagrams, for datagrams of `seg_size` bytes.
+    pub fn tx_queue_for(&self, seg_size: usize) -> u32 {
+        self.tx_queue
+            .unwrap_or((8192).min((64 << 20) / seg_size.max(1)) as u32)
     }
 
     fn engine_config(&self, seg_size: usize) -> uct_rel::Config {
@@ -278,8 +315,8 @@ impl UdpConfig {
             nak_interval: ns(self.nak_interval),
             peer_timeout: ns(self.timeout),
             keepalive: self.keepalive.map(ns),
-            tx_pool_packets: self.tx_queue,
-            rx_pool_packets: self.tx_queue,
+            tx_pool_packets: self.tx_queue_for(seg_size),
+            rx_pool_packets: self.tx_queue_for(seg_size),
             max_peers: 1 << 24,
         }
     }
@@ -324,6 +361,11 @@ struct UdpEp {
     failed: Option<Status>,
 }
 
+// The per-peer state the module docs promise (about 220 bytes with the hash-map entry).
+const _: () = assert!(std::mem::size_of::<PeerEntry>() <= 40);
+const _: () = assert!(std::mem::size_of::<Option<UdpEp>>() <= 12);
+const _: () = assert!(Engine::IDLE_PEER_BYTES <= 128);
+
 const TOK_SOCK: u64 = 0;
 const TOK_TIMER: u64 = 1;
 const NEVER: u64 = u64::MAX;
@@ -337,7 +379,9 @@ pub struct UdpIface {
     timer: OwnedFd,
     /// Deadline the timerfd is set to (`NEVER`: disarmed).
     timer_at: u64,
-    engine: Engine,
+    /// Boxed: the engine is large (its counters, scratch packet and configuration), and
+    /// the interface enum should not grow by it.
+    engine: Box<Engine>,
     peers: Vec<PeerEntry>,
     by_addr: HashMap<SocketAddr, u32>,
     /// Peers no endpoint refers to.
@@ -357,7 +401,7 @@ pub struct UdpIface {
     /// Largest reliable message: frame header and AM bytes.
     max_msg: usize,
     attr: IfaceAttr,
-    stats: UdpStats,
+    stats: Box<UdpStats>,
 }
 
 /// The form of an address used as a map key: no IPv6 flow label.
@@ -408,10 +452,10 @@ impl UdpIface {
         events.add(&sock, Events::READABLE, TOK_SOCK)?;
         events.add(&timer, Events::READABLE, TOK_TIMER)?;
         let seg_size = cfg.seg_size_for(ip);
-        let engine = Engine::new(cfg.engine_config(seg_size)).map_err(|e| {
+        let engine = Box::new(Engine::new(cfg.engine_config(seg_size)).map_err(|e| {
             tracing::error!("udp: {e}");
             Status::InvalidParam
-        })?;
+        })?);
         let max_msg = seg_size - HEADER_LEN;
         let max_am = max_msg - FRAME_HDR;
         let cost = CostModel {
@@ -465,7 +509,7 @@ impl UdpIface {
             seg_size,
             max_msg,
             attr,
-            stats: UdpStats::default(),
+            stats: Box::default(),
         })
     }
 
@@ -623,7 +667,7 @@ impl UdpIface {
     fn peer_has_space(&self, peer: u32) -> bool {
         matches!(self.engine.peer_status(PeerId(peer)),
             PeerStatus::Active { unacked } if unacked < self.cfg.window)
-            && self.engine.pool_in_use().0 < self.cfg.tx_queue
+            && self.engine.pool_in_use().0 < self.engine.config().tx_pool_packets
     }
 
     /// True when `ep` can take another message now. A failed endpoint "has space": its
@@ -806,8 +850,7 @@ impl UdpIface {
                     None => continue,
                 },
             };
-            self.engine
-                .on_packet(PeerId(peer), &self.rx_buf[..n], now);
+            self.engine.on_packet(PeerId(peer), &self.rx_buf[..n], now);
         }
         self.stats.rx_datagrams += got as u64;
         got
@@ -987,13 +1030,18 @@ mod tests {
         assert!(c.validate().is_ok());
         c.window = 0;
         assert!(c.validate().is_err());
-        assert_eq!(UdpConfig::default().seg_size_for("::1".parse().unwrap()), 1452);
+        let c = UdpConfig::default();
+        assert_eq!(c.seg_size_for("2001:db8::1".parse().unwrap()), 1452);
+        assert_eq!(c.seg_size_for("192.0.2.1".parse().unwrap()), 1472);
+        assert_eq!(c.seg_size_for("::1".parse().unwrap()), LOOPBACK_SEG_SIZE);
+        assert_eq!(c.tx_queue_for(1472), 8192);
+        assert_eq!(c.tx_queue_for(65000), 1032);
     }
 
     #[test]
     fn message_and_implicit_peer() {
         let (mut a, mut b) = pair(UdpConfig::default());
-        assert_eq!(a.attr().max_am_bcopy, 1472 - 16 - 2);
+        assert_eq!(a.attr().max_am_bcopy, LOOPBACK_SEG_SIZE - 16 - 2);
         let ep = a.ep_create(&b.address()).unwrap();
         assert_eq!(b.peer_count(), 0);
         assert!(a.am_short(ep, 3, 42, b"hi").unwrap().is_done());
