@@ -7,6 +7,11 @@
 //! id 15  AmEager: am id u16 | flags u16 | header length u32 | src uuid u64 | header | data
 //! id 16  AmRts:   am id u16 | flags u16 | header length u32 | src uuid u64 | sender request u64
 //!                 | length u64 | address u64 | rkey length u16 | header | rkey
+//! id 18  AmFirst: am id u16 | flags u16 | header length u32 | src uuid u64 | msg id u64
+//!                 | total length u64 | header | first data fragment
+//! id 19  AmMiddle: src uuid u64 | msg id u64 | offset u64 | next data fragment
+//! Lanes that cannot read remote memory (tcp, udp) send large messages as AmFirst and
+//! AmMiddle fragments; the receiver calls the handler once the message is whole.
 //! flags: bit 0 = the receiver may reply (reply endpoint given); other bits reserved (0)
 //! ```
 //! Handlers run inside progress and get the data in place; they may return
@@ -24,6 +29,12 @@ use uct::wire::Reader;
 
 pub const AM_AM_EAGER: u8 = 15;
 pub const AM_AM_RTS: u8 = 16;
+pub const AM_AM_FIRST: u8 = 18;
+pub const AM_AM_MIDDLE: u8 = 19;
+/// AmFirst header before the user header: the AmEager fields, message id, total length.
+const FIRST_HDR: usize = 32;
+/// AmMiddle header: src uuid, message id, offset.
+const MIDDLE_HDR: usize = 24;
 const EAGER_HDR: usize = 16;
 const RTS_HDR: usize = 42;
 const FLAG_REPLY: u16 = 1;
@@ -92,11 +103,21 @@ enum Kept {
     },
 }
 
+/// A fragmented active message being reassembled.
+struct PartialAm {
+    id: u16,
+    flags: u16,
+    header: Vec<u8>,
+    data: Vec<u8>,
+    received: usize,
+}
+
 #[derive(Default)]
 pub(crate) struct AmState {
     handlers: HashMap<u16, AmHandler>,
     kept: HashMap<u64, Kept>,
     next_desc: u64,
+    partial: HashMap<(u64, u64), PartialAm>,
 }
 
 struct Fields {
@@ -201,12 +222,17 @@ impl Worker {
         let lane = connect(tls, st, ep.0)?;
         let len = data.len();
         let fits = EAGER_HDR + header.len() + len <= lane.th.max_bcopy + 8;
-        let rndv = flags.rndv || (!flags.eager && (!fits || (len >= lane.th.rndv && len > 0)));
-        if !rndv && !fits {
+        // Rendezvous needs a lane that reads remote memory and a contiguous buffer; other
+        // large messages go in fragments.
+        let can_rndv = lane.th.rma && data.contig_ptr().is_some();
+        let want_rndv = flags.rndv || (!flags.eager && (!fits || (len >= lane.th.rndv && len > 0)));
+        let rndv = want_rndv && can_rndv;
+        if flags.eager && !fits {
             return Err(Status::InvalidParam);
         }
-        if rndv && data.contig_ptr().is_none() {
-            return Err(Status::Unsupported);
+        let multi = !rndv && !fits;
+        if multi && FIRST_HDR + header.len() > lane.th.max_bcopy {
+            return Err(Status::InvalidParam);
         }
         let f = Fields {
             id,
@@ -233,7 +259,7 @@ impl Worker {
             {
                 return Ok(None);
             }
-        } else if !rndv && st.ep(ep.0)?.queue.is_empty() {
+        } else if !rndv && !multi && st.ep(ep.0)?.queue.is_empty() {
             let out = tls[lane.tl].iface.am_bcopy(lane.ep, AM_AM_EAGER, |b| {
                 let h = put_fields(b, &f);
                 b[h..h + header.len()].copy_from_slice(header);
@@ -258,7 +284,13 @@ impl Worker {
                 sync: false,
                 offset: 0,
                 msg_id: 0,
-                proto: if rndv { Proto::Rndv } else { Proto::Bcopy },
+                proto: if rndv {
+                    Proto::Rndv
+                } else if multi {
+                    Proto::Multi
+                } else {
+                    Proto::Bcopy
+                },
                 mem: None,
                 remote_pending: false,
             }),
@@ -443,6 +475,52 @@ pub(crate) fn am_send_step(tls: &mut [Tl], st: &mut State, lane: Lane, r: Reques
         uuid,
     };
     let len = s.buf.len();
+    if s.proto == Proto::Multi {
+        if s.msg_id == 0 {
+            s.msg_id = st.next_msg_id;
+            st.next_msg_id += 1;
+        }
+        let room = lane.th.max_bcopy + 8;
+        while s.offset < len {
+            let off = s.offset;
+            let first = off == 0;
+            let (buf, msg_id) = (&s.buf, s.msg_id);
+            let n = if first {
+                room - FIRST_HDR - header.len()
+            } else {
+                room - MIDDLE_HDR
+            }
+            .min(len - off);
+            let out = tls[lane.tl].iface.am_bcopy(
+                lane.ep,
+                if first { AM_AM_FIRST } else { AM_AM_MIDDLE },
+                |b| {
+                    let mut o = if first { put_fields(b, &f) } else { 0 };
+                    let words: &[u64] = if first {
+                        &[msg_id, len as u64]
+                    } else {
+                        &[uuid, msg_id, off as u64]
+                    };
+                    for w in words {
+                        b[o..o + 8].copy_from_slice(&w.to_le_bytes());
+                        o += 8;
+                    }
+                    if first {
+                        b[o..o + header.len()].copy_from_slice(header);
+                        o += header.len();
+                    }
+                    // SAFETY: the sender promised the data stays readable until completion.
+                    o + unsafe { buf.read_at(off, &mut b[o..o + n]) }
+                },
+            )?;
+            if !out.is_done() {
+                return Ok(false);
+            }
+            s.offset += n;
+        }
+        st.complete(r, Status::Ok);
+        return Ok(true);
+    }
     if s.proto != Proto::Rndv {
         let buf = &s.buf;
         let out = tls[lane.tl].iface.am_bcopy(lane.ep, AM_AM_EAGER, |b| {
@@ -496,6 +574,9 @@ pub(crate) fn am_send_step(tls: &mut [Tl], st: &mut State, lane: Lane, r: Reques
 impl State {
     /// Delivers an active message (eager or rendezvous announcement) to its handler.
     pub(crate) fn on_am_msg(&mut self, id: u8, d: &[u8]) -> Result<()> {
+        if id == AM_AM_FIRST || id == AM_AM_MIDDLE {
+            return self.on_am_fragment(id, d);
+        }
         let desc = AmDesc(self.am.next_desc);
         self.am.next_desc += 1;
         if id == AM_AM_EAGER {
@@ -560,6 +641,87 @@ impl State {
             }),
         }
         let _ = AM_ATS;
+        Ok(())
+    }
+}
+
+impl AmState {
+    /// Forgets the partly received messages of a peer that failed.
+    pub(crate) fn drop_partial_from(&mut self, uuid: u64) {
+        self.partial.retain(|k, _| k.0 != uuid);
+    }
+}
+
+impl State {
+    /// Reassembles a fragmented active message; the handler runs once it is whole.
+    fn on_am_fragment(&mut self, id: u8, d: &[u8]) -> Result<()> {
+        let bad = Status::InvalidParam;
+        let mut r = Reader::new(d);
+        let (key, done) = if id == AM_AM_FIRST {
+            let f = get_fields(&mut r)?;
+            let msg_id = r.u64().ok_or(bad)?;
+            let total = usize::try_from(r.u64().ok_or(bad)?).map_err(|_| bad)?;
+            let header = r.bytes(f.hdr_len).ok_or(bad)?.to_vec();
+            let chunk = &d[FIRST_HDR + f.hdr_len..];
+            if chunk.len() > total {
+                return Err(bad);
+            }
+            let mut data = Vec::new();
+            // The whole message is kept, so bound what a header may make us reserve.
+            data.try_reserve_exact(total)
+                .map_err(|_| Status::NoMemory)?;
+            data.resize(total, 0);
+            data[..chunk.len()].copy_from_slice(chunk);
+            let p = PartialAm {
+                id: f.id,
+                flags: f.flags,
+                header,
+                data,
+                received: chunk.len(),
+            };
+            let key = (f.uuid, msg_id);
+            let done = p.received == total;
+            self.am.partial.insert(key, p);
+            (key, done)
+        } else {
+            let uuid = r.u64().ok_or(bad)?;
+            let msg_id = r.u64().ok_or(bad)?;
+            let off = usize::try_from(r.u64().ok_or(bad)?).map_err(|_| bad)?;
+            let chunk = &d[MIDDLE_HDR..];
+            let key = (uuid, msg_id);
+            let p = self.am.partial.get_mut(&key).ok_or(bad)?;
+            if off != p.received || off + chunk.len() > p.data.len() {
+                return Err(bad);
+            }
+            p.data[off..off + chunk.len()].copy_from_slice(chunk);
+            p.received += chunk.len();
+            (key, p.received == p.data.len())
+        };
+        if !done {
+            return Ok(());
+        }
+        let Some(p) = self.am.partial.remove(&key) else {
+            return Ok(());
+        };
+        let desc = AmDesc(self.am.next_desc);
+        self.am.next_desc += 1;
+        let reply_ep = (p.flags & FLAG_REPLY != 0)
+            .then(|| self.by_uuid.get(&key.0).map(|&e| Ep(e)))
+            .flatten();
+        let msg = AmMsg {
+            id: p.id,
+            header: &p.header,
+            data: AmData::Eager(&p.data),
+            reply_ep,
+            desc,
+        };
+        let action = match self.am.handlers.get_mut(&p.id) {
+            Some(h) => h(&msg),
+            None => AmAction::Done,
+        };
+        if action == AmAction::Keep {
+            self.am.kept.insert(desc.0, Kept::Data(p.data));
+        }
         Ok(())
     }
 }

@@ -947,6 +947,7 @@ pub(crate) fn fail_ep(st: &mut State, ep: u32, status: Status) {
         })
         .collect();
     st.frags.retain(|k, _| k.0 != uuid);
+    st.am.drop_partial_from(uuid);
     for r in partial {
         st.complete(r, status);
     }

@@ -164,3 +164,55 @@ fn peer_gone_fails_the_endpoint() {
     assert!(matches!(a.ep_status(ep).unwrap(), ucp::EpStatus::Failed(_)));
     assert!(a.tag_send(ep, b"x", 1).is_err());
 }
+
+/// Active messages larger than one tcp message travel in fragments and reach the handler
+/// whole; a forced rendezvous falls back to fragments on a lane that cannot read memory.
+#[test]
+fn large_active_messages_over_tcp() {
+    use ucp::am::AmSendFlags;
+    use ucp::{AmAction, AmData};
+    let c = tcp_ctx();
+    let mut a = Worker::new(&c, ThreadMode::Single).unwrap();
+    let mut b = Worker::new(&c, ThreadMode::Single).unwrap();
+    let ep = a.ep_create(&b.address()).unwrap();
+    let got: Arc<Mutex<Vec<(Vec<u8>, Vec<u8>)>>> = Arc::default();
+    let g2 = got.clone();
+    b.am_set_handler(
+        3,
+        Some(Box::new(move |m| {
+            if let AmData::Eager(d) = m.data {
+                g2.lock().unwrap().push((m.header.to_vec(), d.to_vec()));
+            }
+            AmAction::Done
+        })),
+    );
+    for (i, len) in [0usize, 100, 65_000, 65_536, 200_000, 5 << 20]
+        .into_iter()
+        .enumerate()
+    {
+        let data = pattern(len, 40 + i as u64);
+        let flags = AmSendFlags {
+            rndv: i % 2 == 1,
+            ..Default::default()
+        };
+        // SAFETY: `data` outlives the request (pumped to completion below).
+        let r = unsafe {
+            a.am_send_nb(
+                ep,
+                3,
+                b"hdr",
+                Buf::contig(data.as_ptr().cast_mut(), len),
+                flags,
+                None,
+            )
+            .unwrap()
+        };
+        pump(&mut a, &mut b, |a, _| {
+            r.map_or(true, |r| a.request_test(r).unwrap().is_some())
+                && !got.lock().unwrap().is_empty()
+        });
+        let (h, d) = got.lock().unwrap().remove(0);
+        assert_eq!(h, b"hdr");
+        assert!(d == data, "active message of {len} bytes over tcp");
+    }
+}

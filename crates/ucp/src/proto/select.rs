@@ -35,6 +35,8 @@ pub struct Thresholds {
     pub rndv: usize,
     /// Fragments of messages of at least this size are gathered with `am_zcopy`.
     pub zcopy: usize,
+    /// The lane can read the peer's memory in one copy (rendezvous possible).
+    pub rma: bool,
 }
 
 impl Thresholds {
@@ -59,8 +61,9 @@ impl Thresholds {
             max_sync_bcopy: attr.max_am_bcopy.saturating_sub(EAGER_SYNC_LEN),
             first_frag: attr.max_am_bcopy.saturating_sub(EAGER_FIRST_LEN),
             mid_frag: attr.max_am_bcopy.saturating_sub(EAGER_MIDDLE_LEN),
-            rndv: rndv.max(1),
+            rndv: if rma { rndv.max(1) } else { usize::MAX },
             zcopy,
+            rma,
         }
     }
 

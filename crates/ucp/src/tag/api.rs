@@ -651,7 +651,10 @@ impl State {
             AM_ATS => decode_ats(d).map(|(sreq, _)| self.remote_done(sreq)),
             AM_SYNC_ACK => decode_sync_ack(d).map(|sreq| self.remote_done(sreq)),
             AM_WIREUP => decode_wireup(d).and_then(|(uuid, a)| self.wireup(uuid, a)),
-            crate::am::AM_AM_EAGER | crate::am::AM_AM_RTS => self.on_am_msg(id, d),
+            crate::am::AM_AM_EAGER
+            | crate::am::AM_AM_RTS
+            | crate::am::AM_AM_FIRST
+            | crate::am::AM_AM_MIDDLE => self.on_am_msg(id, d),
             crate::stream::AM_STREAM => self.on_stream(d),
             crate::proto::rma::AM_PUT..=crate::proto::rma::AM_ACK => {
                 let ctx = self.ctx.clone();
