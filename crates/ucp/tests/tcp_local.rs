@@ -165,6 +165,9 @@ fn peer_gone_fails_the_endpoint() {
     assert!(a.tag_send(ep, b"x", 1).is_err());
 }
 
+/// Header and data of each active message a handler saw.
+type Received = Arc<Mutex<Vec<(Vec<u8>, Vec<u8>)>>>;
+
 /// Active messages larger than one tcp message travel in fragments and reach the handler
 /// whole; a forced rendezvous falls back to fragments on a lane that cannot read memory.
 #[test]
@@ -175,7 +178,7 @@ fn large_active_messages_over_tcp() {
     let mut a = Worker::new(&c, ThreadMode::Single).unwrap();
     let mut b = Worker::new(&c, ThreadMode::Single).unwrap();
     let ep = a.ep_create(&b.address()).unwrap();
-    let got: Arc<Mutex<Vec<(Vec<u8>, Vec<u8>)>>> = Arc::default();
+    let got: Received = Arc::default();
     let g2 = got.clone();
     b.am_set_handler(
         3,
