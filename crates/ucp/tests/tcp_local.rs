@@ -219,3 +219,60 @@ fn large_active_messages_over_tcp() {
         assert!(d == data, "active message of {len} bytes over tcp");
     }
 }
+
+/// UCX_TCP_MAX_EPS: endpoints beyond the tcp budget go over udp, and both kinds carry
+/// checked traffic.
+#[test]
+fn tcp_budget_sends_the_rest_over_udp() {
+    let cfg = Config {
+        transports: vec![uct::Transport::Tcp, uct::Transport::Udp],
+        tcp_max_eps: 1,
+        ..Config::default()
+    };
+    let c = Context::with_config(Features::TAG, cfg, uct::IfaceConfig::default()).unwrap();
+    let mut a = Worker::new(&c, ThreadMode::Single).unwrap();
+    let mut peers: Vec<Worker> = (0..3)
+        .map(|_| Worker::new(&c, ThreadMode::Single).unwrap())
+        .collect();
+    let eps: Vec<_> = peers
+        .iter_mut()
+        .map(|p| a.ep_create(&p.address()).unwrap())
+        .collect();
+    let _ = a.address();
+    let mut used = Vec::new();
+    for (i, (ep, p)) in eps.iter().zip(peers.iter_mut()).enumerate() {
+        let data = pattern(100_000, i as u64);
+        let mut out = vec![0u8; data.len()];
+        // SAFETY: buffers outlive the requests (pumped to completion below).
+        let rr = unsafe {
+            p.tag_recv_nb(Buf::contig(out.as_mut_ptr(), out.len()), 7, u64::MAX, None)
+                .unwrap()
+        };
+        // SAFETY: as above.
+        let sr = unsafe {
+            a.tag_send_nb(
+                *ep,
+                Buf::contig(data.as_ptr().cast_mut(), data.len()),
+                7,
+                false,
+                None,
+            )
+            .unwrap()
+        };
+        pump(&mut a, p, |a, p| {
+            p.request_test(rr).unwrap().is_some()
+                && sr.map_or(true, |r| a.request_test(r).unwrap().is_some())
+        });
+        assert_eq!(p.request_test(rr).unwrap(), Some(Status::Ok));
+        assert!(out == data);
+        used.push(a.ep_transport(*ep).unwrap().unwrap());
+    }
+    assert_eq!(
+        used,
+        [
+            uct::Transport::Tcp,
+            uct::Transport::Udp,
+            uct::Transport::Udp
+        ]
+    );
+}
