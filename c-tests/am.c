@@ -1,0 +1,247 @@
+/* Active messages between two processes: handlers set with
+ * ucp_worker_set_am_recv_handler, eager messages with and without a user header, data a
+ * handler keeps (UCS_INPROGRESS) and releases later, rendezvous messages received with
+ * ucp_am_recv_data_nbx inside and after the handler, reply endpoints, and the older
+ * ucp_worker_set_am_handler / ucp_am_send_nb pair. Handlers call back into the library
+ * (they run outside its progress). */
+#include "common.h"
+
+static ucp_context_h ctx;
+static ucp_worker_h worker;
+static ucp_ep_h ep;
+
+enum { ID_EAGER = 1, ID_KEEP = 2, ID_RNDV = 3, ID_RNDV_LATER = 4, ID_REPLY = 5, ID_OLD = 6,
+       ID_ACK = 7 };
+
+static int got[8];
+static void *kept_data;
+static size_t kept_len;
+static void *later_desc;
+static size_t later_len;
+static char rbuf[4 << 20];
+static int rndv_done;
+
+static void setup(int fd)
+{
+    ucp_params_t params;
+    ucp_worker_params_t wparams;
+    ucp_ep_params_t eparams;
+    ucp_address_t *addr;
+    size_t addr_len;
+    void *peer;
+    memset(&params, 0, sizeof(params));
+    params.field_mask = UCP_PARAM_FIELD_FEATURES;
+    params.features   = UCP_FEATURE_AM;
+    CHECK_OK(ucp_init(&params, NULL, &ctx));
+    memset(&wparams, 0, sizeof(wparams));
+    CHECK_OK(ucp_worker_create(ctx, &wparams, &worker));
+    CHECK_OK(ucp_worker_get_address(worker, &addr, &addr_len));
+    peer = exchange(fd, addr, addr_len, NULL);
+    ucp_worker_release_address(worker, addr);
+    memset(&eparams, 0, sizeof(eparams));
+    eparams.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
+    eparams.address    = peer;
+    CHECK_OK(ucp_ep_create(worker, &eparams, &ep));
+    free(peer);
+}
+
+static ucs_status_t wait_op(void *r)
+{
+    ucs_status_t st;
+    if (r == NULL) {
+        return UCS_OK;
+    }
+    if (UCS_PTR_IS_ERR(r)) {
+        return UCS_PTR_STATUS(r);
+    }
+    while ((st = ucp_request_check_status(r)) == UCS_INPROGRESS) {
+        ucp_worker_progress(worker);
+    }
+    ucp_request_free(r);
+    return st;
+}
+
+/* UCX calls the callback of an _nb operation unconditionally: pass one. */
+static void empty_send_cb(void *req, ucs_status_t status)
+{
+    (void)req;
+    (void)status;
+}
+
+static void rndv_cb(void *req, ucs_status_t status, size_t length, void *user_data)
+{
+    CHECK_OK(status);
+    CHECK(length == (size_t)(uintptr_t)user_data, "rndv length %zu", length);
+    rndv_done++;
+    (void)req;
+}
+
+static ucs_status_t handler(void *arg, const void *header, size_t header_length, void *data,
+                            size_t length, const ucp_am_recv_param_t *param)
+{
+    int id = (int)(uintptr_t)arg;
+    ucp_request_param_t p;
+    void *r;
+    switch (id) {
+    case ID_EAGER:
+        CHECK(header_length == 16 && verify(header, 16, 20) == 0, "header");
+        CHECK(length == 1000 && verify(data, 1000, 21) == 0, "eager data");
+        CHECK(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_DATA, "eager data not flagged DATA");
+        break;
+    case ID_KEEP:
+        CHECK(header_length == 0, "no header expected");
+        CHECK(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_DATA, "DATA flag");
+        kept_data = data;
+        kept_len  = length;
+        got[id]++;
+        return UCS_INPROGRESS;
+    case ID_RNDV:
+        /* sent with UCP_AM_SEND_FLAG_RNDV; a transport that cannot read remote memory
+         * (tcp) delivers it whole instead: either way ucp_am_recv_data_nbx receives it */
+        CHECK(param->recv_attr & (UCP_AM_RECV_ATTR_FLAG_RNDV | UCP_AM_RECV_ATTR_FLAG_DATA),
+              "neither RNDV nor DATA");
+        memset(&p, 0, sizeof(p));
+        p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+        p.cb.recv_am   = rndv_cb;
+        p.user_data    = (void*)(uintptr_t)length;
+        r = ucp_am_recv_data_nbx(worker, data, rbuf, length, &p);
+        CHECK(!UCS_PTR_IS_ERR(r), "am_recv_data_nbx");
+        if (r == NULL) {
+            rndv_done++;
+        } else {
+            ucp_request_release(r); /* released early: the callback still runs */
+        }
+        break;
+    case ID_RNDV_LATER:
+        CHECK(param->recv_attr & (UCP_AM_RECV_ATTR_FLAG_RNDV | UCP_AM_RECV_ATTR_FLAG_DATA),
+              "neither RNDV nor DATA");
+        later_desc = data;
+        later_len  = length;
+        got[id]++;
+        return UCS_INPROGRESS;
+    case ID_REPLY:
+        CHECK(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP, "no reply endpoint");
+        memset(&p, 0, sizeof(p));
+        r = ucp_am_send_nbx(param->reply_ep, ID_ACK, NULL, 0, data, length, &p);
+        CHECK_OK(wait_op(r));
+        break;
+    case ID_ACK:
+        CHECK(length == 8 && verify(data, 8, 30) == 0, "reply data");
+        break;
+    }
+    got[id]++;
+    return UCS_OK;
+}
+
+static ucs_status_t old_handler(void *arg, void *data, size_t length, ucp_ep_h reply_ep,
+                                unsigned flags)
+{
+    CHECK(length == 3000 && verify(data, 3000, 40) == 0, "old-style data");
+    got[ID_OLD]++;
+    (void)arg; (void)reply_ep; (void)flags;
+    return UCS_OK;
+}
+
+static void set_handlers(void)
+{
+    ucp_am_handler_param_t hp;
+    for (int id = ID_EAGER; id <= ID_ACK; id++) {
+        if (id == ID_OLD) {
+            CHECK_OK(ucp_worker_set_am_handler(worker, ID_OLD, old_handler, NULL,
+                                               UCP_AM_FLAG_WHOLE_MSG));
+            continue;
+        }
+        memset(&hp, 0, sizeof(hp));
+        hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                        UCP_AM_HANDLER_PARAM_FIELD_ARG | UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
+        hp.id    = id;
+        hp.cb    = handler;
+        hp.arg   = (void*)(uintptr_t)id;
+        hp.flags = UCP_AM_FLAG_WHOLE_MSG | UCP_AM_FLAG_PERSISTENT_DATA;
+        CHECK_OK(ucp_worker_set_am_recv_handler(worker, &hp));
+    }
+}
+
+static int receiver(int fd)
+{
+    ucp_request_param_t p;
+    void *r;
+    setup(fd);
+    set_handlers();
+    barrier(fd);
+    while (got[ID_EAGER] < 1 || got[ID_KEEP] < 1 || rndv_done < 1 || got[ID_RNDV_LATER] < 1 ||
+           got[ID_REPLY] < 1 || got[ID_OLD] < 1) {
+        ucp_worker_progress(worker);
+    }
+    /* kept eager data is still there after the handler returned */
+    CHECK(kept_len == 4000 && verify(kept_data, 4000, 22) == 0, "kept data");
+    ucp_am_data_release(worker, kept_data);
+    /* rendezvous data received after the handler */
+    memset(&p, 0, sizeof(p));
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    p.cb.recv_am   = rndv_cb;
+    p.user_data    = (void*)(uintptr_t)later_len;
+    memset(rbuf, 0, later_len);
+    r = ucp_am_recv_data_nbx(worker, later_desc, rbuf, later_len, &p);
+    CHECK_OK(wait_op(r));
+    CHECK(later_len == (2 << 20) && verify(rbuf, later_len, 24) == 0, "late rendezvous data");
+    barrier(fd);
+    barrier(fd);
+    ucp_ep_destroy(ep);
+    ucp_worker_destroy(worker);
+    ucp_cleanup(ctx);
+    printf("[%d] am receiver passed\n", (int)getpid());
+    return 0;
+}
+
+static int sender(int fd)
+{
+    char *buf = malloc(4 << 20), *buf2 = malloc(2 << 20), hdr[16];
+    void *later;
+    ucp_request_param_t p;
+    ucp_worker_attr_t wa;
+    setup(fd);
+    set_handlers();
+    wa.field_mask = UCP_WORKER_ATTR_FIELD_MAX_AM_HEADER;
+    CHECK_OK(ucp_worker_query(worker, &wa));
+    CHECK(wa.max_am_header >= 16, "max_am_header %zu", wa.max_am_header);
+    barrier(fd);
+    memset(&p, 0, sizeof(p));
+    fill(hdr, 16, 20);
+    fill(buf, 1000, 21);
+    CHECK_OK(wait_op(ucp_am_send_nbx(ep, ID_EAGER, hdr, 16, buf, 1000, &p)));
+    fill(buf, 4000, 22);
+    CHECK_OK(wait_op(ucp_am_send_nbx(ep, ID_KEEP, NULL, 0, buf, 4000, &p)));
+    fill(buf, 3 << 20, 23);
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    p.flags        = UCP_AM_SEND_FLAG_RNDV;
+    CHECK_OK(wait_op(ucp_am_send_nbx(ep, ID_RNDV, NULL, 0, buf, 3 << 20, &p)));
+    /* the receiver keeps this one and receives it after everything else arrived, so
+     * the send completes only then */
+    fill(buf2, 2 << 20, 24);
+    later = ucp_am_send_nbx(ep, ID_RNDV_LATER, NULL, 0, buf2, 2 << 20, &p);
+    CHECK(!UCS_PTR_IS_ERR(later), "rendezvous send");
+    p.flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER;
+    fill(buf, 8, 30);
+    CHECK_OK(wait_op(ucp_am_send_nbx(ep, ID_REPLY, NULL, 0, buf, 8, &p)));
+    fill(buf, 3000, 40);
+    CHECK_OK(wait_op(ucp_am_send_nb(ep, ID_OLD, buf, 3000, ucp_dt_make_contig(1), empty_send_cb, 0)));
+    while (got[ID_ACK] < 1) {
+        ucp_worker_progress(worker);
+    }
+    CHECK_OK(wait_op(later));
+    barrier(fd);
+    barrier(fd);
+    ucp_ep_destroy(ep);
+    ucp_worker_destroy(worker);
+    ucp_cleanup(ctx);
+    free(buf);
+    free(buf2);
+    printf("[%d] am sender passed\n", (int)getpid());
+    return 0;
+}
+
+int main(void)
+{
+    return run_pair(sender, receiver);
+}

@@ -1,0 +1,437 @@
+//! Endpoints: `ucp_ep_create` (from a worker address, a server's socket address, or a
+//! connection request of a listener), error handlers, close, flush, query.
+
+use crate::ffi::*;
+use crate::guard;
+use crate::handle::{handle_kind, Handle};
+use crate::request::CbKind;
+use crate::worker::{self, rust_cb, Op, Outcome, RecvOut, Side, Wk, DT_BYTES};
+use std::cell::Cell;
+use std::ffi::{c_char, c_uint, c_void};
+use std::net::SocketAddr;
+use std::time::Duration;
+use ucp::RecvInfo;
+use ucs::{Result, Status};
+
+/// An endpoint handle's value.
+pub(crate) struct EpH {
+    pub wk: *const Handle<Wk>,
+    pub wgen: u64,
+    pub ep: ucp::Ep,
+    pub user_data: Cell<*mut c_void>,
+    pub name: Cell<[c_char; UCP_ENTITY_NAME_MAX]>,
+    /// Made by rucx for a reply endpoint rather than by `ucp_ep_create`.
+    pub implicit: Cell<bool>,
+    /// The peer's socket address (client–server endpoints).
+    pub remote: Cell<Option<SocketAddr>>,
+    /// The application's error handler (`cb`, `arg`).
+    pub err: Cell<Option<(usize, *mut c_void)>>,
+}
+
+handle_kind!(EpH, 0x7275_6378_6570_6831);
+
+// SAFETY: plain data; the worker it names synchronises its own use.
+unsafe impl Send for EpH {}
+
+impl EpH {
+    /// The worker of this endpoint.
+    #[inline]
+    pub(crate) fn worker(&self) -> Result<&Wk> {
+        // SAFETY: handles are never freed; the generation catches a destroyed worker.
+        unsafe { Handle::get_gen(self.wk, self.wgen) }
+    }
+}
+
+/// The endpoint behind a handle, with its worker.
+///
+/// # Safety
+/// `p` must be a handle of ours or null.
+#[inline]
+pub(crate) unsafe fn get<'a>(p: *mut Handle<EpH>) -> Result<(&'a EpH, &'a Wk)> {
+    // SAFETY: forwarded contract.
+    let e = unsafe { Handle::get(p)? };
+    let wk = e.worker()?;
+    Ok((e, wk))
+}
+
+/// The handle of a Rust endpoint of `wk` (made on first use, for reply endpoints).
+pub(crate) fn handle_for(wk: &Wk, side: &mut Side, ep: ucp::Ep) -> *mut Handle<EpH> {
+    if let Some(&h) = side.eps.get(&ep) {
+        return h;
+    }
+    let (me, gen) = wk.me();
+    let mut name = [0 as c_char; UCP_ENTITY_NAME_MAX];
+    worker::default_name("reply-ep", &mut name);
+    let (h, _) = Handle::alloc(EpH {
+        wk: me,
+        wgen: gen,
+        ep,
+        user_data: Cell::new(std::ptr::null_mut()),
+        name: Cell::new(name),
+        implicit: Cell::new(true),
+        remote: Cell::new(None),
+        err: Cell::new(None),
+    });
+    side.eps.insert(ep, h);
+    h
+}
+
+/// How long `ucp_ep_create` with a socket address waits for the server's answer.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Where a new endpoint goes.
+enum Target {
+    Address(*const c_void),
+    Server(SocketAddr),
+    Request(*mut Handle<crate::listener::ConnReqH>),
+}
+
+/// An endpoint failure, ready for the application's error handler.
+pub(crate) struct ErrReady {
+    cb: usize,
+    arg: *mut c_void,
+    ep: *mut Handle<EpH>,
+    status: Status,
+}
+
+/// Readies an endpoint failure (with the worker held): `None` when the application set
+/// no handler (or closed the endpoint meanwhile).
+pub(crate) fn prepare_error(side: &mut Side, ep: ucp::Ep, status: Status) -> Option<ErrReady> {
+    let h = *side.eps.get(&ep)?;
+    // SAFETY: handles in the table are live endpoint handles of this worker.
+    let e = unsafe { Handle::get(h) }.ok()?;
+    let (cb, arg) = e.err.get()?;
+    Some(ErrReady {
+        cb,
+        arg,
+        ep: h,
+        status,
+    })
+}
+
+/// Calls the application's error handler (the worker released).
+pub(crate) fn deliver_error(r: ErrReady) {
+    // SAFETY: the application's error handler, registered with this signature, called
+    // with no worker held.
+    unsafe {
+        let f = std::mem::transmute::<
+            usize,
+            unsafe extern "C" fn(*mut c_void, *mut c_void, ucs_status_t),
+        >(r.cb);
+        f(r.arg, r.ep.cast(), r.status.code());
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ucp_ep_create(
+    worker: *mut Handle<Wk>,
+    params: *const ucp_ep_params_t,
+    ep_p: *mut *mut Handle<EpH>,
+) -> ucs_status_t {
+    guard::status("ucp_ep_create", || {
+        // SAFETY: the caller's worker handle.
+        let wk = unsafe { worker::get(worker)? };
+        if params.is_null() || ep_p.is_null() {
+            return Err(Status::InvalidParam);
+        }
+        // SAFETY: the caller's params, read by mask.
+        let (target, user_data, name, err) = unsafe {
+            let p = &*params;
+            let m = p.field_mask;
+            let target = if m & UCP_EP_PARAM_FIELD_REMOTE_ADDRESS != 0 {
+                Target::Address(p.address)
+            } else if m & UCP_EP_PARAM_FIELD_SOCK_ADDR != 0 {
+                Target::Server(crate::listener::sockaddr_from_c(
+                    p.sockaddr.addr,
+                    p.sockaddr.addrlen,
+                )?)
+            } else if m & UCP_EP_PARAM_FIELD_CONN_REQUEST != 0 {
+                Target::Request(p.conn_request.cast())
+            } else {
+                return Err(Status::InvalidParam);
+            };
+            (
+                target,
+                if m & UCP_EP_PARAM_FIELD_USER_DATA != 0 {
+                    p.user_data
+                } else {
+                    std::ptr::null_mut()
+                },
+                if m & UCP_EP_PARAM_FIELD_NAME != 0 {
+                    p.name
+                } else {
+                    std::ptr::null()
+                },
+                if m & UCP_EP_PARAM_FIELD_ERR_HANDLER != 0 {
+                    p.err_handler.cb.map(|cb| (cb as usize, p.err_handler.arg))
+                } else {
+                    None
+                },
+            )
+        };
+        let mut ename = [0 as c_char; UCP_ENTITY_NAME_MAX];
+        worker::default_name("ep", &mut ename);
+        if !name.is_null() {
+            // SAFETY: the caller's NUL-terminated name.
+            let s = unsafe { std::ffi::CStr::from_ptr(name) }.to_bytes();
+            let n = s.len().min(UCP_ENTITY_NAME_MAX - 1);
+            for (d, &b) in ename.iter_mut().zip(&s[..n]) {
+                *d = b as c_char;
+            }
+            ename[n] = 0;
+        }
+        let (bytes, request) = match target {
+            // SAFETY: an address of ours (magic checked before the length is trusted).
+            Target::Address(a) => (Some(unsafe { worker::address_from_c(a)? }), None),
+            Target::Request(r) => {
+                // SAFETY: the caller's connection request handle.
+                let c = unsafe { Handle::get(r)? };
+                if !std::ptr::eq(c.worker()?, wk) {
+                    // The protocol layer answers a request on the listener's worker only.
+                    tracing::warn!(
+                        "ucp_ep_create: accepting a connection request on another worker than the listener's is not supported by rucx yet"
+                    );
+                    return Err(Status::Unsupported);
+                }
+                (None, Some((r, c.id, c.client)))
+            }
+            Target::Server(_) => (None, None),
+        };
+        let q = worker::QueuePtr(&wk.evq);
+        let h = wk.run(|w, side| -> Result<*mut Handle<EpH>> {
+            let (ep, remote) = match (&target, bytes, request) {
+                (_, Some(b), _) => (w.ep_create(b)?, None),
+                (_, _, Some((_, id, client))) => {
+                    side.conn_reqs.remove(&id);
+                    (w.ep_create_from_request(id)?, Some(client))
+                }
+                (Target::Server(a), _, _) => (w.ep_create_sockaddr(*a, CONNECT_TIMEOUT)?, Some(*a)),
+                _ => return Err(Status::InvalidParam),
+            };
+            if err.is_some() {
+                w.ep_set_err_handler(
+                    ep,
+                    Some(Box::new(move |e, s| q.push(worker::Event::EpError(e, s)))),
+                )?;
+            }
+            if let Some(&h) = side.eps.get(&ep) {
+                // A reply endpoint to the same peer became the application's endpoint.
+                // SAFETY: handles in the table are live endpoint handles of this worker.
+                if let Ok(e) = unsafe { Handle::get(h) } {
+                    e.implicit.set(false);
+                    e.user_data.set(user_data);
+                    e.name.set(ename);
+                    e.remote.set(remote);
+                    e.err.set(err);
+                    return Ok(h);
+                }
+            }
+            let (me, gen) = wk.me();
+            let (h, _) = Handle::alloc(EpH {
+                wk: me,
+                wgen: gen,
+                ep,
+                user_data: Cell::new(user_data),
+                name: Cell::new(ename),
+                implicit: Cell::new(false),
+                remote: Cell::new(remote),
+                err: Cell::new(err),
+            });
+            side.eps.insert(ep, h);
+            Ok(h)
+        })??;
+        if let Some((r, _, _)) = request {
+            // SAFETY: the request is answered; its handle goes.
+            drop(unsafe { Handle::destroy(r) });
+        }
+        // SAFETY: the caller's output pointer.
+        unsafe { *ep_p = h };
+        Ok(())
+    })
+}
+
+/// Closes an endpoint; the handle is gone when this returns.
+unsafe fn close(ep: *mut Handle<EpH>, force: bool, op: Op) -> Result<ucs_status_ptr_t> {
+    // SAFETY: the caller's endpoint handle.
+    let (e, wk) = unsafe { get(ep)? };
+    let rep = e.ep;
+    let p = wk.run(|w, side| {
+        side.eps.remove(&rep);
+        let out = match w.ep_close_nb(rep, force)? {
+            None => Outcome::Done(Status::Ok, RecvInfo::default()),
+            Some(r) => Outcome::Polled(r),
+        };
+        wk.conclude(w, side, &op, out, RecvOut::None, None)
+    })??;
+    // SAFETY: the application gave the endpoint up with this call.
+    drop(unsafe { Handle::destroy(ep) });
+    Ok(p)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ucp_ep_close_nb(ep: *mut Handle<EpH>, mode: c_uint) -> ucs_status_ptr_t {
+    guard::status_ptr("ucp_ep_close_nb", || {
+        let op = Op::nb(CbKind::Send, 0, DT_BYTES, false);
+        // SAFETY: forwarded contract.
+        unsafe { close(ep, mode == UCP_EP_CLOSE_MODE_FORCE, op) }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ucp_ep_close_nbx(
+    ep: *mut Handle<EpH>,
+    param: *const ucp_request_param_t,
+) -> ucs_status_ptr_t {
+    guard::status_ptr("ucp_ep_close_nbx", || {
+        // SAFETY: forwarded contract.
+        let op = unsafe { Op::nbx(param, CbKind::SendNbx)? };
+        let force = op.flags & UCP_EP_CLOSE_FLAG_FORCE != 0;
+        // SAFETY: forwarded contract.
+        unsafe { close(ep, force, op) }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ucp_disconnect_nb(ep: *mut Handle<EpH>) -> ucs_status_ptr_t {
+    guard::status_ptr("ucp_disconnect_nb", || {
+        let op = Op::nb(CbKind::Send, 0, DT_BYTES, false);
+        // SAFETY: forwarded contract.
+        unsafe { close(ep, false, op) }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ucp_ep_destroy(ep: *mut Handle<EpH>) {
+    guard::void("ucp_ep_destroy", || {
+        // SAFETY: the caller's endpoint handle.
+        let (_, wk) = unsafe { get(ep)? };
+        let op = Op::nb(CbKind::Send, 0, DT_BYTES, false);
+        // SAFETY: forwarded contract.
+        let p = unsafe { close(ep, false, op)? };
+        worker::wait_ptr(wk, p)
+    })
+}
+
+unsafe fn flush(ep: *mut Handle<EpH>, op: Op) -> Result<ucs_status_ptr_t> {
+    // SAFETY: the caller's endpoint handle.
+    let (e, wk) = unsafe { get(ep)? };
+    let rep = e.ep;
+    wk.run(|w, side| {
+        let out = match w.ep_flush_nb(rep, Some(rust_cb()))? {
+            None => Outcome::Done(Status::Ok, RecvInfo::default()),
+            Some(r) => Outcome::Req(r),
+        };
+        wk.conclude(w, side, &op, out, RecvOut::None, None)
+    })?
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ucp_ep_flush_nb(
+    ep: *mut Handle<EpH>,
+    _flags: c_uint,
+    cb: Option<SendCb>,
+) -> ucs_status_ptr_t {
+    guard::status_ptr("ucp_ep_flush_nb", || {
+        let op = Op::nb(CbKind::Send, cb.map_or(0, |f| f as usize), DT_BYTES, false);
+        // SAFETY: forwarded contract.
+        unsafe { flush(ep, op) }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ucp_ep_flush_nbx(
+    ep: *mut Handle<EpH>,
+    param: *const ucp_request_param_t,
+) -> ucs_status_ptr_t {
+    guard::status_ptr("ucp_ep_flush_nbx", || {
+        // SAFETY: forwarded contract.
+        let op = unsafe { Op::nbx(param, CbKind::SendNbx)? };
+        // SAFETY: forwarded contract.
+        unsafe { flush(ep, op) }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ucp_ep_flush(ep: *mut Handle<EpH>) -> ucs_status_t {
+    guard::status("ucp_ep_flush", || {
+        // SAFETY: the caller's endpoint handle.
+        let (_, wk) = unsafe { get(ep)? };
+        let op = Op::nb(CbKind::Send, 0, DT_BYTES, false);
+        // SAFETY: forwarded contract.
+        let p = unsafe { flush(ep, op)? };
+        worker::wait_ptr(wk, p)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ucp_ep_query(
+    ep: *mut Handle<EpH>,
+    attr: *mut ucp_ep_attr_t,
+) -> ucs_status_t {
+    guard::status("ucp_ep_query", || {
+        // SAFETY: the caller's endpoint handle.
+        let (e, _) = unsafe { get(ep)? };
+        if attr.is_null() {
+            return Err(Status::InvalidParam);
+        }
+        // SAFETY: the caller's attribute struct, written by mask.
+        let mask = unsafe { (*attr).field_mask };
+        if mask & UCP_EP_ATTR_FIELD_LOCAL_SOCKADDR != 0 {
+            // The connection manager does not report the local side of a connection.
+            return Err(Status::Unsupported);
+        }
+        if mask & UCP_EP_ATTR_FIELD_REMOTE_SOCKADDR != 0 {
+            // Only endpoints made through a listener or to a socket address have one.
+            let a = e.remote.get().ok_or(Status::NotConnected)?;
+            // SAFETY: as above.
+            crate::listener::sockaddr_to_c(a, unsafe { &mut (*attr).remote_sockaddr });
+        }
+        if mask & UCP_EP_ATTR_FIELD_NAME != 0 {
+            // SAFETY: as above.
+            unsafe { (*attr).name = e.name.get() };
+        }
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ucp_ep_print_info(ep: *mut Handle<EpH>, stream: *mut libc::FILE) {
+    guard::void("ucp_ep_print_info", || {
+        // SAFETY: the caller's endpoint handle.
+        let (e, wk) = unsafe { get(ep)? };
+        let rep = e.ep;
+        let tl = wk.with(|w, _| w.ep_transport(rep))??;
+        let text = format!(
+            "#\n# UCP endpoint '{}' (rucx)\n#   transport: {}\n#\n",
+            worker::name_str(&e.name.get()),
+            tl.map_or("not connected yet", |t| t.name())
+        );
+        crate::context::print_to(stream, &text);
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ucp_ep_evaluate_perf(
+    ep: *mut Handle<EpH>,
+    _param: *const ucp_ep_evaluate_perf_param_t,
+    _attr: *mut ucp_ep_evaluate_perf_attr_t,
+) -> ucs_status_t {
+    guard::status("ucp_ep_evaluate_perf", || {
+        // SAFETY: the caller's endpoint handle.
+        unsafe { get(ep)? };
+        Err(Status::Unsupported)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ucp_ep_modify_nb(
+    ep: *mut Handle<EpH>,
+    _params: *const ucp_ep_params_t,
+) -> ucs_status_ptr_t {
+    guard::status_ptr("ucp_ep_modify_nb", || {
+        // SAFETY: the caller's endpoint handle.
+        unsafe { get(ep)? };
+        Err(Status::Unsupported)
+    })
+}

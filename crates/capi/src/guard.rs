@@ -1,0 +1,90 @@
+//! The panic boundary: every exported function runs its body through one of these, so a
+//! panic (a bug of ours) becomes an error status for the caller instead of unwinding into
+//! C, which would abort the process.
+
+use crate::ffi::{ucs_status_ptr_t, ucs_status_t};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use ucs::{Result, Status};
+
+/// The status a caller sees when a call panicked.
+const PANIC_STATUS: Status = Status::IoError;
+
+#[cold]
+fn report(name: &str) {
+    tracing::error!("rucx: internal error (panic) in {name}; returning an error status");
+}
+
+/// For functions that return `ucs_status_t`.
+#[inline]
+pub(crate) fn status(name: &str, f: impl FnOnce() -> Result<()>) -> ucs_status_t {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(())) => Status::Ok.code(),
+        Ok(Err(s)) => s.code(),
+        Err(_) => {
+            report(name);
+            PANIC_STATUS.code()
+        }
+    }
+}
+
+/// For functions that return `ucs_status_ptr_t`: the closure gives the pointer (a request,
+/// or null for done), an error becomes `UCS_STATUS_PTR(error)`.
+#[inline]
+pub(crate) fn status_ptr(
+    name: &str,
+    f: impl FnOnce() -> Result<ucs_status_ptr_t>,
+) -> ucs_status_ptr_t {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(p)) => p,
+        Ok(Err(s)) => status_to_ptr(s),
+        Err(_) => {
+            report(name);
+            status_to_ptr(PANIC_STATUS)
+        }
+    }
+}
+
+/// For functions that return nothing.
+#[inline]
+pub(crate) fn void(name: &str, f: impl FnOnce() -> Result<()>) {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(())) => {}
+        Ok(Err(s)) => tracing::debug!("{name}: {s}"),
+        Err(_) => report(name),
+    }
+}
+
+/// For functions that return a plain value; `fallback` on error or panic.
+#[inline]
+pub(crate) fn value<T>(name: &str, fallback: T, f: impl FnOnce() -> Result<T>) -> T {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(v)) => v,
+        Ok(Err(s)) => {
+            tracing::debug!("{name}: {s}");
+            fallback
+        }
+        Err(_) => {
+            report(name);
+            fallback
+        }
+    }
+}
+
+/// `UCS_STATUS_PTR(status)`.
+#[inline]
+pub(crate) fn status_to_ptr(s: Status) -> ucs_status_ptr_t {
+    s.code() as isize as usize as ucs_status_ptr_t
+}
+
+/// The status of a `ucs_status_t` value received from C (an unknown value is an I/O error).
+pub(crate) fn from_c(s: ucs_status_t) -> Status {
+    Status::from_code(i32::from(s)).unwrap_or(Status::IoError)
+}
+
+/// The status a C status value means, keeping `Ok` apart from errors.
+pub(crate) fn result_from_c(s: ucs_status_t) -> Result<()> {
+    match from_c(s) {
+        Status::Ok => Ok(()),
+        e => Err(e),
+    }
+}

@@ -1,0 +1,904 @@
+//! Memory mapping, remote keys, put/get and atomics.
+//!
+//! Packed remote keys handed to C carry their own length (`ucp_ep_rkey_unpack` gets no
+//! length): `magic u32 | length u32 | packed key`.
+
+use crate::context::Ctx;
+use crate::ep::{self, EpH};
+use crate::ffi::*;
+use crate::guard;
+use crate::handle::{handle_kind, Handle};
+use crate::request::{CbKind, F_AMO32};
+use crate::worker::{self, rust_cb, Op, Outcome, RecvOut, Wk, DT_BYTES};
+use std::ffi::c_void;
+use ucp::{AtomicOp, AtomicSize, RecvInfo};
+use ucs::{Result, Status};
+
+/// A memory handle's value.
+pub(crate) struct MemObj {
+    ctx: *const Handle<Ctx>,
+    memh: Option<ucp::MemH>,
+    /// A mapping rucx made at a fixed address (`UCP_MEM_MAP_FIXED`), unmapped with the
+    /// handle.
+    fixed: Option<(usize, usize)>,
+    addr: usize,
+    len: usize,
+}
+
+handle_kind!(MemObj, 0x7275_6378_6d65_6d31);
+
+// SAFETY: the Rust memory handle is plain data plus a shared context.
+unsafe impl Send for MemObj {}
+
+impl Drop for MemObj {
+    fn drop(&mut self) {
+        self.memh = None;
+        if let Some((a, l)) = self.fixed.take() {
+            // SAFETY: a mapping this handle made and nobody else owns.
+            unsafe { libc::munmap(a as *mut c_void, l) };
+        }
+    }
+}
+
+/// A remote key handle's value.
+pub(crate) struct RkeyObj {
+    wk: *const Handle<Wk>,
+    wgen: u64,
+    rk: ucp::RemoteKey,
+}
+
+handle_kind!(RkeyObj, 0x7275_6378_726b_6579);
+
+// SAFETY: plain data.
+unsafe impl Send for RkeyObj {}
+
+const RKEY_MAGIC: u32 = 0x5243_584b;
+const RKEY_HDR: usize = 8;
+
+#[no_mangle]
+pub unsafe extern "C" fn ucp_mem_map(
+    context: *mut Handle<Ctx>,
+    params: *const ucp_mem_map_params_t,
+    memh_p: *mut *mut Handle<MemObj>,
+) -> ucs_status_t {
+    guard::status("ucp_mem_map", || {
+        // SAFETY: the caller's context handle.
+        let ctx = unsafe { Handle::get(context)? };
+        if params.is_null() || memh_p.is_null() {
+            return Err(Status::InvalidParam);
+        }
+        // SAFETY: the caller's params, read by mask.
+        let (mask, address, length, flags, mem_type) = unsafe {
+            let p = &*params;
+            let m = p.field_mask;
+            (
+                m,
+                if m & UCP_MEM_MAP_PARAM_FIELD_ADDRESS != 0 {
+                    p.address
+                } else {
+                    std::ptr::null_mut()
+                },
+                p.length,
+                if m & UCP_MEM_MAP_PARAM_FIELD_FLAGS != 0 {
+                    p.flags
+                } else {
+                    0
+                },
+                if m & UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE != 0 {
+                    p.memory_type
+                } else {
+                    UCS_MEMORY_TYPE_UNKNOWN
+                },
+            )
+        };
+        if mask & UCP_MEM_MAP_PARAM_FIELD_LENGTH == 0 {
+            return Err(Status::InvalidParam);
+        }
+        if mem_type != UCS_MEMORY_TYPE_HOST && mem_type != UCS_MEMORY_TYPE_UNKNOWN {
+            return Err(Status::Unsupported);
+        }
+        let allocate = address.is_null() || flags & UCP_MEM_MAP_ALLOCATE != 0;
+        let mut fixed = None;
+        let memh = if allocate && !address.is_null() && flags & UCP_MEM_MAP_FIXED != 0 {
+            // Memory at a fixed address: rucx's shared segments cannot be placed, so map
+            // private shared memory there and register it (peers reach it by cross-memory
+            // attach; atomics are executed by this process).
+            if length == 0 {
+                return Err(Status::InvalidParam);
+            }
+            // SAFETY: a new anonymous mapping at an address the caller chose; the
+            // no-replace flag refuses to clobber an existing mapping.
+            let p = unsafe {
+                libc::mmap(
+                    address,
+                    length,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_SHARED | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE,
+                    -1,
+                    0,
+                )
+            };
+            if p == libc::MAP_FAILED || p != address {
+                if p != libc::MAP_FAILED {
+                    // SAFETY: the mapping just made (at another address).
+                    unsafe { libc::munmap(p, length) };
+                }
+                return Err(Status::NoMemory);
+            }
+            fixed = Some((p as usize, length));
+            match ctx.ctx.mem_map(Some(p.cast()), length) {
+                Ok(m) => m,
+                Err(e) => {
+                    // SAFETY: as above.
+                    unsafe { libc::munmap(p, length) };
+                    return Err(e);
+                }
+            }
+        } else if allocate {
+            ctx.ctx.mem_map(None, length.max(1))?
+        } else {
+            ctx.ctx.mem_map(Some(address.cast()), length)?
+        };
+        let addr = memh.address() as usize;
+        let (h, _) = Handle::alloc(MemObj {
+            ctx: context,
+            memh: Some(memh),
+            fixed,
+            addr,
+            len: length,
+        });
+        // SAFETY: the caller's output pointer.
+        unsafe { *memh_p = h };
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ucp_mem_unmap(
+    context: *mut Handle<Ctx>,
+    memh: *mut Handle<MemObj>,
+) -> ucs_status_t {
+    guard::status("ucp_mem_unmap", || {
+        // SAFETY: the caller's handles.
+        unsafe { Handle::get(context)? };
+        // SAFETY: as above.
+        let m = unsafe { Handle::get(memh)? };
+        if !std::ptr::eq(m.ctx, context) {
+            return Err(Status::InvalidParam);
+        }
+        // SAFETY: the application gives the handle up.
+        drop(unsafe { Handle::destroy(memh)? });
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ucp_mem_query(
+    memh: *const Handle<MemObj>,
+    attr: *mut ucp_mem_attr_t,
+) -> ucs_status_t {
+    guard::status("ucp_mem_query", || {
+        // SAFETY: the caller's handle.
+        let m = unsafe { Handle::get(memh)? };
+        if attr.is_null() {
+            return Err(Status::InvalidParam);
+        }
+        // SAFETY: the caller's attribute struct, written by mask.
+        unsafe {
+            let f = (*attr).field_mask;
+            if f & UCP_MEM_ATTR_FIELD_ADDRESS != 0 {
+                (*attr).address = m.addr as *mut c_void;
+            }
+            if f & UCP_MEM_ATTR_FIELD_LENGTH != 0 {
+                (*attr).length = m.len;
+            }
+            if f & UCP_MEM_ATTR_FIELD_MEM_TYPE != 0 {
+                (*attr).mem_type = UCS_MEMORY_TYPE_HOST;
+            }
+        }
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ucp_mem_advise(
+    context: *mut Handle<Ctx>,
+    memh: *mut Handle<MemObj>,
+    params: *mut ucp_mem_advise_params_t,
+) -> ucs_status_t {
+    guard::status("ucp_mem_advise", || {
+        // SAFETY: the caller's handles.
+        unsafe { Handle::get(context)? };
+        // SAFETY: as above.
+        unsafe { Handle::get(memh)? };
+        if params.is_null() {
+            return Err(Status::InvalidParam);
+        }
+        // Mapped memory is always resident-on-touch host memory: advice changes nothing.
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ucp_rkey_pack(
+    context: *mut Handle<Ctx>,
+    memh: *mut Handle<MemObj>,
+    rkey_buffer_p: *mut *mut c_void,
+    size_p: *mut usize,
+) -> ucs_status_t {
+    guard::status("ucp_rkey_pack", || {
+        // SAFETY: the caller's handles.
+        unsafe { Handle::get(context)? };
+        // SAFETY: as above.
+        let m = unsafe { Handle::get(memh)? };
+        if rkey_buffer_p.is_null() || size_p.is_null() {
+            return Err(Status::InvalidParam);
+        }
+        let packed = m.memh.as_ref().ok_or(Status::InvalidParam)?.rkey_pack();
+        let total = RKEY_HDR + packed.len();
+        // SAFETY: malloc of a positive size; released by ucp_rkey_buffer_release.
+        let p = unsafe { libc::malloc(total) }.cast::<u8>();
+        if p.is_null() {
+            return Err(Status::NoMemory);
+        }
+        // SAFETY: `p` has `total` writable bytes; the caller's output pointers.
+        unsafe {
+            std::ptr::copy_nonoverlapping(RKEY_MAGIC.to_le_bytes().as_ptr(), p, 4);
+            std::ptr::copy_nonoverlapping(
+                (packed.len() as u32).to_le_bytes().as_ptr(),
+                p.add(4),
+                4,
+            );
+            std::ptr::copy_nonoverlapping(packed.as_ptr(), p.add(RKEY_HDR), packed.len());
+            *rkey_buffer_p = p.cast();
+            *size_p = total;
+        }
+        Ok(())
+    })
+}
+
+/// The packed key inside a C key buffer.
+unsafe fn rkey_bytes<'a>(p: *const c_void) -> Result<&'a [u8]> {
+    if p.is_null() {
+        return Err(Status::InvalidParam);
+    }
+    let p = p.cast::<u8>();
+    let mut h = [0u8; RKEY_HDR];
+    // SAFETY: a key buffer of ours starts with this header (the magic is checked before
+    // the length is trusted).
+    unsafe { std::ptr::copy_nonoverlapping(p, h.as_mut_ptr(), RKEY_HDR) };
+    if u32::from_le_bytes([h[0], h[1], h[2], h[3]]) != RKEY_MAGIC {
+        return Err(Status::InvalidParam);
+    }
+    let len = u32::from_le_bytes([h[4], h[5], h[6], h[7]]) as usize;
+    if len > 1 << 20 {
+        return Err(Status::InvalidParam);
+    }
+    // SAFETY: a key buffer of ours holds `len` bytes after the header.
+    Ok(unsafe { std::slice::from_raw_parts(p.add(RKEY_HDR), len) })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ucp_rkey_buffer_release(rkey_buffer: *mut c_void) {
+    guard::void("ucp_rkey_buffer_release", || {
+        // SAFETY: a key buffer of ours (checked).
+        unsafe { rkey_bytes(rkey_buffer)? };
+        // SAFETY: allocated with malloc by ucp_rkey_pack.
+        unsafe { libc::free(rkey_buffer) };
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ucp_ep_rkey_unpack(
+    ep: *mut Handle<EpH>,
+    rkey_buffer: *const c_void,
+    rkey_p: *mut *mut Handle<RkeyObj>,
+) -> ucs_status_t {
+    guard::status("ucp_ep_rkey_unpack", || {
+        // SAFETY: the caller's endpoint handle.
+        let (e, wk) = unsafe { ep::get(ep)? };
+        if rkey_p.is_null() {
+            return Err(Status::InvalidParam);
+        }
+        // SAFETY: a key buffer of ours (checked).
+        let bytes = unsafe { rkey_bytes(rkey_buffer)? };
+        let rep = e.ep;
+        let rk = wk.run(|w, _| w.rkey_unpack(rep, bytes))??;
+        let (h, _) = Handle::alloc(RkeyObj {
+            wk: e.wk,
+            wgen: e.wgen,
+            rk,
+        });
+        // SAFETY: the caller's output pointer.
+        unsafe { *rkey_p = h };
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ucp_rkey_ptr(
+    rkey: *mut Handle<RkeyObj>,
+    raddr: u64,
+    addr_p: *mut *mut c_void,
+) -> ucs_status_t {
+    guard::status("ucp_rkey_ptr", || {
+        // SAFETY: the caller's key handle.
+        let k = unsafe { Handle::get(rkey)? };
+        if addr_p.is_null() {
+            return Err(Status::InvalidParam);
+        }
+        let p = k.rk.ptr(raddr)?;
+        // SAFETY: the caller's output pointer.
+        unsafe { *addr_p = p.cast() };
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ucp_rkey_destroy(rkey: *mut Handle<RkeyObj>) {
+    // SAFETY: the caller's key handle, given up.
+    guard::void("ucp_rkey_destroy", || unsafe {
+        Handle::destroy(rkey).map(drop)
+    })
+}
+
+/// The endpoint, its worker and the key, checked to belong together.
+unsafe fn ep_key<'a>(
+    ep: *mut Handle<EpH>,
+    rkey: *mut Handle<RkeyObj>,
+) -> Result<(&'a EpH, &'a Wk, &'a RkeyObj)> {
+    // SAFETY: the caller's handles.
+    let (e, wk) = unsafe { ep::get(ep)? };
+    // SAFETY: as above.
+    let k = unsafe { Handle::get(rkey)? };
+    if k.wk != e.wk || k.wgen != e.wgen {
+        return Err(Status::InvalidParam);
+    }
+    Ok((e, wk, k))
+}
+
+fn contig_len(op: &Op, count: usize) -> Result<usize> {
+    let elem = crate::dt::contig_size(op.datatype).ok_or(Status::Unsupported)?;
+    count.checked_mul(elem).ok_or(Status::InvalidParam)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ucp_put_nbi(
+    ep: *mut Handle<EpH>,
+    buffer: *const c_void,
+    length: usize,
+    remote_addr: u64,
+    rkey: *mut Handle<RkeyObj>,
+) -> ucs_status_t {
+    guard::status("ucp_put_nbi", || {
+        // SAFETY: the caller's handles.
+        let (e, wk, k) = unsafe { ep_key(ep, rkey)? };
+        if length > 0 && buffer.is_null() {
+            return Err(Status::InvalidParam);
+        }
+        let data: &[u8] = if length == 0 {
+            &[]
+        } else {
+            // SAFETY: the caller's source buffer, readable for this call.
+            unsafe { std::slice::from_raw_parts(buffer.cast(), length) }
+        };
+        let rep = e.ep;
+        wk.run(|w, _| w.put_nbi(rep, data, remote_addr, &k.rk))?
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ucp_get_nbi(
+    ep: *mut Handle<EpH>,
+    buffer: *mut c_void,
+    length: usize,
+    remote_addr: u64,
+    rkey: *mut Handle<RkeyObj>,
+) -> ucs_status_t {
+    guard::status("ucp_get_nbi", || {
+        // SAFETY: the caller's handles.
+        let (e, wk, k) = unsafe { ep_key(ep, rkey)? };
+        if length > 0 && buffer.is_null() {
+            return Err(Status::InvalidParam);
+        }
+        let rep = e.ep;
+        // SAFETY: the API's contract: the buffer stays writable until a flush completes.
+        wk.run(|w, _| unsafe { w.get_nbi(rep, buffer.cast(), length, remote_addr, &k.rk) })?
+    })
+}
+
+unsafe fn put_common(
+    ep: *mut Handle<EpH>,
+    buffer: *const c_void,
+    len: usize,
+    remote_addr: u64,
+    rkey: *mut Handle<RkeyObj>,
+    op: Op,
+) -> Result<ucs_status_ptr_t> {
+    // SAFETY: the caller's handles.
+    let (e, wk, k) = unsafe { ep_key(ep, rkey)? };
+    if len > 0 && buffer.is_null() {
+        return Err(Status::InvalidParam);
+    }
+    let rep = e.ep;
+    wk.run(|w, side| {
+        // SAFETY: the API's contract: the buffer stays readable until completion.
+        let out = match unsafe {
+            w.put_nb(rep, buffer.cast(), len, remote_addr, &k.rk, Some(rust_cb()))?
+        } {
+            None => Outcome::Done(Status::Ok, RecvInfo::default()),
+            Some(r) => Outcome::Req(r),
+        };
+        wk.conclude(w, side, &op, out, RecvOut::None, None)
+    })?
+}
+
+unsafe fn get_common(
+    ep: *mut Handle<EpH>,
+    buffer: *mut c_void,
+    len: usize,
+    remote_addr: u64,
+    rkey: *mut Handle<RkeyObj>,
+    op: Op,
+) -> Result<ucs_status_ptr_t> {
+    // SAFETY: the caller's handles.
+    let (e, wk, k) = unsafe { ep_key(ep, rkey)? };
+    if len > 0 && buffer.is_null() {
+        return Err(Status::InvalidParam);
+    }
+    let rep = e.ep;
+    wk.run(|w, side| {
+        // SAFETY: the API's contract: the buffer stays writable until completion.
+        let out = match unsafe {
+            w.get_nb(rep, buffer.cast(), len, remote_addr, &k.rk, Some(rust_cb()))?
+        } {
+            None => Outcome::Done(Status::Ok, RecvInfo::default()),
+            Some(r) => Outcome::Req(r),
+        };
+        wk.conclude(w, side, &op, out, RecvOut::None, None)
+    })?
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ucp_put_nb(
+    ep: *mut Handle<EpH>,
+    buffer: *const c_void,
+    length: usize,
+    remote_addr: u64,
+    rkey: *mut Handle<RkeyObj>,
+    cb: Option<SendCb>,
+) -> ucs_status_ptr_t {
+    guard::status_ptr("ucp_put_nb", || {
+        let op = Op::nb(CbKind::Send, cb.map_or(0, |f| f as usize), DT_BYTES, false);
+        // SAFETY: forwarded contract.
+        unsafe { put_common(ep, buffer, length, remote_addr, rkey, op) }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ucp_get_nb(
+    ep: *mut Handle<EpH>,
+    buffer: *mut c_void,
+    length: usize,
+    remote_addr: u64,
+    rkey: *mut Handle<RkeyObj>,
+    cb: Option<SendCb>,
+) -> ucs_status_ptr_t {
+    guard::status_ptr("ucp_get_nb", || {
+        let op = Op::nb(CbKind::Send, cb.map_or(0, |f| f as usize), DT_BYTES, false);
+        // SAFETY: forwarded contract.
+        unsafe { get_common(ep, buffer, length, remote_addr, rkey, op) }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ucp_put_nbx(
+    ep: *mut Handle<EpH>,
+    buffer: *const c_void,
+    count: usize,
+    remote_addr: u64,
+    rkey: *mut Handle<RkeyObj>,
+    param: *const ucp_request_param_t,
+) -> ucs_status_ptr_t {
+    guard::status_ptr("ucp_put_nbx", || {
+        // SAFETY: forwarded contract.
+        let op = unsafe { Op::nbx(param, CbKind::SendNbx)? };
+        let len = contig_len(&op, count)?;
+        // SAFETY: forwarded contract.
+        unsafe { put_common(ep, buffer, len, remote_addr, rkey, op) }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ucp_get_nbx(
+    ep: *mut Handle<EpH>,
+    buffer: *mut c_void,
+    count: usize,
+    remote_addr: u64,
+    rkey: *mut Handle<RkeyObj>,
+    param: *const ucp_request_param_t,
+) -> ucs_status_ptr_t {
+    guard::status_ptr("ucp_get_nbx", || {
+        // SAFETY: forwarded contract.
+        let op = unsafe { Op::nbx(param, CbKind::SendNbx)? };
+        let len = contig_len(&op, count)?;
+        // SAFETY: forwarded contract.
+        unsafe { get_common(ep, buffer, len, remote_addr, rkey, op) }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ucp_put(
+    ep: *mut Handle<EpH>,
+    buffer: *const c_void,
+    length: usize,
+    remote_addr: u64,
+    rkey: *mut Handle<RkeyObj>,
+) -> ucs_status_t {
+    guard::status("ucp_put", || {
+        // SAFETY: the caller's handles.
+        let (_, wk, _) = unsafe { ep_key(ep, rkey)? };
+        let op = Op::nb(CbKind::Send, 0, DT_BYTES, false);
+        // SAFETY: forwarded contract.
+        let p = unsafe { put_common(ep, buffer, length, remote_addr, rkey, op)? };
+        worker::wait_ptr(wk, p)?;
+        // SAFETY: the caller's endpoint handle.
+        let s = unsafe { crate::ep::ucp_ep_flush(ep) };
+        guard::result_from_c(s)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ucp_get(
+    ep: *mut Handle<EpH>,
+    buffer: *mut c_void,
+    length: usize,
+    remote_addr: u64,
+    rkey: *mut Handle<RkeyObj>,
+) -> ucs_status_t {
+    guard::status("ucp_get", || {
+        // SAFETY: the caller's handles.
+        let (_, wk, _) = unsafe { ep_key(ep, rkey)? };
+        let op = Op::nb(CbKind::Send, 0, DT_BYTES, false);
+        // SAFETY: forwarded contract.
+        let p = unsafe { get_common(ep, buffer, length, remote_addr, rkey, op)? };
+        worker::wait_ptr(wk, p)
+    })
+}
+
+// ----- atomics -------------------------------------------------------------------------
+
+fn size_of_op(bytes: usize) -> Result<AtomicSize> {
+    match bytes {
+        4 => Ok(AtomicSize::B32),
+        8 => Ok(AtomicSize::B64),
+        // Other widths are not implemented; the caller can fall back (e.g. to a lock).
+        _ => Err(Status::Unsupported),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ucp_atomic_post(
+    ep: *mut Handle<EpH>,
+    opcode: ucp_atomic_post_op_t,
+    value: u64,
+    op_size: usize,
+    remote_addr: u64,
+    rkey: *mut Handle<RkeyObj>,
+) -> ucs_status_t {
+    guard::status("ucp_atomic_post", || {
+        // SAFETY: the caller's handles.
+        let (e, wk, k) = unsafe { ep_key(ep, rkey)? };
+        let op = match opcode {
+            UCP_ATOMIC_POST_OP_ADD => AtomicOp::Add,
+            UCP_ATOMIC_POST_OP_AND => AtomicOp::And,
+            UCP_ATOMIC_POST_OP_OR => AtomicOp::Or,
+            UCP_ATOMIC_POST_OP_XOR => AtomicOp::Xor,
+            _ => return Err(Status::InvalidParam),
+        };
+        let size = size_of_op(op_size)?;
+        let rep = e.ep;
+        wk.run(|w, _| w.atomic_post(rep, op, size, value, remote_addr, &k.rk))?
+    })
+}
+
+/// A fetching atomic. `result` receives the old value (`size` bytes); for cswap it holds
+/// the value to swap in on input.
+#[allow(clippy::too_many_arguments)]
+unsafe fn fetch(
+    ep: *mut Handle<EpH>,
+    op: AtomicOp,
+    size: AtomicSize,
+    value: u64,
+    compare: u64,
+    result: *mut c_void,
+    remote_addr: u64,
+    rkey: *mut Handle<RkeyObj>,
+    cop: Op,
+) -> Result<ucs_status_ptr_t> {
+    // SAFETY: the caller's handles.
+    let (e, wk, k) = unsafe { ep_key(ep, rkey)? };
+    if result.is_null() {
+        return Err(Status::InvalidParam);
+    }
+    let rep = e.ep;
+    wk.run(|w, side| {
+        if size == AtomicSize::B64 {
+            // SAFETY: the API's contract: `result` stays writable until completion.
+            let out = match unsafe {
+                w.atomic_fetch_nb(
+                    rep,
+                    op,
+                    size,
+                    value,
+                    compare,
+                    result.cast(),
+                    remote_addr,
+                    &k.rk,
+                    Some(rust_cb()),
+                )?
+            } {
+                None => Outcome::Done(Status::Ok, RecvInfo::default()),
+                Some(r) => Outcome::Req(r),
+            };
+            return wk.conclude(w, side, &cop, out, RecvOut::None, None);
+        }
+        // 32 bits: the protocol layer writes a 64-bit word; stage it in the request
+        // header and copy the low half to the caller's 4 bytes on completion.
+        let hdr = wk.pre_header(side, &cop, F_AMO32)?;
+        // SAFETY: a header just started for this call.
+        let staging = unsafe {
+            (*hdr).result = result.cast();
+            std::ptr::addr_of_mut!((*hdr).staging)
+        };
+        // SAFETY: the staging word lives as long as the request (its header).
+        let started = unsafe {
+            w.atomic_fetch_nb(
+                rep,
+                op,
+                size,
+                value,
+                compare,
+                staging,
+                remote_addr,
+                &k.rk,
+                Some(rust_cb()),
+            )
+        };
+        let out = match started {
+            Ok(None) => Outcome::Done(Status::Ok, RecvInfo::default()),
+            Ok(Some(r)) => Outcome::Req(r),
+            Err(s) => {
+                if !cop.user_req() {
+                    // SAFETY: the pooled header made above, unused.
+                    unsafe { side.pool.put(hdr) };
+                }
+                return Err(s);
+            }
+        };
+        wk.conclude(w, side, &cop, out, RecvOut::None, Some(hdr))
+    })?
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ucp_atomic_fetch_nb(
+    ep: *mut Handle<EpH>,
+    opcode: ucp_atomic_fetch_op_t,
+    value: u64,
+    result: *mut c_void,
+    op_size: usize,
+    remote_addr: u64,
+    rkey: *mut Handle<RkeyObj>,
+    cb: Option<SendCb>,
+) -> ucs_status_ptr_t {
+    guard::status_ptr("ucp_atomic_fetch_nb", || {
+        let size = size_of_op(op_size)?;
+        if result.is_null() {
+            return Err(Status::InvalidParam);
+        }
+        let cop = Op::nb(CbKind::Send, cb.map_or(0, |f| f as usize), DT_BYTES, false);
+        let (op, v, cmp) = match opcode {
+            UCP_ATOMIC_FETCH_OP_FADD => (AtomicOp::Add, value, 0),
+            UCP_ATOMIC_FETCH_OP_SWAP => (AtomicOp::Swap, value, 0),
+            UCP_ATOMIC_FETCH_OP_FAND => (AtomicOp::And, value, 0),
+            UCP_ATOMIC_FETCH_OP_FOR => (AtomicOp::Or, value, 0),
+            UCP_ATOMIC_FETCH_OP_FXOR => (AtomicOp::Xor, value, 0),
+            UCP_ATOMIC_FETCH_OP_CSWAP => {
+                // `value` is the condition; `*result` holds the value to swap in.
+                // SAFETY: the caller's result buffer of `op_size` bytes.
+                let swap = unsafe { read_word(result, size) };
+                (AtomicOp::Cswap, swap, value)
+            }
+            _ => return Err(Status::InvalidParam),
+        };
+        // SAFETY: forwarded contract.
+        unsafe { fetch(ep, op, size, v, cmp, result, remote_addr, rkey, cop) }
+    })
+}
+
+unsafe fn read_word(p: *const c_void, size: AtomicSize) -> u64 {
+    // SAFETY: the caller's buffer of the operand's width.
+    unsafe {
+        match size {
+            AtomicSize::B32 => u64::from(p.cast::<u32>().read_unaligned()),
+            AtomicSize::B64 => p.cast::<u64>().read_unaligned(),
+        }
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ucp_atomic_op_nbx(
+    ep: *mut Handle<EpH>,
+    opcode: ucp_atomic_op_t,
+    buffer: *const c_void,
+    count: usize,
+    remote_addr: u64,
+    rkey: *mut Handle<RkeyObj>,
+    param: *const ucp_request_param_t,
+) -> ucs_status_ptr_t {
+    guard::status_ptr("ucp_atomic_op_nbx", || {
+        // SAFETY: forwarded contract.
+        let cop = unsafe { Op::nbx(param, CbKind::SendNbx)? };
+        if count != 1 || buffer.is_null() {
+            return Err(Status::InvalidParam);
+        }
+        if cop.mask & UCP_OP_ATTR_FIELD_DATATYPE == 0 {
+            return Err(Status::InvalidParam);
+        }
+        let size = size_of_op(crate::dt::contig_size(cop.datatype).ok_or(Status::Unsupported)?)?;
+        // SAFETY: the caller's operand of the datatype's width.
+        let x = unsafe { read_word(buffer, size) };
+        let reply = cop.reply_buffer;
+        let op = match opcode {
+            UCP_ATOMIC_OP_ADD => AtomicOp::Add,
+            UCP_ATOMIC_OP_AND => AtomicOp::And,
+            UCP_ATOMIC_OP_OR => AtomicOp::Or,
+            UCP_ATOMIC_OP_XOR => AtomicOp::Xor,
+            UCP_ATOMIC_OP_SWAP => AtomicOp::Swap,
+            UCP_ATOMIC_OP_CSWAP => AtomicOp::Cswap,
+            _ => return Err(Status::InvalidParam),
+        };
+        if reply.is_null() {
+            if matches!(op, AtomicOp::Swap | AtomicOp::Cswap) {
+                return Err(Status::InvalidParam);
+            }
+            // SAFETY: the caller's handles.
+            let (e, wk, k) = unsafe { ep_key(ep, rkey)? };
+            let rep = e.ep;
+            return wk.run(|w, side| {
+                w.atomic_post(rep, op, size, x, remote_addr, &k.rk)?;
+                wk.conclude(
+                    w,
+                    side,
+                    &cop,
+                    Outcome::Done(Status::Ok, RecvInfo::default()),
+                    RecvOut::None,
+                    None,
+                )
+            })?;
+        }
+        let (v, cmp) = if op == AtomicOp::Cswap {
+            // Compare with the operand; swap in what the reply buffer holds.
+            // SAFETY: the caller's reply buffer of the operand's width.
+            (unsafe { read_word(reply, size) }, x)
+        } else {
+            (x, 0)
+        };
+        // SAFETY: forwarded contract.
+        unsafe { fetch(ep, op, size, v, cmp, reply, remote_addr, rkey, cop) }
+    })
+}
+
+/// The older blocking atomics of `ucp_compat.h`.
+unsafe fn blocking_fetch(
+    ep: *mut Handle<EpH>,
+    op: AtomicOp,
+    size: AtomicSize,
+    value: u64,
+    compare: u64,
+    result: *mut c_void,
+    remote_addr: u64,
+    rkey: *mut Handle<RkeyObj>,
+) -> Result<()> {
+    // SAFETY: the caller's handles.
+    let (_, wk, _) = unsafe { ep_key(ep, rkey)? };
+    let cop = Op::nb(CbKind::Send, 0, DT_BYTES, false);
+    // SAFETY: forwarded contract.
+    let p = unsafe { fetch(ep, op, size, value, compare, result, remote_addr, rkey, cop)? };
+    worker::wait_ptr(wk, p)
+}
+
+macro_rules! compat_post {
+    ($name:ident, $t:ty, $size:expr) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            ep: *mut Handle<EpH>,
+            add: $t,
+            remote_addr: u64,
+            rkey: *mut Handle<RkeyObj>,
+        ) -> ucs_status_t {
+            // SAFETY: forwarded contract.
+            unsafe {
+                ucp_atomic_post(
+                    ep,
+                    UCP_ATOMIC_POST_OP_ADD,
+                    add as u64,
+                    $size,
+                    remote_addr,
+                    rkey,
+                )
+            }
+        }
+    };
+}
+
+compat_post!(ucp_atomic_add32, u32, 4);
+compat_post!(ucp_atomic_add64, u64, 8);
+
+macro_rules! compat_fetch {
+    ($name:ident, $t:ty, $op:expr, $size:expr) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            ep: *mut Handle<EpH>,
+            value: $t,
+            remote_addr: u64,
+            rkey: *mut Handle<RkeyObj>,
+            result: *mut $t,
+        ) -> ucs_status_t {
+            guard::status(stringify!($name), || {
+                // SAFETY: forwarded contract.
+                unsafe {
+                    blocking_fetch(
+                        ep,
+                        $op,
+                        $size,
+                        value as u64,
+                        0,
+                        result.cast(),
+                        remote_addr,
+                        rkey,
+                    )
+                }
+            })
+        }
+    };
+}
+
+compat_fetch!(ucp_atomic_fadd32, u32, AtomicOp::Add, AtomicSize::B32);
+compat_fetch!(ucp_atomic_fadd64, u64, AtomicOp::Add, AtomicSize::B64);
+compat_fetch!(ucp_atomic_swap32, u32, AtomicOp::Swap, AtomicSize::B32);
+compat_fetch!(ucp_atomic_swap64, u64, AtomicOp::Swap, AtomicSize::B64);
+
+macro_rules! compat_cswap {
+    ($name:ident, $t:ty, $size:expr) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            ep: *mut Handle<EpH>,
+            compare: $t,
+            swap: $t,
+            remote_addr: u64,
+            rkey: *mut Handle<RkeyObj>,
+            result: *mut $t,
+        ) -> ucs_status_t {
+            guard::status(stringify!($name), || {
+                // SAFETY: forwarded contract.
+                unsafe {
+                    blocking_fetch(
+                        ep,
+                        AtomicOp::Cswap,
+                        $size,
+                        swap as u64,
+                        compare as u64,
+                        result.cast(),
+                        remote_addr,
+                        rkey,
+                    )
+                }
+            })
+        }
+    };
+}
+
+compat_cswap!(ucp_atomic_cswap32, u32, AtomicSize::B32);
+compat_cswap!(ucp_atomic_cswap64, u64, AtomicSize::B64);

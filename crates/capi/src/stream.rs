@@ -1,0 +1,194 @@
+//! Streams: ordered bytes per endpoint.
+
+use crate::dt::{self, Dir};
+use crate::ep::{self, EpH};
+use crate::ffi::*;
+use crate::guard;
+use crate::handle::Handle;
+use crate::request::CbKind;
+use crate::worker::{rust_cb, Op, Outcome, RecvOut, Wk};
+use std::ffi::{c_uint, c_void};
+use ucp::stream::StreamRecv;
+use ucp::RecvInfo;
+use ucs::{Result, Status};
+
+unsafe fn send(
+    ep: *mut Handle<EpH>,
+    buffer: *const c_void,
+    count: usize,
+    op: Op,
+) -> Result<ucs_status_ptr_t> {
+    // SAFETY: the caller's endpoint handle.
+    let (e, wk) = unsafe { ep::get(ep)? };
+    // SAFETY: the caller's buffer as its datatype describes it.
+    let buf = unsafe { dt::buf(buffer, count, op.datatype, Dir::Send)? };
+    let rep = e.ep;
+    wk.run(|w, side| {
+        // SAFETY: the API's contract: the buffer stays readable until completion.
+        let out = match unsafe { w.stream_send_nb(rep, buf, Some(rust_cb()))? } {
+            None => Outcome::Done(Status::Ok, RecvInfo::default()),
+            Some(r) => Outcome::Req(r),
+        };
+        wk.conclude(w, side, &op, out, RecvOut::None, None)
+    })?
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ucp_stream_send_nb(
+    ep: *mut Handle<EpH>,
+    buffer: *const c_void,
+    count: usize,
+    datatype: ucp_datatype_t,
+    cb: Option<SendCb>,
+    _flags: c_uint,
+) -> ucs_status_ptr_t {
+    guard::status_ptr("ucp_stream_send_nb", || {
+        let op = Op::nb(CbKind::Send, cb.map_or(0, |f| f as usize), datatype, false);
+        // SAFETY: forwarded contract.
+        unsafe { send(ep, buffer, count, op) }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ucp_stream_send_nbx(
+    ep: *mut Handle<EpH>,
+    buffer: *const c_void,
+    count: usize,
+    param: *const ucp_request_param_t,
+) -> ucs_status_ptr_t {
+    guard::status_ptr("ucp_stream_send_nbx", || {
+        // SAFETY: forwarded contract.
+        let op = unsafe { Op::nbx(param, CbKind::SendNbx)? };
+        // SAFETY: forwarded contract.
+        unsafe { send(ep, buffer, count, op) }
+    })
+}
+
+unsafe fn recv(
+    ep: *mut Handle<EpH>,
+    buffer: *mut c_void,
+    count: usize,
+    length: *mut usize,
+    waitall: bool,
+    mut op: Op,
+) -> Result<ucs_status_ptr_t> {
+    // SAFETY: the caller's endpoint handle.
+    let (e, wk) = unsafe { ep::get(ep)? };
+    // SAFETY: the caller's buffer as its datatype describes it.
+    let buf = unsafe { dt::buf(buffer, count, op.datatype, Dir::Recv)? };
+    let rep = e.ep;
+    // The length of an immediate completion goes to `length`, not to `recv_info`.
+    op.recv_info = length.cast();
+    wk.run(|w, side| {
+        // SAFETY: the API's contract: the buffer stays writable until completion.
+        let out = match unsafe { w.stream_recv_nb(rep, buf, waitall, Some(rust_cb()))? } {
+            StreamRecv::Done(n) => Outcome::Done(
+                Status::Ok,
+                RecvInfo {
+                    sender_tag: 0,
+                    length: n,
+                },
+            ),
+            StreamRecv::Pending(r) => Outcome::Req(r),
+        };
+        wk.conclude(w, side, &op, out, RecvOut::Length, None)
+    })?
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ucp_stream_recv_nb(
+    ep: *mut Handle<EpH>,
+    buffer: *mut c_void,
+    count: usize,
+    datatype: ucp_datatype_t,
+    cb: Option<StreamRecvCb>,
+    length: *mut usize,
+    flags: c_uint,
+) -> ucs_status_ptr_t {
+    guard::status_ptr("ucp_stream_recv_nb", || {
+        let op = Op::nb(
+            CbKind::StreamRecv,
+            cb.map_or(0, |f| f as usize),
+            datatype,
+            false,
+        );
+        let waitall = flags & UCP_STREAM_RECV_FLAG_WAITALL != 0;
+        // SAFETY: forwarded contract.
+        unsafe { recv(ep, buffer, count, length, waitall, op) }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ucp_stream_recv_nbx(
+    ep: *mut Handle<EpH>,
+    buffer: *mut c_void,
+    count: usize,
+    length: *mut usize,
+    param: *const ucp_request_param_t,
+) -> ucs_status_ptr_t {
+    guard::status_ptr("ucp_stream_recv_nbx", || {
+        // SAFETY: forwarded contract.
+        let op = unsafe { Op::nbx(param, CbKind::LengthNbx)? };
+        let waitall = op.flags & UCP_STREAM_RECV_FLAG_WAITALL != 0;
+        // SAFETY: forwarded contract.
+        unsafe { recv(ep, buffer, count, length, waitall, op) }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ucp_stream_recv_data_nb(
+    ep: *mut Handle<EpH>,
+    length: *mut usize,
+) -> ucs_status_ptr_t {
+    guard::status_ptr("ucp_stream_recv_data_nb", || {
+        // SAFETY: the caller's endpoint handle.
+        let (e, wk) = unsafe { ep::get(ep)? };
+        if length.is_null() {
+            return Err(Status::InvalidParam);
+        }
+        let rep = e.ep;
+        wk.run(|w, side| {
+            let Some(v) = w.stream_recv_data(rep)? else {
+                return Ok(std::ptr::null_mut());
+            };
+            if v.is_empty() {
+                return Ok(std::ptr::null_mut());
+            }
+            let p = v.as_ptr().cast_mut().cast::<c_void>();
+            // SAFETY: the caller's output pointer.
+            unsafe { *length = v.len() };
+            side.stream_kept.insert(p as usize, v);
+            Ok(p)
+        })?
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ucp_stream_data_release(ep: *mut Handle<EpH>, data: *mut c_void) {
+    guard::void("ucp_stream_data_release", || {
+        // SAFETY: the caller's endpoint handle.
+        let (_, wk) = unsafe { ep::get(ep)? };
+        wk.with(|_, side| side.stream_kept.remove(&(data as usize)))?
+            .map(drop)
+            .ok_or(Status::InvalidParam)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ucp_stream_worker_poll(
+    worker: *mut Handle<Wk>,
+    _poll_eps: *mut ucp_stream_poll_ep_t,
+    _max_eps: usize,
+    _flags: c_uint,
+) -> isize {
+    guard::value(
+        "ucp_stream_worker_poll",
+        UCS_ERR_INVALID_PARAM as isize,
+        || {
+            // SAFETY: the caller's worker handle.
+            unsafe { crate::worker::get(worker)? };
+            // The protocol layer has no query for endpoints with stream data yet.
+            Ok(UCS_ERR_UNSUPPORTED as isize)
+        },
+    )
+}

@@ -1,0 +1,321 @@
+//! Tag matching: send (plain and synchronous), receive, probe, and receive of a probed
+//! message; the `_nb`, `_nbr` and `_nbx` forms.
+//!
+//! Immediate completion follows UCX: an `_nbx` send or receive that completes inside the
+//! call returns `UCS_OK` (receive information through `recv_info`) unless
+//! `UCP_OP_ATTR_FLAG_NO_IMM_CMPL` is set; the older receive functions always return a
+//! request and call the callback at once when the message was already there. A request
+//! of the caller's (`UCP_OP_ATTR_FIELD_REQUEST`) is marked completed either way.
+
+use crate::dt::{self, Dir};
+use crate::ep::{self, EpH};
+use crate::ffi::*;
+use crate::guard;
+use crate::handle::Handle;
+use crate::request::CbKind;
+use crate::worker::{self, rust_cb, Op, Outcome, RecvOut, Wk};
+use std::ffi::{c_int, c_void};
+use ucp::RecvInfo;
+use ucs::{Result, Status};
+
+#[inline]
+unsafe fn send(
+    ep: *mut Handle<EpH>,
+    buffer: *const c_void,
+    count: usize,
+    tag: ucp_tag_t,
+    sync: bool,
+    op: Op,
+) -> Result<ucs_status_ptr_t> {
+    // SAFETY: the caller's endpoint handle.
+    let (e, wk) = unsafe { ep::get(ep)? };
+    // SAFETY: the caller's buffer as its datatype describes it.
+    let buf = unsafe { dt::buf(buffer, count, op.datatype, Dir::Send)? };
+    let rep = e.ep;
+    wk.run(|w, side| {
+        // SAFETY: the API's contract: the buffer stays valid until the send completes.
+        let out = match unsafe { w.tag_send_nb(rep, buf, tag, sync, Some(rust_cb()))? } {
+            None => Outcome::Done(Status::Ok, RecvInfo::default()),
+            Some(r) => Outcome::Req(r),
+        };
+        wk.conclude(w, side, &op, out, RecvOut::None, None)
+    })?
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ucp_tag_send_nb(
+    ep: *mut Handle<EpH>,
+    buffer: *const c_void,
+    count: usize,
+    datatype: ucp_datatype_t,
+    tag: ucp_tag_t,
+    cb: Option<SendCb>,
+) -> ucs_status_ptr_t {
+    guard::status_ptr("ucp_tag_send_nb", || {
+        let op = Op::nb(CbKind::Send, cb.map_or(0, |f| f as usize), datatype, false);
+        // SAFETY: forwarded contract.
+        unsafe { send(ep, buffer, count, tag, false, op) }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ucp_tag_send_sync_nb(
+    ep: *mut Handle<EpH>,
+    buffer: *const c_void,
+    count: usize,
+    datatype: ucp_datatype_t,
+    tag: ucp_tag_t,
+    cb: Option<SendCb>,
+) -> ucs_status_ptr_t {
+    guard::status_ptr("ucp_tag_send_sync_nb", || {
+        let op = Op::nb(CbKind::Send, cb.map_or(0, |f| f as usize), datatype, false);
+        // SAFETY: forwarded contract.
+        unsafe { send(ep, buffer, count, tag, true, op) }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ucp_tag_send_nbr(
+    ep: *mut Handle<EpH>,
+    buffer: *const c_void,
+    count: usize,
+    datatype: ucp_datatype_t,
+    tag: ucp_tag_t,
+    req: *mut c_void,
+) -> ucs_status_t {
+    guard::value("ucp_tag_send_nbr", UCS_ERR_INVALID_PARAM, || {
+        if req.is_null() {
+            return Err(Status::InvalidParam);
+        }
+        let mut op = Op::nb(CbKind::Send, 0, datatype, false);
+        op.mask |= UCP_OP_ATTR_FIELD_REQUEST;
+        op.request = req;
+        // SAFETY: forwarded contract.
+        let p = unsafe { send(ep, buffer, count, tag, false, op)? };
+        Ok(ptr_to_status(p))
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ucp_tag_send_nbx(
+    ep: *mut Handle<EpH>,
+    buffer: *const c_void,
+    count: usize,
+    tag: ucp_tag_t,
+    param: *const ucp_request_param_t,
+) -> ucs_status_ptr_t {
+    guard::status_ptr("ucp_tag_send_nbx", || {
+        // SAFETY: forwarded contract.
+        let op = unsafe { Op::nbx(param, CbKind::SendNbx)? };
+        // SAFETY: forwarded contract.
+        unsafe { send(ep, buffer, count, tag, false, op) }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ucp_tag_send_sync_nbx(
+    ep: *mut Handle<EpH>,
+    buffer: *const c_void,
+    count: usize,
+    tag: ucp_tag_t,
+    param: *const ucp_request_param_t,
+) -> ucs_status_ptr_t {
+    guard::status_ptr("ucp_tag_send_sync_nbx", || {
+        // SAFETY: forwarded contract.
+        let op = unsafe { Op::nbx(param, CbKind::SendNbx)? };
+        // SAFETY: forwarded contract.
+        unsafe { send(ep, buffer, count, tag, true, op) }
+    })
+}
+
+/// `UCS_PTR_STATUS` of a pointer we returned.
+pub(crate) fn ptr_to_status(p: ucs_status_ptr_t) -> ucs_status_t {
+    let a = p as usize;
+    if a == 0 {
+        UCS_OK
+    } else if a >= (UCS_ERR_LAST as isize as usize) {
+        a as isize as ucs_status_t
+    } else {
+        UCS_INPROGRESS
+    }
+}
+
+#[inline]
+unsafe fn recv(
+    worker: *mut Handle<Wk>,
+    buffer: *mut c_void,
+    count: usize,
+    tag: ucp_tag_t,
+    tag_mask: ucp_tag_t,
+    op: Op,
+) -> Result<ucs_status_ptr_t> {
+    // SAFETY: the caller's worker handle.
+    let wk = unsafe { worker::get(worker)? };
+    // SAFETY: the caller's buffer as its datatype describes it.
+    let buf = unsafe { dt::buf(buffer, count, op.datatype, Dir::Recv)? };
+    wk.run(|w, side| {
+        // SAFETY: the API's contract: the buffer stays valid until the receive completes.
+        let r = unsafe { w.tag_recv_nb(buf, tag, tag_mask, Some(rust_cb()))? };
+        wk.conclude(w, side, &op, Outcome::Req(r), RecvOut::Tag, None)
+    })?
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ucp_tag_recv_nb(
+    worker: *mut Handle<Wk>,
+    buffer: *mut c_void,
+    count: usize,
+    datatype: ucp_datatype_t,
+    tag: ucp_tag_t,
+    tag_mask: ucp_tag_t,
+    cb: Option<TagRecvCb>,
+) -> ucs_status_ptr_t {
+    guard::status_ptr("ucp_tag_recv_nb", || {
+        let op = Op::nb(
+            CbKind::TagRecv,
+            cb.map_or(0, |f| f as usize),
+            datatype,
+            true,
+        );
+        // SAFETY: forwarded contract.
+        unsafe { recv(worker, buffer, count, tag, tag_mask, op) }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ucp_tag_recv_nbr(
+    worker: *mut Handle<Wk>,
+    buffer: *mut c_void,
+    count: usize,
+    datatype: ucp_datatype_t,
+    tag: ucp_tag_t,
+    tag_mask: ucp_tag_t,
+    req: *mut c_void,
+) -> ucs_status_t {
+    guard::value("ucp_tag_recv_nbr", UCS_ERR_INVALID_PARAM, || {
+        if req.is_null() {
+            return Err(Status::InvalidParam);
+        }
+        let mut op = Op::nb(CbKind::TagRecv, 0, datatype, true);
+        op.mask |= UCP_OP_ATTR_FIELD_REQUEST;
+        op.request = req;
+        // SAFETY: forwarded contract.
+        let p = unsafe { recv(worker, buffer, count, tag, tag_mask, op)? };
+        let s = ptr_to_status(p);
+        Ok(if s == UCS_INPROGRESS { UCS_OK } else { s })
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ucp_tag_recv_nbx(
+    worker: *mut Handle<Wk>,
+    buffer: *mut c_void,
+    count: usize,
+    tag: ucp_tag_t,
+    tag_mask: ucp_tag_t,
+    param: *const ucp_request_param_t,
+) -> ucs_status_ptr_t {
+    guard::status_ptr("ucp_tag_recv_nbx", || {
+        // SAFETY: forwarded contract.
+        let op = unsafe { Op::nbx(param, CbKind::TagRecvNbx)? };
+        // SAFETY: forwarded contract.
+        unsafe { recv(worker, buffer, count, tag, tag_mask, op) }
+    })
+}
+
+/// Handles of probed messages: a token (see `Side::token`) mapped to the Rust message.
+#[no_mangle]
+pub unsafe extern "C" fn ucp_tag_probe_nb(
+    worker: *mut Handle<Wk>,
+    tag: ucp_tag_t,
+    tag_mask: ucp_tag_t,
+    remove: c_int,
+    info: *mut ucp_tag_recv_info_t,
+) -> *mut c_void {
+    guard::value("ucp_tag_probe_nb", std::ptr::null_mut(), || {
+        // SAFETY: the caller's worker handle.
+        let wk = unsafe { worker::get(worker)? };
+        let found = wk.run(|w, side| {
+            let (i, msg) = w.tag_probe(tag, tag_mask, remove != 0)?;
+            let token = side.token();
+            if let Some(m) = msg {
+                side.msgs.insert(token, m);
+            }
+            Some((i, token))
+        })?;
+        let Some((i, token)) = found else {
+            return Ok(std::ptr::null_mut());
+        };
+        if !info.is_null() {
+            // SAFETY: the caller's output struct.
+            unsafe {
+                info.write_unaligned(ucp_tag_recv_info_t {
+                    sender_tag: i.sender_tag,
+                    length: i.length,
+                })
+            };
+        }
+        Ok(token as *mut c_void)
+    })
+}
+
+unsafe fn msg_recv(
+    worker: *mut Handle<Wk>,
+    buffer: *mut c_void,
+    count: usize,
+    message: *mut c_void,
+    op: Op,
+) -> Result<ucs_status_ptr_t> {
+    // SAFETY: the caller's worker handle.
+    let wk = unsafe { worker::get(worker)? };
+    // SAFETY: the caller's buffer as its datatype describes it.
+    let buf = unsafe { dt::buf(buffer, count, op.datatype, Dir::Recv)? };
+    wk.run(|w, side| {
+        let m = side
+            .msgs
+            .remove(&(message as usize))
+            .ok_or(Status::InvalidParam)?;
+        // SAFETY: the API's contract: the buffer stays valid until the receive completes.
+        let r = unsafe { w.tag_msg_recv_nb(m, buf, Some(rust_cb()))? };
+        wk.conclude(w, side, &op, Outcome::Req(r), RecvOut::Tag, None)
+    })?
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ucp_tag_msg_recv_nb(
+    worker: *mut Handle<Wk>,
+    buffer: *mut c_void,
+    count: usize,
+    datatype: ucp_datatype_t,
+    message: *mut c_void,
+    cb: Option<TagRecvCb>,
+) -> ucs_status_ptr_t {
+    guard::status_ptr("ucp_tag_msg_recv_nb", || {
+        let op = Op::nb(
+            CbKind::TagRecv,
+            cb.map_or(0, |f| f as usize),
+            datatype,
+            true,
+        );
+        // SAFETY: forwarded contract.
+        unsafe { msg_recv(worker, buffer, count, message, op) }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ucp_tag_msg_recv_nbx(
+    worker: *mut Handle<Wk>,
+    buffer: *mut c_void,
+    count: usize,
+    message: *mut c_void,
+    param: *const ucp_request_param_t,
+) -> ucs_status_ptr_t {
+    guard::status_ptr("ucp_tag_msg_recv_nbx", || {
+        // SAFETY: forwarded contract.
+        let mut op = unsafe { Op::nbx(param, CbKind::TagRecvNbx)? };
+        // Documented to return a request (or an error), never an immediate completion.
+        op.mask |= UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+        // SAFETY: forwarded contract.
+        unsafe { msg_recv(worker, buffer, count, message, op) }
+    })
+}

@@ -1,0 +1,109 @@
+//! Open MPI over rucx: MPI and OpenSHMEM programs of `c-tests/` built with `mpicc` /
+//! `oshcc` and run through `scripts/ompi-rucx` (pml, osc, spml and atomic ucx on rucx's
+//! library) on 2 and 4 ranks, over shared memory and with TCP only (UCX_TLS=tcp). Each
+//! program checks its data and that the libucp.so.0 its process loaded is rucx.
+//!
+//! Skipped, with a message, when Open MPI (openmpi-bin, libopenmpi-dev) is not installed.
+
+mod common;
+
+use common::{compile_with, have, Headers, SERIAL};
+use std::process::Command;
+use std::time::Duration;
+
+const LIMIT: Duration = Duration::from_secs(180);
+
+fn have_open_mpi(wrapper: &str) -> bool {
+    let ok = have(wrapper) && have("mpirun");
+    if !ok {
+        eprintln!(
+            "{wrapper}/mpirun not found (apt-get install openmpi-bin libopenmpi-dev): skipped"
+        );
+    }
+    ok
+}
+
+/// Runs `prog` with `launcher` on `np` ranks; returns stdout after checking `expect`.
+fn launch(launcher: &str, prog: &std::path::Path, np: u32, tls: Option<&str>, expect: &str) {
+    let mut cmd = Command::new(common::root().join("scripts/ompi-rucx"));
+    cmd.arg(launcher)
+        .args(["-np", &np.to_string()])
+        .arg(prog)
+        .env("RUCX_LIB_DIR", common::lib_dir())
+        .env_remove("UCX_TLS");
+    if let Some(t) = tls {
+        cmd.env("UCX_TLS", t);
+    }
+    let out = common::run(cmd, LIMIT);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && stdout.contains(expect),
+        "{} on {np} ranks (UCX_TLS={tls:?}) failed ({}):\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
+        prog.display(),
+        out.status
+    );
+    assert!(
+        stdout.contains("(rucx "),
+        "the program did not report rucx's libucp:\n{stdout}"
+    );
+}
+
+fn mpi_program(src: &str) -> Option<std::path::PathBuf> {
+    have_open_mpi("mpicc").then(|| compile_with("mpicc", src, Headers::Ucx, false))
+}
+
+#[test]
+fn mpi_point_to_point_and_collectives() {
+    let Some(prog) = mpi_program("mpi_p2p.c") else {
+        return;
+    };
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    for np in [2, 4] {
+        launch(
+            "mpirun",
+            &prog,
+            np,
+            None,
+            &format!("all passed on {np} ranks"),
+        );
+    }
+    launch("mpirun", &prog, 2, Some("tcp"), "all passed on 2 ranks");
+}
+
+#[test]
+fn mpi_one_sided() {
+    let Some(prog) = mpi_program("mpi_rma.c") else {
+        return;
+    };
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    for np in [2, 4] {
+        launch(
+            "mpirun",
+            &prog,
+            np,
+            None,
+            &format!("all passed on {np} ranks"),
+        );
+    }
+    launch("mpirun", &prog, 4, Some("tcp"), "all passed on 4 ranks");
+}
+
+#[test]
+fn openshmem() {
+    if !have_open_mpi("oshcc") || !have("oshrun") {
+        return;
+    }
+    let prog = compile_with("oshcc", "shmem_test.c", Headers::Ucx, false);
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    for np in [2, 4] {
+        launch(
+            "oshrun",
+            &prog,
+            np,
+            None,
+            &format!("all passed on {np} PEs"),
+        );
+    }
+    launch("oshrun", &prog, 2, Some("tcp"), "all passed on 2 PEs");
+}
