@@ -74,6 +74,51 @@ static inline void barrier(int fd)
     full_read(fd, &c, 1);
 }
 
+/* Creates a context with `features`, a worker and an endpoint to the process at the
+ * other end of `fd` (worker addresses are exchanged over it). */
+static inline void connect_peer(int fd, uint64_t features, ucp_context_h *ctx,
+                                ucp_worker_h *worker, ucp_ep_h *ep)
+{
+    ucp_params_t params;
+    ucp_worker_params_t wparams;
+    ucp_ep_params_t eparams;
+    ucp_address_t *addr;
+    size_t addr_len;
+    void *peer;
+    memset(&params, 0, sizeof(params));
+    params.field_mask = UCP_PARAM_FIELD_FEATURES;
+    params.features   = features;
+    CHECK_OK(ucp_init(&params, NULL, ctx));
+    memset(&wparams, 0, sizeof(wparams));
+    CHECK_OK(ucp_worker_create(*ctx, &wparams, worker));
+    CHECK_OK(ucp_worker_get_address(*worker, &addr, &addr_len));
+    peer = exchange(fd, addr, addr_len, NULL);
+    ucp_worker_release_address(*worker, addr);
+    memset(&eparams, 0, sizeof(eparams));
+    eparams.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
+    eparams.address    = peer;
+    CHECK_OK(ucp_ep_create(*worker, &eparams, ep));
+    free(peer);
+}
+
+/* Progresses `worker` until the operation that returned `r` completes; frees the request
+ * and returns its status (UCS_OK for an operation that completed in the call). */
+static inline ucs_status_t wait_and_free(ucp_worker_h worker, void *r)
+{
+    ucs_status_t st;
+    if (r == NULL) {
+        return UCS_OK;
+    }
+    if (UCS_PTR_IS_ERR(r)) {
+        return UCS_PTR_STATUS(r);
+    }
+    while ((st = ucp_request_check_status(r)) == UCS_INPROGRESS) {
+        ucp_worker_progress(worker);
+    }
+    ucp_request_free(r);
+    return st;
+}
+
 static inline unsigned char pattern_byte(size_t i, unsigned seed)
 {
     return (unsigned char)((i * 2654435761u + seed * 40503u) >> 7);

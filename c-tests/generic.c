@@ -66,42 +66,12 @@ static const ucp_generic_dt_ops_t ops = {start_pack, start_unpack, packed_size, 
 
 static void setup(int fd)
 {
-    ucp_params_t params;
-    ucp_worker_params_t wparams;
-    ucp_ep_params_t eparams;
-    ucp_address_t *addr;
-    size_t addr_len;
-    void *peer;
-    memset(&params, 0, sizeof(params));
-    params.field_mask = UCP_PARAM_FIELD_FEATURES;
-    params.features   = UCP_FEATURE_TAG;
-    CHECK_OK(ucp_init(&params, NULL, &ctx));
-    memset(&wparams, 0, sizeof(wparams));
-    CHECK_OK(ucp_worker_create(ctx, &wparams, &worker));
-    CHECK_OK(ucp_worker_get_address(worker, &addr, &addr_len));
-    peer = exchange(fd, addr, addr_len, NULL);
-    ucp_worker_release_address(worker, addr);
-    memset(&eparams, 0, sizeof(eparams));
-    eparams.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
-    eparams.address    = peer;
-    CHECK_OK(ucp_ep_create(worker, &eparams, &ep));
-    free(peer);
+    connect_peer(fd, UCP_FEATURE_TAG, &ctx, &worker, &ep);
 }
 
 static ucs_status_t wait_op(void *r)
 {
-    ucs_status_t st;
-    if (r == NULL) {
-        return UCS_OK;
-    }
-    if (UCS_PTR_IS_ERR(r)) {
-        return UCS_PTR_STATUS(r);
-    }
-    while ((st = ucp_request_check_status(r)) == UCS_INPROGRESS) {
-        ucp_worker_progress(worker);
-    }
-    ucp_request_free(r);
-    return st;
+    return wait_and_free(worker, r);
 }
 
 static const size_t words[] = {0, 1, 100, 3000, 40000, 500000};

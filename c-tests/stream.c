@@ -23,26 +23,7 @@ static void recv_cb(void *req, ucs_status_t status, size_t length)
 
 static void setup(int fd)
 {
-    ucp_params_t params;
-    ucp_worker_params_t wparams;
-    ucp_ep_params_t eparams;
-    ucp_address_t *addr;
-    size_t addr_len;
-    void *peer;
-    memset(&params, 0, sizeof(params));
-    params.field_mask = UCP_PARAM_FIELD_FEATURES;
-    params.features   = UCP_FEATURE_STREAM;
-    CHECK_OK(ucp_init(&params, NULL, &ctx));
-    memset(&wparams, 0, sizeof(wparams));
-    CHECK_OK(ucp_worker_create(ctx, &wparams, &worker));
-    CHECK_OK(ucp_worker_get_address(worker, &addr, &addr_len));
-    peer = exchange(fd, addr, addr_len, NULL);
-    ucp_worker_release_address(worker, addr);
-    memset(&eparams, 0, sizeof(eparams));
-    eparams.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
-    eparams.address    = peer;
-    CHECK_OK(ucp_ep_create(worker, &eparams, &ep));
-    free(peer);
+    connect_peer(fd, UCP_FEATURE_STREAM, &ctx, &worker, &ep);
 }
 
 static ucs_status_t wait_op(void *r)
