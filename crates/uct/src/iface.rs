@@ -84,42 +84,44 @@ impl Iface {
                 Tl::Udp(UdpIface::open(device, ip, cfg.udp)?)
             }
         };
-        Ok(Iface {
+        Ok(Self::wrap(tl))
+    }
+
+    fn wrap(tl: Tl) -> Iface {
+        Iface {
             tl,
             pending: Vec::new(),
             pending_eps: VecDeque::new(),
             dispatching: None,
-        })
+        }
+    }
+
+    /// The device name of the network interface that has `ip`, else the address itself.
+    fn device_of(ip: std::net::IpAddr) -> String {
+        ucs::sys::net::interfaces()
+            .into_iter()
+            .find(|i| i.addr == ip)
+            .map_or_else(|| ip.to_string(), |i| i.name)
     }
 
     /// Opens a tcp interface listening on `ip`, which need not be the address
     /// [`Transport::devices`] picked for its device (e.g. `::1` on `lo`). The device is
     /// the network interface that has `ip`, else the address itself.
     pub fn open_tcp(ip: std::net::IpAddr, cfg: &IfaceConfig) -> Result<Iface> {
-        let dev = ucs::sys::net::interfaces()
-            .into_iter()
-            .find(|i| i.addr == ip)
-            .map_or_else(|| ip.to_string(), |i| i.name);
-        Ok(Iface {
-            tl: Tl::Tcp(TcpIface::open(&dev, ip, cfg.tcp)?),
-            pending: Vec::new(),
-            pending_eps: VecDeque::new(),
-            dispatching: None,
-        })
+        Ok(Self::wrap(Tl::Tcp(TcpIface::open(
+            &Self::device_of(ip),
+            ip,
+            cfg.tcp,
+        )?)))
     }
 
     /// Opens a udp interface bound to `ip` (like [`Iface::open_tcp`]).
     pub fn open_udp(ip: std::net::IpAddr, cfg: &IfaceConfig) -> Result<Iface> {
-        let dev = ucs::sys::net::interfaces()
-            .into_iter()
-            .find(|i| i.addr == ip)
-            .map_or_else(|| ip.to_string(), |i| i.name);
-        Ok(Iface {
-            tl: Tl::Udp(UdpIface::open(&dev, ip, cfg.udp)?),
-            pending: Vec::new(),
-            pending_eps: VecDeque::new(),
-            dispatching: None,
-        })
+        Ok(Self::wrap(Tl::Udp(UdpIface::open(
+            &Self::device_of(ip),
+            ip,
+            cfg.udp,
+        )?)))
     }
 
     /// The udp interface inside, for its statistics (`None` for other transports).
