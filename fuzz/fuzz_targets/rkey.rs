@@ -19,7 +19,8 @@ fuzz_target!(|data: &[u8]| {
     assert!(key.pid != 0);
     assert!(key.base.checked_add(key.len).is_some());
     match key.kind {
-        RkeyKind::Segment => assert!(key.fd >= 0),
-        RkeyKind::Local | RkeyKind::Cma => assert_eq!((key.fd, key.ino), (-1, 0)),
+        RkeyKind::Segment => assert!(key.fd >= 0 && key.reg == 0),
+        RkeyKind::Wire => assert_eq!((key.fd, key.ino), (-1, 0)),
+        RkeyKind::Local | RkeyKind::Cma => assert_eq!((key.fd, key.ino, key.reg), (-1, 0, 0)),
     }
 });

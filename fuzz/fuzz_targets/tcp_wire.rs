@@ -9,8 +9,8 @@
 use libfuzzer_sys::fuzz_target;
 use uct::cm;
 use uct::tcp::wire::{
-    decode_addr, decode_handshake, encode_addr, encode_handshake, frame_header, parse_frame,
-    FRAME_HDR, HANDSHAKE_FIXED,
+    decode_addr, decode_handshake, decode_put_header, encode_addr, encode_handshake,
+    frame_header, parse_frame, put_header, FRAME_HDR, HANDSHAKE_FIXED, PUT_HDR, PUT_ID,
 };
 
 /// Longest address a handshake may carry.
@@ -61,10 +61,21 @@ fuzz_target!(|data: &[u8]| {
         }
     }
 
-    // Frame header at the start of the input, for a few segment sizes.
+    // Frame header at the start of the input, for a few segment and put sizes.
     for max in [0usize, 255, 65_536, u32::MAX as usize] {
-        if let Ok((id, len)) = parse_frame(data, max) {
-            assert!(id < uct::AM_ID_MAX && len <= max);
+        if let Ok((id, len)) = parse_frame(data, max, max) {
+            if id == PUT_ID {
+                assert!(len >= PUT_HDR && len - PUT_HDR <= max);
+                if let Ok((addr, reg)) = decode_put_header(&data[FRAME_HDR..]) {
+                    assert_eq!(
+                        put_header(addr, reg, len - PUT_HDR)[..],
+                        data[..FRAME_HDR + PUT_HDR],
+                        "put header does not round-trip"
+                    );
+                }
+            } else {
+                assert!(id < uct::AM_ID_MAX && len <= max);
+            }
             assert_eq!(
                 frame_header(id, len)[..],
                 data[..FRAME_HDR],

@@ -57,6 +57,7 @@ const WAIT: Duration = Duration::from_secs(20);
 pub fn suite_config() -> IfaceConfig {
     let mut cfg = IfaceConfig::default();
     cfg.tcp.tx_buf = 2 * cfg.tcp.seg_size;
+    cfg.tcp.put_seg = cfg.tcp.seg_size;
     cfg
 }
 
@@ -194,6 +195,21 @@ impl Fixture {
         }
     }
 
+    /// Progresses both sides until `done()` holds (bounded by the suite's wait).
+    pub fn settle(&mut self, mut done: impl FnMut() -> bool) {
+        let start = Instant::now();
+        while !done() {
+            if self.progress() == 0 {
+                std::thread::yield_now();
+            }
+            assert!(
+                start.elapsed() < WAIT,
+                "{:?}: the receiver never got what was sent",
+                self.transport
+            );
+        }
+    }
+
     /// Flushes the endpoint until the flush completes.
     pub fn flush_ep(&mut self) {
         let start = Instant::now();
@@ -281,6 +297,9 @@ impl Fixture {
     pub fn target(&self, kind: TargetKind, len: usize) -> Target {
         if self.md.supports_rkeys() {
             Target::new(&self.md, kind, len)
+        } else if self.md.registers() {
+            // Keys for the transport's own puts only: registered memory.
+            Target::new(&self.md, TargetKind::Reg, len)
         } else {
             Target::new(&self.md, TargetKind::StandIn, len)
         }
@@ -378,11 +397,13 @@ impl Target {
                         !md.supports_rkeys(),
                         "{t:?}: a stand-in target is for domains without keys"
                     );
-                    assert_eq!(
-                        md.mem_reg(ptr, len).err(),
-                        Some(Status::Unsupported),
-                        "{t:?}: mem_reg of a domain without keys"
-                    );
+                    if !md.registers() {
+                        assert_eq!(
+                            md.mem_reg(ptr, len).err(),
+                            Some(Status::Unsupported),
+                            "{t:?}: mem_reg of a domain without keys"
+                        );
+                    }
                     stand_in = Md::open(Transport::SelfTl);
                     &stand_in
                 } else {
@@ -463,6 +484,12 @@ impl Target {
         if let Some(i) = pattern::check_mem(&w[b..], outer, b as u64) {
             panic!("{what}: byte {} after the written range changed", i);
         }
+    }
+
+    /// True when key bytes `[off, off+len)` hold pattern `inner`.
+    pub fn has_pattern(&self, off: usize, len: usize, inner: u64) -> bool {
+        let a = self.margin + off;
+        pattern::check_mem(&self.whole()[a..a + len], inner, a as u64).is_none()
     }
 
     /// Pattern offset of key byte `off` (the margin shifts it).
@@ -570,6 +597,14 @@ pub fn attributes(t: Transport) {
     );
     assert_eq!(
         a.caps.intersects(RMA_CAPS),
+        f.md.registers(),
+        "{t:?}: RMA capabilities {:?} but registers() is {}",
+        a.caps & RMA_CAPS,
+        f.md.registers()
+    );
+    // Keys for the protocol layer's RMA need more than a put.
+    assert_eq!(
+        a.caps.intersects(RMA_CAPS.difference(Caps::PUT_ZCOPY)),
         f.md.supports_rkeys(),
         "{t:?}: RMA capabilities {:?} but supports_rkeys() is {}",
         a.caps & RMA_CAPS,
@@ -874,10 +909,16 @@ pub fn put_get(t: Transport) {
     let attr = f.tx.attr().clone();
     let caps = attr.caps;
     rma_without_caps(&mut f);
-    if !f.md.supports_rkeys() {
+    if !f.md.registers() {
         return;
     }
-    for kind in TargetKind::ALL {
+    // A domain whose keys only serve put_zcopy (tcp) cannot allocate.
+    let kinds: &[TargetKind] = if f.md.supports_rkeys() {
+        &TargetKind::ALL
+    } else {
+        &[TargetKind::Reg]
+    };
+    for &kind in kinds {
         for &size in &RMA_SIZES {
             // An odd offset with room on both sides inside the key.
             let off = 61;
@@ -925,10 +966,14 @@ pub fn put_get(t: Transport) {
                 tg.fill(1);
                 let (a, rest) = src.split_at(size / 3);
                 let (b, c) = rest.split_at(rest.len() / 2);
-                f.send("put_zcopy", |i, ep| {
+                let sent = f.send("put_zcopy", |i, ep| {
                     i.put_zcopy(ep, &[a, &[], b, c], addr, &tg.rkey, 1)
                 });
                 f.flush_ep();
+                if sent.is_some() && connection_based(t) {
+                    // Done means sent: the target has the data once it read the frame.
+                    f.settle(|| tg.has_pattern(off, size, 2));
+                }
                 tg.assert_pattern(&what("put_zcopy"), 1, off, size, 2);
             }
 
@@ -1066,7 +1111,7 @@ pub fn register_same_memory_twice(t: Transport) {
     let mut f = Fixture::new(t);
     let mut buf = vec![0u64; 512].into_boxed_slice();
     let p = buf.as_mut_ptr().cast::<u8>();
-    if !f.md.supports_rkeys() {
+    if !f.md.registers() {
         for n in ["first", "second"] {
             assert_eq!(
                 f.md.mem_reg(p, 4096).err(),
@@ -1284,6 +1329,10 @@ pub fn flush_fence(t: Transport) {
     while !f.tx.flush(0).expect("iface flush").is_done() {
         f.progress();
         assert!(start.elapsed() < WAIT, "iface flush never completed");
+    }
+    if connection_based(t) && f.tx.attr().caps.contains(Caps::PUT_ZCOPY) {
+        // Flushed means sent; the puts land in order once the peer read them.
+        f.settle(|| tg.has_pattern(50, 100, 2) && tg.has_pattern(150, 4096 - 150, 1));
     }
     let bytes = tg.bytes();
     if f.tx.attr().caps.contains(Caps::PUT_ZCOPY) {
@@ -2009,11 +2058,13 @@ pub fn corrupted_rkey(t: Transport) {
             Some(Status::Unsupported),
             "{t:?}: mem_alloc of a domain without keys"
         );
-        assert_eq!(
-            f.md.mem_reg(buf.as_mut_ptr(), 4096).err(),
-            Some(Status::Unsupported),
-            "{t:?}: mem_reg of a domain without keys"
-        );
+        if !f.md.registers() {
+            assert_eq!(
+                f.md.mem_reg(buf.as_mut_ptr(), 4096).err(),
+                Some(Status::Unsupported),
+                "{t:?}: mem_reg of a domain without keys"
+            );
+        }
         Some(Md::open(Transport::Shm))
     };
     let src = maker.as_ref().unwrap_or(&f.md);

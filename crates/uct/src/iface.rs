@@ -385,7 +385,9 @@ impl Iface {
         rma::put(rkey, addr, &[&buf[..n]]).map(|_| Outcome::Done(n))
     }
 
-    /// Writes the concatenation of `iov` at `addr` in one copy (CMA or mapping).
+    /// Writes the concatenation of `iov` at `addr`: in one copy (CMA or mapping) on self
+    /// and shm; over tcp by sending it, and the peer reads it straight into its memory
+    /// (the key must be a wire key of the peer's tcp domain).
     pub fn put_zcopy(
         &mut self,
         ep: EpId,
@@ -394,6 +396,9 @@ impl Iface {
         rkey: &Rkey,
         _comp: Comp,
     ) -> Result<Outcome> {
+        if let Tl::Tcp(t) = &mut self.tl {
+            return t.put_zcopy(ep, iov, addr, rkey);
+        }
         self.check_ep(ep)?;
         rma::put(rkey, addr, iov).map(Outcome::Done)
     }

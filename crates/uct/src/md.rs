@@ -5,6 +5,11 @@
 //! cross-memory-attach key). Memory allocated by an `Md` always lives in a shared segment,
 //! so a peer on the same host can map it and use direct load/store and CPU atomics on it.
 //!
+//! The tcp domain registers memory for the tcp transport's `put_zcopy` only: its keys
+//! (kind "wire") name a registration id that the receiving transport looks up in a
+//! process-wide table ([`wire_target`]) before it writes a single byte received from a
+//! socket, so a peer can only write into memory this process registered for that purpose.
+//!
 //! Invariants: a local key is only unpacked when its whole range lies inside a live
 //! registration of this domain (so a forged key cannot aim a copy at arbitrary memory of
 //! this process); unpacking a segment key checks the inode and length of what it maps.
@@ -23,6 +28,19 @@ use ucs::{Result, Status};
 type Regions = Arc<Mutex<BTreeMap<(u64, u64), (u64, Weak<()>)>>>;
 
 static NEXT_REG: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+/// Registrations of the tcp domain, by registration id: (base, length, liveness token).
+/// Process-wide because the transport that receives into them does not own the domain.
+static WIRE_REGS: Mutex<BTreeMap<u64, (u64, u64, Weak<()>)>> = Mutex::new(BTreeMap::new());
+
+/// The liveness token of tcp registration `reg` when it is alive and contains
+/// `[addr, addr+len)`; the receiving tcp transport checks this before writing there.
+pub fn wire_target(reg: u64, addr: u64, len: u64) -> Option<Weak<()>> {
+    let regs = WIRE_REGS.lock().ok()?;
+    let &(base, rlen, ref alive) = regs.get(&reg)?;
+    let end = addr.checked_add(len)?;
+    (addr >= base && end <= base + rlen && alive.strong_count() > 0).then(|| alive.clone())
+}
 
 /// A memory domain.
 pub struct Md {
@@ -76,7 +94,11 @@ impl MemHandle {
             len: self.len,
             fd: -1,
             ino: 0,
+            reg: 0,
         };
+        if self.kind == RkeyKind::Wire {
+            k.reg = self.reg;
+        }
         if let Some(seg) = &self.seg {
             k.kind = RkeyKind::Segment;
             k.fd = seg.id().fd;
@@ -90,6 +112,11 @@ impl Drop for MemHandle {
     fn drop(&mut self) {
         if let Ok(mut r) = self.regions.lock() {
             r.remove(&(self.base, self.reg));
+        }
+        if self.kind == RkeyKind::Wire {
+            if let Ok(mut r) = WIRE_REGS.lock() {
+                r.remove(&self.reg);
+            }
         }
     }
 }
@@ -109,10 +136,18 @@ impl Md {
         self.transport
     }
 
-    /// True when the domain registers memory for remote access (tcp's and udp's do not:
-    /// remote memory over them is reached by the protocol layer's emulation).
+    /// True when the domain's keys serve remote memory access by the protocol layer
+    /// (put, get, atomics). tcp's and udp's do not: remote memory over them is reached by
+    /// the protocol layer's emulation; tcp's `mem_reg` only makes keys for the tcp
+    /// transport's `put_zcopy` (rendezvous data received straight into its destination).
     pub fn supports_rkeys(&self) -> bool {
         !matches!(self.transport, Transport::Tcp | Transport::Udp)
+    }
+
+    /// True when `mem_reg` works: every domain but udp's (tcp's keys only serve its
+    /// `put_zcopy`; see [`Md::supports_rkeys`]).
+    pub fn registers(&self) -> bool {
+        self.transport != Transport::Udp
     }
 
     /// Allocates `len` bytes (zeroed) in a shared segment.
@@ -151,8 +186,15 @@ impl Md {
         let kind = match self.transport {
             Transport::SelfTl => RkeyKind::Local,
             Transport::Shm => RkeyKind::Cma,
-            Transport::Tcp | Transport::Udp => return Err(Status::Unsupported),
+            Transport::Tcp => RkeyKind::Wire,
+            Transport::Udp => return Err(Status::Unsupported),
         };
+        if kind == RkeyKind::Wire {
+            WIRE_REGS
+                .lock()
+                .map_err(|_| Status::IoError)?
+                .insert(reg, (base, len as u64, Arc::downgrade(&alive)));
+        }
         Ok(MemHandle {
             reg,
             _alive: alive,
@@ -185,6 +227,10 @@ impl Md {
     pub fn rkey_unpack(&self, packed: &[u8]) -> Result<Rkey> {
         let k = PackedRkey::decode(packed)?;
         let me = current_pid();
+        // A wire key is for the tcp domain and the tcp domain has no other kind.
+        if (k.kind == RkeyKind::Wire) != (self.transport == Transport::Tcp) {
+            return Err(Status::InvalidParam);
+        }
         let access = match k.kind {
             RkeyKind::Local => {
                 if k.pid != me {
@@ -197,6 +243,7 @@ impl Md {
             }
             RkeyKind::Segment => Access::Mapped(self.attach(&k.segment_id())?),
             RkeyKind::Cma => Access::Cma,
+            RkeyKind::Wire => Access::Wire { reg: k.reg },
         };
         Ok(Rkey {
             base: k.base,

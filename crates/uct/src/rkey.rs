@@ -1,7 +1,7 @@
 //! Packed remote keys and their unpacked, resolved form.
 //!
 //! ```text
-//! packed rkey, little endian (24 bytes; 40 for kind 2)
+//! packed rkey, little endian (24 bytes; 40 for kind 2; 32 for kind 4)
 //!  0       1      2          4      8               16              24      28        32          40
 //!  +-------+------+----------+------+---------------+---------------+-------+---------+-----------+
 //!  |version| kind | reserved | pid  | base address  |    length     |  fd   | reserved|  inode    |
@@ -10,6 +10,8 @@
 //!  kind 1 = local: memory of this very process, reached by pointer (self transport)
 //!  kind 2 = segment: a shared-memory segment the peer maps (direct load/store, CPU atomics)
 //!  kind 3 = cma: any memory of the owner process, reached by process_vm_readv/writev
+//!  kind 4 = wire: memory the owner's tcp transport writes received data into; bytes 24..32
+//!           hold the registration id (u64) the owner checks every write against
 //! ```
 //! Unpacking resolves the access path once ("resolve once" in DESIGN.md); an operation then
 //! only checks that its range lies inside the key and copies.
@@ -27,6 +29,7 @@ pub enum RkeyKind {
     Local = 1,
     Segment = 2,
     Cma = 3,
+    Wire = 4,
 }
 
 /// The decoded fields of a packed key (before resolution).
@@ -39,6 +42,8 @@ pub struct PackedRkey {
     /// Present for `RkeyKind::Segment` only.
     pub fd: i32,
     pub ino: u64,
+    /// Present for `RkeyKind::Wire` only: the owner's registration id.
+    pub reg: u64,
 }
 
 impl PackedRkey {
@@ -53,6 +58,9 @@ impl PackedRkey {
         if self.kind == RkeyKind::Segment {
             w.i32(self.fd).u32(0).u64(self.ino);
         }
+        if self.kind == RkeyKind::Wire {
+            w.u64(self.reg);
+        }
         w.buf
     }
 
@@ -66,6 +74,7 @@ impl PackedRkey {
             1 => RkeyKind::Local,
             2 => RkeyKind::Segment,
             3 => RkeyKind::Cma,
+            4 => RkeyKind::Wire,
             _ => return Err(bad),
         };
         if r.u16().ok_or(bad)? != 0 {
@@ -85,6 +94,10 @@ impl PackedRkey {
                 return Err(bad);
             }
         }
+        let mut reg = 0;
+        if kind == RkeyKind::Wire {
+            reg = r.u64().ok_or(bad)?;
+        }
         if !r.is_empty() || pid == 0 || base.checked_add(len).is_none() {
             return Err(bad);
         }
@@ -95,6 +108,7 @@ impl PackedRkey {
             len,
             fd,
             ino,
+            reg,
         })
     }
 
@@ -120,6 +134,9 @@ pub(crate) enum Access {
     Mapped(Arc<ShmSegment>),
     /// Copy through process_vm_readv/writev of `pid`.
     Cma,
+    /// Reached only by a transport that sends the data to the owner, who writes it into
+    /// registration `reg` (tcp's `put_zcopy`); no local access.
+    Wire { reg: u64 },
 }
 
 /// An unpacked remote key: everything an RMA or atomic operation needs.
@@ -137,6 +154,7 @@ impl std::fmt::Debug for Rkey {
             Access::Local(_) => "local",
             Access::Mapped(_) => "mapped",
             Access::Cma => "cma",
+            Access::Wire { .. } => "wire",
         };
         write!(
             f,
@@ -174,13 +192,21 @@ impl Rkey {
                 // (the segment was attached with at least the key's length).
                 Ok(unsafe { seg.as_ptr().add((addr - self.base) as usize) })
             }
-            Access::Cma => Err(Status::Unsupported),
+            Access::Cma | Access::Wire { .. } => Err(Status::Unsupported),
         }
     }
 
     /// True when `ptr` works (direct load/store and CPU atomics).
     pub fn is_direct(&self) -> bool {
-        !matches!(self.access, Access::Cma)
+        matches!(self.access, Access::Local(_) | Access::Mapped(_))
+    }
+
+    /// The owner's registration id of a wire key (see [`RkeyKind::Wire`]).
+    pub fn wire_reg(&self) -> Option<u64> {
+        match self.access {
+            Access::Wire { reg } => Some(reg),
+            _ => None,
+        }
     }
 
     /// The same memory reached by cross-memory attach instead (the key's addresses are
@@ -209,16 +235,18 @@ mod tests {
         prop_oneof![
             Just(RkeyKind::Local),
             Just(RkeyKind::Segment),
-            Just(RkeyKind::Cma)
+            Just(RkeyKind::Cma),
+            Just(RkeyKind::Wire)
         ]
     }
 
     proptest! {
         #[test]
         fn round_trip(kind in kind(), pid in 1u32.., base in 0u64..1 << 60, len in 0u64..1 << 40,
-                      fd in 0i32.., ino: u64) {
+                      fd in 0i32.., ino: u64, reg: u64) {
             let (fd, ino) = if kind == RkeyKind::Segment { (fd, ino) } else { (-1, 0) };
-            let k = PackedRkey { kind, pid, base, len, fd, ino };
+            let reg = if kind == RkeyKind::Wire { reg } else { 0 };
+            let k = PackedRkey { kind, pid, base, len, fd, ino, reg };
             prop_assert_eq!(PackedRkey::decode(&k.encode()).unwrap(), k);
         }
 
@@ -237,6 +265,7 @@ mod tests {
             len: 100,
             fd: 3,
             ino: 11,
+            reg: 0,
         };
         let good = k.encode();
         for i in [0usize, 1, 2] {

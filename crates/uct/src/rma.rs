@@ -16,6 +16,7 @@ pub fn put(rkey: &Rkey, addr: u64, iov: &[&[u8]]) -> Result<()> {
     for b in iov {
         match &rkey.access {
             Access::Cma => cma::write(rkey.pid, off, b)?,
+            Access::Wire { .. } => return Err(Status::Unsupported),
             _ => {
                 let p = rkey.ptr(off, b.len())?;
                 // SAFETY: ptr() checked the range lies in the key's memory, which is
@@ -38,6 +39,7 @@ pub fn get(rkey: &Rkey, addr: u64, iov: &mut [&mut [u8]]) -> Result<()> {
     for b in iov.iter_mut() {
         match &rkey.access {
             Access::Cma => cma::read(rkey.pid, off, b)?,
+            Access::Wire { .. } => return Err(Status::Unsupported),
             _ => {
                 let p = rkey.ptr(off, b.len())?;
                 // SAFETY: as in put(); the destination is the caller's exclusive slice.

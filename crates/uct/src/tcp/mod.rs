@@ -9,7 +9,11 @@
 //! Sending writes straight from the caller's buffers (`writev`); what the socket does not
 //! take is kept in the endpoint's bounded send buffer and flushed by progress, and a full
 //! send buffer is `NoResource`. Receiving reads whole frames into the connection's buffer
-//! and delivers each one in place. A peer that resets or closes, or that keepalive finds
+//! and delivers each one in place. A put frame (`put_zcopy`, used by rendezvous) is not
+//! buffered: once its header names a live tcp registration of this process
+//! ([`crate::md::wire_target`]) that holds the whole target range, its data is read from
+//! the socket straight into the destination; a put to anything else is read into the
+//! connection buffer and discarded (and counted as dropped). A peer that resets or closes, or that keepalive finds
 //! dead, fails the endpoints that write to it (reported by [`TcpIface::take_events`]);
 //! nothing a peer sends can make this process panic: bad handshakes and frames close the
 //! connection and are counted.
@@ -35,16 +39,22 @@ use socket2::{Domain, Protocol, SockAddr, Socket, TcpKeepalive, Type};
 use std::io::{IoSlice, Read};
 use std::net::SocketAddr;
 use std::os::fd::{AsFd, BorrowedFd};
+use std::sync::Weak;
 use std::time::Duration;
 use ucs::config::{self, Var};
 use ucs::{EventSet, Events, Result, Status};
-use wire::FRAME_HDR;
+use wire::{FRAME_HDR, PUT_HDR, PUT_ID};
 
 pub static VARS: &[Var] = &[
     Var {
         name: "TCP_SEG_SIZE",
         default: "64k",
         doc: "Largest tcp active message (bcopy/zcopy payload), and the unit of the receive buffer.",
+    },
+    Var {
+        name: "TCP_PUT_SEG",
+        default: "256k",
+        doc: "Largest tcp put (put_zcopy, used by rendezvous to send data that the receiver reads straight into its buffer).",
     },
     Var {
         name: "TCP_TX_BUF",
@@ -72,6 +82,7 @@ pub static VARS: &[Var] = &[
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TcpConfig {
     pub seg_size: usize,
+    pub put_seg: usize,
     pub tx_buf: usize,
     pub keepidle: Duration,
     pub keepintvl: Duration,
@@ -82,6 +93,7 @@ impl Default for TcpConfig {
     fn default() -> Self {
         TcpConfig {
             seg_size: 64 << 10,
+            put_seg: 256 << 10,
             tx_buf: 1 << 20,
             keepidle: Duration::from_secs(10),
             keepintvl: Duration::from_secs(2),
@@ -95,19 +107,26 @@ impl TcpConfig {
         config::register(VARS);
         let c = TcpConfig {
             seg_size: config::size(&VARS[0])? as usize,
-            tx_buf: config::size(&VARS[1])? as usize,
-            keepidle: config::time(&VARS[2])?,
-            keepintvl: config::time(&VARS[3])?,
-            keepcnt: config::u64_value(&VARS[4])? as u32,
+            put_seg: config::size(&VARS[1])? as usize,
+            tx_buf: config::size(&VARS[2])? as usize,
+            keepidle: config::time(&VARS[3])?,
+            keepintvl: config::time(&VARS[4])?,
+            keepcnt: config::u64_value(&VARS[5])? as u32,
         };
         c.validate()?;
         Ok(c)
     }
 
-    /// Checks the limits: a segment of 256 B to 16 MiB, a send buffer of at least one
-    /// segment.
+    /// Checks the limits: a segment of 256 B to 16 MiB, a put of 4 KiB to 64 MiB, a send
+    /// buffer of at least one segment and one put.
     pub fn validate(&self) -> Result<()> {
-        if self.seg_size < 256 || self.seg_size > 16 << 20 || self.tx_buf < self.seg_size {
+        if self.seg_size < 256
+            || self.seg_size > 16 << 20
+            || self.put_seg < 4096
+            || self.put_seg > 64 << 20
+            || self.tx_buf < self.seg_size
+            || self.tx_buf < self.put_seg
+        {
             return Err(Status::InvalidParam);
         }
         Ok(())
@@ -168,6 +187,34 @@ struct RxConn {
     end: usize,
     /// The connector's interface address, once its handshake arrived.
     peer: Option<Vec<u8>>,
+    /// The put frame whose data is being read; while it is, the buffer is empty.
+    put: Option<PutRx>,
+}
+
+/// The rest of a put frame's data still in the socket.
+struct PutRx {
+    /// Where the next byte goes (an address of this process, inside a registration).
+    dst: u64,
+    left: usize,
+    /// The registration's liveness, checked before every read into it; `None` when the
+    /// put was refused and its data is discarded.
+    alive: Option<Weak<()>>,
+}
+
+impl PutRx {
+    /// The destination of the next read, when the target registration is still alive.
+    fn target(&mut self) -> Option<&mut [u8]> {
+        if self.alive.as_ref().is_some_and(|w| w.strong_count() > 0) {
+            // SAFETY: the range [dst, dst+left) lies inside a registration of this process
+            // (checked by wire_target when the frame arrived) that is still alive (checked
+            // just now, on the thread that would deregister it); a registration's owner
+            // promised the memory stays mapped and writable while it is registered.
+            Some(unsafe { std::slice::from_raw_parts_mut(self.dst as usize as *mut u8, self.left) })
+        } else {
+            self.alive = None;
+            None
+        }
+    }
 }
 
 /// A tcp interface on one device.
@@ -218,6 +265,7 @@ impl TcpIface {
             caps: Caps::AM_SHORT
                 | Caps::AM_BCOPY
                 | Caps::AM_ZCOPY
+                | Caps::PUT_ZCOPY
                 | Caps::CONNECT_TO_IFACE
                 | Caps::EVENT_RECV,
             max_am_short: 256,
@@ -226,7 +274,7 @@ impl TcpIface {
             max_am_hdr: 128,
             max_put_short: 0,
             max_put_bcopy: 0,
-            max_put_zcopy: 0,
+            max_put_zcopy: cfg.put_seg,
             max_get_bcopy: 0,
             max_get_zcopy: 0,
             iface_addr_len: wire::encode_addr(&local).len(),
@@ -399,32 +447,36 @@ impl TcpIface {
         }
     }
 
-    /// Writes a frame made of `parts`, from the caller's buffers when the socket takes it.
+    /// Writes an active-message frame made of `parts`.
     fn send_frame(&mut self, ep: EpId, id: u8, parts: &[&[u8]]) -> Result<Outcome> {
         let total: usize = parts.iter().map(|p| p.len()).sum();
         if id >= AM_ID_MAX || total > self.cfg.seg_size {
             return Err(Status::InvalidParam);
         }
+        self.send_parts(ep, &wire::frame_header(id, total), parts)
+    }
+
+    /// Writes `head` and `parts` (one frame) from the caller's buffers as far as the
+    /// socket takes them, and keeps the rest in the send buffer.
+    fn send_parts(&mut self, ep: EpId, head: &[u8], parts: &[&[u8]]) -> Result<Outcome> {
+        const MAX_PARTS: usize = 5;
+        let total = head.len() + parts.iter().map(|p| p.len()).sum::<usize>();
         let tx_max = self.cfg.tx_buf;
         let e = self.eps.get_mut(ep)?;
         if let EpState::Failed(s) = e.state {
             return Err(s);
         }
-        let hdr = wire::frame_header(id, total);
         let mut sent = 0;
         if e.pending() == 0 && e.state == EpState::Connected {
-            let mut iov: [IoSlice<'_>; 4] = [
-                IoSlice::new(&hdr),
-                IoSlice::new(&[]),
-                IoSlice::new(&[]),
-                IoSlice::new(&[]),
-            ];
-            for (i, p) in parts.iter().take(3).enumerate() {
+            let mut iov: [IoSlice<'_>; MAX_PARTS + 1] = [IoSlice::new(&[]); MAX_PARTS + 1];
+            iov[0] = IoSlice::new(head);
+            let n = parts.len().min(MAX_PARTS);
+            for (i, p) in parts.iter().take(n).enumerate() {
                 iov[i + 1] = IoSlice::new(p);
             }
             match e
                 .sock
-                .send_vectored_with_flags(&iov[..1 + parts.len().min(3)], libc::MSG_NOSIGNAL)
+                .send_vectored_with_flags(&iov[..1 + n], libc::MSG_NOSIGNAL)
             {
                 Ok(n) => sent = n,
                 Err(err)
@@ -438,10 +490,10 @@ impl TcpIface {
                     return Err(Status::ConnectionReset);
                 }
             }
-            if sent == FRAME_HDR + total && parts.len() <= 3 {
+            if sent == total && parts.len() <= MAX_PARTS {
                 return Ok(Outcome::Done(()));
             }
-        } else if e.pending() > 0 && e.pending() + FRAME_HDR + total > tx_max {
+        } else if e.pending() > 0 && e.pending() + total > tx_max {
             return Ok(Outcome::NoResource);
         }
         // Keep what the socket did not take.
@@ -450,7 +502,7 @@ impl TcpIface {
             e.head = 0;
         }
         let mut skip = sent;
-        for piece in std::iter::once(&hdr[..]).chain(parts.iter().copied()) {
+        for piece in std::iter::once(head).chain(parts.iter().copied()) {
             if skip >= piece.len() {
                 skip -= piece.len();
                 continue;
@@ -575,6 +627,28 @@ impl TcpIface {
         })
     }
 
+    /// Writes the concatenation of `iov` at `addr` of the peer, into the registration that
+    /// `rkey` (a wire key of the peer's tcp domain) names. Like an active message it is
+    /// done once the socket or the send buffer took it; the peer reads the data straight
+    /// into its memory. Remote completion is ordered like any frame: an active message
+    /// sent after the put is delivered after the put's data was written.
+    pub fn put_zcopy(
+        &mut self,
+        ep: EpId,
+        iov: &[&[u8]],
+        addr: u64,
+        rkey: &crate::Rkey,
+    ) -> Result<Outcome> {
+        let reg = rkey.wire_reg().ok_or(Status::InvalidParam)?;
+        let total: usize = iov.iter().map(|b| b.len()).sum();
+        if total > self.cfg.put_seg || iov.len() > 4 {
+            return Err(Status::InvalidParam);
+        }
+        rkey.check(addr, total)?;
+        let head = wire::put_header(addr, reg, total);
+        self.send_parts(ep, &head, iov)
+    }
+
     /// True when the interface has no connection either way (only the listener).
     pub fn is_idle(&self) -> bool {
         self.eps.len() == 0 && self.rx.len() == 0
@@ -635,6 +709,7 @@ impl TcpIface {
                         start: 0,
                         end: 0,
                         peer: None,
+                        put: None,
                     };
                     let id = self.rx.insert(conn);
                     if let Ok(c) = self.rx.get(id) {
@@ -711,13 +786,47 @@ impl TcpIface {
     fn rx_event(&mut self, idx: u32, f: &mut impl FnMut(u8, &[u8])) -> usize {
         let id = EpId(idx);
         let max = self.cfg.seg_size;
+        let max_put = self.cfg.put_seg;
         let buf_max = self.rx_buf_max();
         let mut delivered = 0;
         for _ in 0..RX_READS_PER_EVENT {
             let Ok(c) = self.rx.get_mut(id) else {
                 return delivered;
             };
+            if let Some(p) = &mut c.put {
+                // A put's data goes from the socket to its destination (or, refused, into
+                // the empty connection buffer to be dropped).
+                let got = match p.target() {
+                    Some(dst) => (&c.sock).read(dst),
+                    None => {
+                        let n = p.left.min(c.buf.len());
+                        (&c.sock).read(&mut c.buf[..n])
+                    }
+                };
+                match got {
+                    Ok(0) => {
+                        self.close_rx(id);
+                        return delivered;
+                    }
+                    Ok(n) => {
+                        p.dst += n as u64;
+                        p.left -= n;
+                        if p.left == 0 {
+                            c.put = None;
+                            delivered += 1;
+                        }
+                        continue;
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return delivered,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                    Err(_) => {
+                        self.close_rx(id);
+                        return delivered;
+                    }
+                }
+            }
             let mut bad = false;
+            let mut refused = 0;
             if c.end == c.buf.len() {
                 if c.start > 0 {
                     c.buf.copy_within(c.start..c.end, 0);
@@ -760,7 +869,43 @@ impl TcpIface {
                 }
             }
             while !bad && c.end - c.start >= FRAME_HDR {
-                match wire::parse_frame(&c.buf[c.start..c.start + FRAME_HDR], max) {
+                match wire::parse_frame(&c.buf[c.start..c.start + FRAME_HDR], max, max_put) {
+                    Ok((PUT_ID, len)) => {
+                        if c.end - c.start < FRAME_HDR + PUT_HDR {
+                            break;
+                        }
+                        let h = c.start + FRAME_HDR;
+                        let Ok((addr, reg)) = wire::decode_put_header(&c.buf[h..h + PUT_HDR])
+                        else {
+                            bad = true;
+                            break;
+                        };
+                        let data = len - PUT_HDR;
+                        let alive = crate::md::wire_target(reg, addr, data as u64);
+                        if alive.is_none() {
+                            refused += 1;
+                        }
+                        let mut p = PutRx {
+                            dst: addr,
+                            left: data,
+                            alive,
+                        };
+                        let s = h + PUT_HDR;
+                        let n = data.min(c.end - s);
+                        if let Some(dst) = p.target() {
+                            dst[..n].copy_from_slice(&c.buf[s..s + n]);
+                        }
+                        p.dst += n as u64;
+                        p.left -= n;
+                        c.start = s + n;
+                        if p.left > 0 {
+                            // The buffer is used up: the rest comes straight from the
+                            // socket.
+                            c.put = Some(p);
+                            break;
+                        }
+                        delivered += 1;
+                    }
                     Ok((am, len)) => {
                         if c.end - c.start < FRAME_HDR + len {
                             break;
@@ -772,6 +917,10 @@ impl TcpIface {
                     }
                     Err(_) => bad = true,
                 }
+            }
+            if refused > 0 {
+                self.dropped += refused;
+                tracing::debug!("tcp: a put into memory that is not registered was dropped");
             }
             if bad {
                 self.dropped += 1;

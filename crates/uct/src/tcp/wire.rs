@@ -8,6 +8,11 @@
 //!   magic u32 = "RTCP" | version u8 = 1 | reserved u8 = 0 | addr len u16 | connector's iface address
 //!
 //! frame: am id u8 | reserved u8 = 0 | reserved u16 = 0 | payload length u32 | payload
+//!
+//! put frame (id 0x80): the frame header, then
+//!   target address u64 | registration id u64 | data (payload length - 16 bytes)
+//! the receiver writes the data straight from the socket into its registration `reg`
+//! at the target address (see `put_zcopy` in the transport).
 //! ```
 //! All integers little endian except the port and IP, which are in network order as on
 //! the wire of IP itself.
@@ -20,6 +25,10 @@ pub const VERSION: u8 = 1;
 pub const MAGIC: u32 = u32::from_le_bytes(*b"RTCP");
 pub const FRAME_HDR: usize = 8;
 pub const HANDSHAKE_FIXED: usize = 8;
+/// Frame id of a put (above the active-message ids, which are below 32).
+pub const PUT_ID: u8 = 0x80;
+/// Bytes of a put frame's own header (target address, registration id).
+pub const PUT_HDR: usize = 16;
 
 /// Encodes an interface address.
 pub fn encode_addr(a: &SocketAddr) -> Vec<u8> {
@@ -114,18 +123,44 @@ pub fn frame_header(id: u8, len: usize) -> [u8; FRAME_HDR] {
     [id, 0, 0, 0, l[0], l[1], l[2], l[3]]
 }
 
-/// Parses a frame header: (am id, payload length). Reserved bytes must be zero and the
-/// length at most `max`.
+/// Parses a frame header: (id, payload length). Reserved bytes must be zero; an
+/// active-message frame (id below 32) carries at most `max` bytes, a put frame
+/// ([`PUT_ID`]) at least its own header and at most `max_put` bytes of data.
 #[inline]
-pub fn parse_frame(h: &[u8], max: usize) -> Result<(u8, usize)> {
+pub fn parse_frame(h: &[u8], max: usize, max_put: usize) -> Result<(u8, usize)> {
     if h.len() < FRAME_HDR || h[1] != 0 || h[2] != 0 || h[3] != 0 {
         return Err(Status::InvalidParam);
     }
     let len = u32::from_le_bytes([h[4], h[5], h[6], h[7]]) as usize;
-    if len > max || h[0] >= crate::AM_ID_MAX {
+    let ok = match h[0] {
+        id if id < crate::AM_ID_MAX => len <= max,
+        PUT_ID => len >= PUT_HDR && len - PUT_HDR <= max_put,
+        _ => false,
+    };
+    if !ok {
         return Err(Status::InvalidParam);
     }
     Ok((h[0], len))
+}
+
+/// The frame header and put header of a put of `len` data bytes to `addr` in the peer's
+/// registration `reg`.
+#[inline]
+pub fn put_header(addr: u64, reg: u64, len: usize) -> [u8; FRAME_HDR + PUT_HDR] {
+    let mut h = [0u8; FRAME_HDR + PUT_HDR];
+    h[..FRAME_HDR].copy_from_slice(&frame_header(PUT_ID, PUT_HDR + len));
+    h[FRAME_HDR..FRAME_HDR + 8].copy_from_slice(&addr.to_le_bytes());
+    h[FRAME_HDR + 8..].copy_from_slice(&reg.to_le_bytes());
+    h
+}
+
+/// Decodes a put header (the 16 bytes after the frame header): (address, registration).
+#[inline]
+pub fn decode_put_header(b: &[u8]) -> Result<(u64, u64)> {
+    let mut r = Reader::new(b);
+    let addr = r.u64().ok_or(Status::InvalidParam)?;
+    let reg = r.u64().ok_or(Status::InvalidParam)?;
+    Ok((addr, reg))
 }
 
 #[cfg(test)]
@@ -152,14 +187,22 @@ mod tests {
 
         #[test]
         fn frame_round_trip(id in 0u8..32, len in 0usize..100_000) {
-            prop_assert_eq!(parse_frame(&frame_header(id, len), 100_000).unwrap(), (id, len));
+            prop_assert_eq!(parse_frame(&frame_header(id, len), 100_000, 0).unwrap(), (id, len));
+        }
+
+        #[test]
+        fn put_round_trip(addr: u64, reg: u64, len in 0usize..1 << 20) {
+            let h = put_header(addr, reg, len);
+            prop_assert_eq!(parse_frame(&h, 0, 1 << 20).unwrap(), (PUT_ID, PUT_HDR + len));
+            prop_assert_eq!(decode_put_header(&h[FRAME_HDR..]).unwrap(), (addr, reg));
         }
 
         #[test]
         fn decoders_never_panic(b in proptest::collection::vec(any::<u8>(), 0..40)) {
             let _ = decode_addr(&b);
             let _ = decode_handshake(&b);
-            let _ = parse_frame(&b, 1000);
+            let _ = parse_frame(&b, 1000, 1000);
+            let _ = decode_put_header(&b);
         }
     }
 
@@ -181,10 +224,14 @@ mod tests {
 
     #[test]
     fn bad_frames_are_rejected() {
-        assert!(parse_frame(&frame_header(1, 2000), 1000).is_err());
-        assert!(parse_frame(&frame_header(40, 1), 1000).is_err());
+        assert!(parse_frame(&frame_header(1, 2000), 1000, 1000).is_err());
+        assert!(parse_frame(&frame_header(40, 1), 1000, 1000).is_err());
         let mut h = frame_header(1, 1);
         h[2] = 1;
-        assert!(parse_frame(&h, 1000).is_err());
+        assert!(parse_frame(&h, 1000, 1000).is_err());
+        // Put frames: shorter than their header, or more data than allowed.
+        assert!(parse_frame(&frame_header(PUT_ID, PUT_HDR - 1), 1000, 1000).is_err());
+        assert!(parse_frame(&frame_header(PUT_ID, PUT_HDR + 1001), 1000, 1000).is_err());
+        assert!(parse_frame(&frame_header(PUT_ID, PUT_HDR + 1000), 0, 1000).is_ok());
     }
 }
