@@ -5,7 +5,8 @@
 //! `pending_add`, and recovers with every byte intact, in order); malformed peers (raw
 //! sockets writing a bad handshake or bad frame headers) are dropped and counted while the
 //! other connections go on; a peer that closes or goes away shows up in `take_events` as
-//! `PeerClosed` or `EpFailed`, and a refused connection as `EpFailed(_, Unreachable)`.
+//! `PeerClosed` or `EpFailed`, and a refused connection as `EpFailed(_, Unreachable)`;
+//! `put_zcopy` lands in registered memory and puts the receiver must refuse write nothing.
 //!
 //! Every wait is bounded by [`WAIT`]; the tests take [`testkit::heavy_test`] because they
 //! poll (the streaming test with two threads).
@@ -677,4 +678,121 @@ fn closed_peers_produce_events() {
     assert_eq!(ev.len(), 1, "{ev:?}");
     assert_eq!(c.dropped(), 0);
     assert!(c.is_idle(), "no connection left");
+}
+
+/// Sends `put_zcopy` of `data` to `addr` under `rkey`, progressing both sides while the
+/// send buffer is full.
+fn put(tx: &mut Iface, rx: &mut Iface, ep: EpId, data: &[&[u8]], addr: u64, rkey: &uct::Rkey) {
+    let start = Instant::now();
+    loop {
+        match tx.put_zcopy(ep, data, addr, rkey, 0).expect("put_zcopy") {
+            Outcome::NoResource => {
+                tx.progress();
+                rx.progress();
+            }
+            _ => return,
+        }
+        assert!(start.elapsed() < WAIT, "put_zcopy stayed NoResource");
+    }
+}
+
+/// Puts land straight in registered memory: every size from 1 byte to the largest put,
+/// at odd offsets, from an I/O vector, with the bytes around the range untouched. A put
+/// the receiver must refuse — a registration id it never made, a range past the end of
+/// the registration (a forged key), a registration already dropped — writes nothing, is
+/// counted as dropped, and the connection goes on: an active message sent after it
+/// arrives, and a good put after it lands.
+#[test]
+fn puts_land_in_registered_memory_and_bad_ones_are_dropped() {
+    let _heavy = testkit::heavy_test();
+    let mut tx = open(LOCALHOST);
+    let mut rx = open(LOCALHOST);
+    let inbox = record(&mut rx);
+    let ep = tx.ep_create(&rx.address()).expect("ep_create");
+    let md = uct::Md::open(Transport::Tcp);
+    let max = tx.attr().max_put_zcopy;
+    assert!(tx.attr().caps.contains(uct::Caps::PUT_ZCOPY) && max >= 4096);
+    const EDGE: usize = 4096;
+    let len = max + 2 * EDGE;
+    let mut buf = vec![0u8; len];
+    let base = buf.as_mut_ptr();
+    // Only the middle is registered: the edges show any write outside the registration.
+    // SAFETY: EDGE + max <= len, inside `buf`, which outlives the handle.
+    let h = md
+        .mem_reg(unsafe { base.add(EDGE) }, max)
+        .expect("mem_reg of tcp");
+    let packed = h.pack_rkey();
+    let rkey = md.rkey_unpack(&packed).expect("rkey_unpack of a tcp key");
+    let addr = h.address() as u64;
+    let check = |buf: &[u8], off: usize, size: usize, seed: u64, what: &str| {
+        let r = EDGE + off..EDGE + off + size;
+        assert_eq!(pattern::check_mem(&buf[r.clone()], seed, 0), None, "{what}");
+        assert!(buf[..r.start].iter().all(|&b| b == 0), "{what}: bytes before");
+        assert!(buf[r.end..].iter().all(|&b| b == 0), "{what}: bytes after");
+    };
+    for (i, size) in [1usize, 7, 4095, 65_536 + 3, max - 61, max].into_iter().enumerate() {
+        let off = if size + 61 <= max { 61 } else { 0 };
+        let seed = i as u64 + 1;
+        let data = pattern::mem_vec(size, seed, 0);
+        let (a, rest) = data.split_at(size / 3);
+        let (b, c) = rest.split_at(rest.len() / 2);
+        buf.fill(0);
+        put(&mut tx, &mut rx, ep, &[a, b, c], addr + off as u64, &rkey);
+        let p = base as usize;
+        progress_until(&mut [&mut tx, &mut rx], "a put to land", || {
+            // SAFETY: `buf` is alive and only this thread reads it; the transport writes
+            // into it only from progress, which is not running now.
+            let now = unsafe { std::slice::from_raw_parts(p as *const u8, len) };
+            pattern::check_mem(&now[EDGE + off..EDGE + off + size], seed, 0).is_none()
+        });
+        check(&buf, off, size, seed, &format!("put of {size} B"));
+    }
+    assert_eq!(rx.dropped(), 0);
+
+    // Bad puts: the key's own checks pass on the sender (the forged keys claim the
+    // range), the receiver refuses them.
+    buf.fill(0);
+    let data = pattern::mem_vec(4096, 9, 0);
+    let mut forged = uct::rkey::PackedRkey::decode(&packed).unwrap();
+    forged.reg = forged.reg.wrapping_add(1000);
+    let unknown = md.rkey_unpack(&forged.encode()).unwrap();
+    put(&mut tx, &mut rx, ep, &[&data], addr, &unknown);
+    let mut longer = uct::rkey::PackedRkey::decode(&packed).unwrap();
+    longer.len += 2 * EDGE as u64;
+    let past_end = md.rkey_unpack(&longer.encode()).unwrap();
+    put(&mut tx, &mut rx, ep, &[&data], addr + max as u64 - 100, &past_end);
+    short(&mut tx, &mut rx, ep, 5, 77, b"after");
+    progress_until(&mut [&mut tx, &mut rx], "the message after bad puts", || {
+        inbox_len(&inbox) == 1
+    });
+    assert_eq!(take(&inbox), vec![(5u8, [&77u64.to_ne_bytes()[..], b"after"].concat())]);
+    assert_eq!(rx.dropped(), 2, "two refused puts counted");
+    assert!(buf.iter().all(|&b| b == 0), "a refused put wrote memory");
+
+    // A registration dropped before its put arrives.
+    drop(h);
+    put(&mut tx, &mut rx, ep, &[&data], addr, &rkey);
+    short(&mut tx, &mut rx, ep, 6, 78, b"");
+    progress_until(&mut [&mut tx, &mut rx], "the message after a stale put", || {
+        inbox_len(&inbox) == 1
+    });
+    assert_eq!(rx.dropped(), 3);
+    assert!(buf.iter().all(|&b| b == 0), "a put into a dropped registration wrote");
+
+    // The connection still carries good puts.
+    // SAFETY: as for the first registration.
+    let h = md
+        .mem_reg(unsafe { base.add(EDGE) }, max)
+        .expect("mem_reg again");
+    let rkey = md.rkey_unpack(&h.pack_rkey()).unwrap();
+    let data = pattern::mem_vec(max, 11, 0);
+    put(&mut tx, &mut rx, ep, &[&data], h.address() as u64, &rkey);
+    let p = base as usize;
+    progress_until(&mut [&mut tx, &mut rx], "a put after refused ones", || {
+        // SAFETY: as above.
+        let now = unsafe { std::slice::from_raw_parts(p as *const u8, len) };
+        pattern::check_mem(&now[EDGE..EDGE + max], 11, 0).is_none()
+    });
+    check(&buf, 0, max, 11, "put after refused ones");
+    drop(h);
 }
