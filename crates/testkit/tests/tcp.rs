@@ -727,10 +727,16 @@ fn puts_land_in_registered_memory_and_bad_ones_are_dropped() {
     let check = |buf: &[u8], off: usize, size: usize, seed: u64, what: &str| {
         let r = EDGE + off..EDGE + off + size;
         assert_eq!(pattern::check_mem(&buf[r.clone()], seed, 0), None, "{what}");
-        assert!(buf[..r.start].iter().all(|&b| b == 0), "{what}: bytes before");
+        assert!(
+            buf[..r.start].iter().all(|&b| b == 0),
+            "{what}: bytes before"
+        );
         assert!(buf[r.end..].iter().all(|&b| b == 0), "{what}: bytes after");
     };
-    for (i, size) in [1usize, 7, 4095, 65_536 + 3, max - 61, max].into_iter().enumerate() {
+    for (i, size) in [1usize, 7, 4095, 65_536 + 3, max - 61, max]
+        .into_iter()
+        .enumerate()
+    {
         let off = if size + 61 <= max { 61 } else { 0 };
         let seed = i as u64 + 1;
         let data = pattern::mem_vec(size, seed, 0);
@@ -760,12 +766,24 @@ fn puts_land_in_registered_memory_and_bad_ones_are_dropped() {
     let mut longer = uct::rkey::PackedRkey::decode(&packed).unwrap();
     longer.len += 2 * EDGE as u64;
     let past_end = md.rkey_unpack(&longer.encode()).unwrap();
-    put(&mut tx, &mut rx, ep, &[&data], addr + max as u64 - 100, &past_end);
+    put(
+        &mut tx,
+        &mut rx,
+        ep,
+        &[&data],
+        addr + max as u64 - 100,
+        &past_end,
+    );
     short(&mut tx, &mut rx, ep, 5, 77, b"after");
-    progress_until(&mut [&mut tx, &mut rx], "the message after bad puts", || {
-        inbox_len(&inbox) == 1
-    });
-    assert_eq!(take(&inbox), vec![(5u8, [&77u64.to_ne_bytes()[..], b"after"].concat())]);
+    progress_until(
+        &mut [&mut tx, &mut rx],
+        "the message after bad puts",
+        || inbox_len(&inbox) == 1,
+    );
+    assert_eq!(
+        take(&inbox),
+        vec![(5u8, [&77u64.to_ne_bytes()[..], b"after"].concat())]
+    );
     assert_eq!(rx.dropped(), 2, "two refused puts counted");
     assert!(buf.iter().all(|&b| b == 0), "a refused put wrote memory");
 
@@ -773,11 +791,16 @@ fn puts_land_in_registered_memory_and_bad_ones_are_dropped() {
     drop(h);
     put(&mut tx, &mut rx, ep, &[&data], addr, &rkey);
     short(&mut tx, &mut rx, ep, 6, 78, b"");
-    progress_until(&mut [&mut tx, &mut rx], "the message after a stale put", || {
-        inbox_len(&inbox) == 1
-    });
+    progress_until(
+        &mut [&mut tx, &mut rx],
+        "the message after a stale put",
+        || inbox_len(&inbox) == 1,
+    );
     assert_eq!(rx.dropped(), 3);
-    assert!(buf.iter().all(|&b| b == 0), "a put into a dropped registration wrote");
+    assert!(
+        buf.iter().all(|&b| b == 0),
+        "a put into a dropped registration wrote"
+    );
 
     // The connection still carries good puts.
     // SAFETY: as for the first registration.

@@ -136,6 +136,8 @@ pub(crate) enum Deferred {
         sreq: u64,
         status: Status,
     },
+    /// A rendezvous matched: read the data (get), or ask for it (Rtr) when the Rts
+    /// carries no key.
     RndvGet {
         req: Request,
         uuid: u64,
@@ -143,6 +145,19 @@ pub(crate) enum Deferred {
         len: u64,
         addr: u64,
         rkey: Vec<u8>,
+    },
+    /// Send (again) the Rtr of this rendezvous receive.
+    Rtr {
+        rreq: u64,
+    },
+    /// Put the data of send `sreq` from `off` on into the receiver's buffer.
+    RndvPut {
+        sreq: u64,
+        rreq: u64,
+        addr: u64,
+        len: usize,
+        rkey: Vec<u8>,
+        off: usize,
     },
 }
 
@@ -165,6 +180,8 @@ pub(crate) struct State {
     pub probed: HashMap<u64, (u64, Unexp)>,
     pub next_probed: u64,
     pub deferred: VecDeque<Deferred>,
+    /// Rendezvous receives waiting for the sender's puts, by receive request.
+    pub rndv_rx: HashMap<u64, crate::tag::rndv_put::RndvRx>,
     /// Replies to emulated remote accesses, waiting for room on their lane.
     pub rma_replies: VecDeque<crate::rma::RmaReply>,
     /// Endpoints with a non-empty queue.
@@ -267,6 +284,7 @@ impl Worker {
                 probed: HashMap::new(),
                 next_probed: 1,
                 deferred: VecDeque::new(),
+                rndv_rx: HashMap::new(),
                 rma_replies: VecDeque::new(),
                 active: VecDeque::new(),
                 completed: Vec::new(),
@@ -948,6 +966,7 @@ pub(crate) fn fail_ep(st: &mut State, ep: u32, status: Status) {
         .collect();
     st.frags.retain(|k, _| k.0 != uuid);
     st.am.drop_partial_from(uuid);
+    st.fail_rndv_from(uuid, status);
     for r in partial {
         st.complete(r, status);
     }

@@ -29,9 +29,12 @@ type Regions = Arc<Mutex<BTreeMap<(u64, u64), (u64, Weak<()>)>>>;
 
 static NEXT_REG: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
-/// Registrations of the tcp domain, by registration id: (base, length, liveness token).
-/// Process-wide because the transport that receives into them does not own the domain.
-static WIRE_REGS: Mutex<BTreeMap<u64, (u64, u64, Weak<()>)>> = Mutex::new(BTreeMap::new());
+/// A tcp registration: base address, length, liveness token.
+type WireReg = (u64, u64, Weak<()>);
+
+/// Registrations of the tcp domain, by registration id. Process-wide because the
+/// transport that receives into them does not own the domain.
+static WIRE_REGS: Mutex<BTreeMap<u64, WireReg>> = Mutex::new(BTreeMap::new());
 
 /// The liveness token of tcp registration `reg` when it is alive and contains
 /// `[addr, addr+len)`; the receiving tcp transport checks this before writing there.

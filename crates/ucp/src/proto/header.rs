@@ -12,7 +12,13 @@
 //!  6  Ats           sender request, status (i8)                       -
 //!  7  SyncAck       sender request                                    -
 //!  8  Wireup        src uuid                                          sender's worker address
+//! 20  Rtr           sender request, receiver request, address,        -
+//!                   length, rkey length (u16), rkey bytes
+//! 21  RndvFin       receiver request, src uuid                         -
 //!  * 0 when the send is not synchronous
+//! Rtr and RndvFin make the rendezvous where the sender puts (lanes without a one-copy
+//! read, i.e. tcp): the receiver answers an Rts whose key is a wire key with an Rtr naming
+//! its buffer, the sender puts the data there and sends RndvFin behind it.
 //! ```
 //! Decoders check lengths and never trust a length field beyond the bytes present.
 
@@ -27,6 +33,8 @@ pub const AM_RTS: u8 = 5;
 pub const AM_ATS: u8 = 6;
 pub const AM_SYNC_ACK: u8 = 7;
 pub const AM_WIREUP: u8 = 8;
+pub const AM_RTR: u8 = 20;
+pub const AM_RNDV_FIN: u8 = 21;
 
 pub const EAGER_ONLY_LEN: usize = 8;
 pub const EAGER_SYNC_LEN: usize = 24;
@@ -36,6 +44,7 @@ pub const RTS_FIXED_LEN: usize = 42;
 pub const ATS_LEN: usize = 9;
 pub const SYNC_ACK_LEN: usize = 8;
 pub const WIREUP_LEN: usize = 8;
+pub const RTR_FIXED_LEN: usize = 34;
 
 fn put(buf: &mut [u8], off: &mut usize, v: u64) {
     buf[*off..*off + 8].copy_from_slice(&v.to_le_bytes());
@@ -187,6 +196,73 @@ impl Rts<'_> {
     }
 }
 
+/// Ready to receive: where the sender of request `sreq` puts `len` bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rtr<'a> {
+    pub sreq: u64,
+    pub rreq: u64,
+    pub addr: u64,
+    pub len: u64,
+    pub rkey: &'a [u8],
+}
+
+impl Rtr<'_> {
+    pub fn encoded_len(&self) -> usize {
+        RTR_FIXED_LEN + self.rkey.len()
+    }
+    pub fn encode_into(&self, b: &mut [u8]) -> usize {
+        let mut o = 0;
+        for v in [self.sreq, self.rreq, self.addr, self.len] {
+            put(b, &mut o, v);
+        }
+        b[o..o + 2].copy_from_slice(&(self.rkey.len() as u16).to_le_bytes());
+        o += 2;
+        b[o..o + self.rkey.len()].copy_from_slice(self.rkey);
+        o + self.rkey.len()
+    }
+    pub fn decode(b: &[u8]) -> Result<Rtr<'_>> {
+        let mut r = Reader::new(b);
+        let (sreq, rreq, addr, len) = (
+            short(r.u64())?,
+            short(r.u64())?,
+            short(r.u64())?,
+            short(r.u64())?,
+        );
+        let klen = short(r.u16())? as usize;
+        let rkey = short(r.bytes(klen))?;
+        if !r.is_empty() {
+            return Err(Status::InvalidParam);
+        }
+        Ok(Rtr {
+            sreq,
+            rreq,
+            addr,
+            len,
+            rkey,
+        })
+    }
+}
+
+pub const RNDV_FIN_LEN: usize = 16;
+
+/// Encodes a RndvFin (rendezvous data all put).
+pub fn encode_rndv_fin(rreq: u64, uuid: u64) -> [u8; RNDV_FIN_LEN] {
+    let mut b = [0u8; RNDV_FIN_LEN];
+    b[..8].copy_from_slice(&rreq.to_le_bytes());
+    b[8..].copy_from_slice(&uuid.to_le_bytes());
+    b
+}
+
+/// Decodes a RndvFin into (receiver request, sender's uuid).
+pub fn decode_rndv_fin(b: &[u8]) -> Result<(u64, u64)> {
+    let mut r = Reader::new(b);
+    let v = (short(r.u64())?, short(r.u64())?);
+    if !r.is_empty() {
+        return Err(Status::InvalidParam);
+    }
+    Ok(v)
+}
+
 /// Encodes an Ats (rendezvous done) message.
 pub fn encode_ats(b: &mut [u8], sreq: u64, status: Status) -> usize {
     b[..8].copy_from_slice(&sreq.to_le_bytes());
@@ -255,6 +331,13 @@ mod tests {
             prop_assert_eq!(n, r.encoded_len());
             prop_assert_eq!(Rts::decode(&buf[..n]).unwrap(), r);
 
+            let t = Rtr { sreq: a, rreq: b, addr: c, len: d, rkey: &key };
+            let n = t.encode_into(&mut buf);
+            prop_assert_eq!(n, t.encoded_len());
+            prop_assert_eq!(Rtr::decode(&buf[..n]).unwrap(), t);
+            prop_assert!(Rtr::decode(&buf[..n - 1]).is_err());
+            prop_assert_eq!(decode_rndv_fin(&encode_rndv_fin(e, a)).unwrap(), (e, a));
+
             let n = encode_ats(&mut buf, a, Status::MessageTruncated);
             prop_assert_eq!(decode_ats(&buf[..n]).unwrap(), (a, Status::MessageTruncated));
         }
@@ -269,6 +352,8 @@ mod tests {
             let _ = decode_ats(&b);
             let _ = decode_sync_ack(&b);
             let _ = decode_wireup(&b);
+            let _ = Rtr::decode(&b);
+            let _ = decode_rndv_fin(&b);
         }
     }
 

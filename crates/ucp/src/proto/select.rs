@@ -37,6 +37,9 @@ pub struct Thresholds {
     pub zcopy: usize,
     /// The lane can read the peer's memory in one copy (rendezvous possible).
     pub rma: bool,
+    /// The lane cannot read but can put into the peer's memory: rendezvous where the
+    /// receiver asks for the data and the sender puts it (tcp).
+    pub put: bool,
 }
 
 impl Thresholds {
@@ -46,9 +49,10 @@ impl Thresholds {
     pub fn new(attr: &IfaceAttr, cfg: &Config, rma: bool) -> Thresholds {
         let max_short = attr.max_am_short;
         let max_bcopy = attr.max_am_bcopy.saturating_sub(EAGER_ONLY_LEN);
+        let put = !rma && attr.caps.contains(uct::Caps::PUT_ZCOPY);
         let rndv = match cfg.rndv_thresh {
             Thresh::Bytes(n) => n,
-            Thresh::Auto if !rma => usize::MAX,
+            Thresh::Auto if !rma && !put => usize::MAX,
             Thresh::Auto => auto_rndv(attr),
         };
         let zcopy = match cfg.zcopy_thresh {
@@ -61,9 +65,10 @@ impl Thresholds {
             max_sync_bcopy: attr.max_am_bcopy.saturating_sub(EAGER_SYNC_LEN),
             first_frag: attr.max_am_bcopy.saturating_sub(EAGER_FIRST_LEN),
             mid_frag: attr.max_am_bcopy.saturating_sub(EAGER_MIDDLE_LEN),
-            rndv: if rma { rndv.max(1) } else { usize::MAX },
+            rndv: if rma || put { rndv.max(1) } else { usize::MAX },
             zcopy,
             rma,
+            put,
         }
     }
 

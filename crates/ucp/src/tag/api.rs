@@ -233,6 +233,8 @@ impl Worker {
                     .retain(|_, d| !matches!(d, FragDest::Req(x) if *x == r));
                 st.deferred
                     .retain(|d| !matches!(d, Deferred::RndvGet { req, .. } if *req == r));
+                // Its registration goes too: late puts are refused, not written.
+                st.rndv_rx.retain(|_, x| x.req != r);
             }
             _ => {}
         }
@@ -466,13 +468,15 @@ pub(crate) fn send_step(tls: &mut [Tl], st: &mut State, lane: Lane, r: Request) 
             waits_for_peer = s.sync;
         }
         Proto::Rndv => {
-            if s.mem.is_none() {
+            // A lane that puts sends no key: the receiver answers with an Rtr.
+            if s.mem.is_none() && !lane.th.put {
                 let ptr = s.buf.contig_ptr().ok_or(Status::InvalidParam)?;
                 s.mem = Some(Box::new(tls[lane.tl].md.mem_reg(ptr, len)?));
             }
             let iface = &mut tls[lane.tl].iface;
             let (rkey, addr) = match &s.mem {
                 Some(m) => (m.pack_rkey(), m.address() as u64),
+                None if lane.th.put => (Vec::new(), 0),
                 None => return Err(Status::NoMemory),
             };
             let rts = Rts {
@@ -531,6 +535,10 @@ pub(crate) fn deferred(tls: &mut [Tl], st: &mut State, d: Deferred) -> Result<Op
             let sent = send_ctrl(tls, st, uuid, AM_ATS, &b)?;
             Ok((!sent).then_some(Deferred::Ats { uuid, sreq, status }))
         }
+        Deferred::Rtr { rreq } => {
+            Ok(super::rndv_put::send_rtr(tls, st, rreq)?.then_some(Deferred::Rtr { rreq }))
+        }
+        d @ Deferred::RndvPut { .. } => super::rndv_put::put_data(tls, st, d),
         Deferred::RndvGet {
             req,
             uuid,
@@ -542,6 +550,25 @@ pub(crate) fn deferred(tls: &mut [Tl], st: &mut State, d: Deferred) -> Result<Op
             // A receive aborted meanwhile must not be written; the sender still gets its
             // completion.
             let live = st.reqs.get_ref(req.0).is_some_and(|q| q.status.is_none());
+            if live && rkey.is_empty() {
+                match super::rndv_put::start(tls, st, req, uuid, sreq, len) {
+                    Ok(None) => return Ok(None),
+                    Ok(Some(again)) => return deferred(tls, st, again),
+                    Err(s) => {
+                        tracing::debug!("rendezvous receive by put failed: {s}");
+                        st.complete(req, s);
+                        return deferred(
+                            tls,
+                            st,
+                            Deferred::Ats {
+                                uuid,
+                                sreq,
+                                status: Status::IoError,
+                            },
+                        );
+                    }
+                }
+            }
             let status = if live {
                 rndv_get(tls, st, req, uuid, len, addr, &rkey)
             } else {
@@ -649,6 +676,8 @@ impl State {
             AM_EAGER_MIDDLE => EagerMiddle::decode(d).and_then(|(h, p)| self.middle(h, p)),
             AM_RTS => Rts::decode(d).map(|h| self.rts(h)),
             AM_ATS => decode_ats(d).map(|(sreq, _)| self.remote_done(sreq)),
+            AM_RTR => Rtr::decode(d).and_then(|h| self.on_rtr(h)),
+            AM_RNDV_FIN => decode_rndv_fin(d).and_then(|(rreq, uuid)| self.on_rndv_fin(rreq, uuid)),
             AM_SYNC_ACK => decode_sync_ack(d).map(|sreq| self.remote_done(sreq)),
             AM_WIREUP => decode_wireup(d).and_then(|(uuid, a)| self.wireup(uuid, a)),
             crate::am::AM_AM_EAGER

@@ -3,3 +3,4 @@
 
 pub mod api;
 pub mod matcher;
+pub(crate) mod rndv_put;

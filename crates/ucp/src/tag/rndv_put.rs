@@ -1,0 +1,275 @@
+//! Rendezvous where the sender puts the data (lanes without a one-copy read: tcp).
+//!
+//! The sender's Rts carries no key. The receiver, once the message matched, registers its
+//! buffer with the tcp domain (a bounce buffer when the receive is not contiguous) and
+//! answers with an Rtr naming it; the sender puts the data there in `put_zcopy` pieces —
+//! the receiving transport reads them from the socket straight into the buffer — and sends
+//! RndvFin behind them on the same connection, so that the receiver completes only after
+//! every byte was written.
+//!
+//! Invariants: the receiver's registration lives exactly as long as its entry in
+//! `State::rndv_rx`, so once a receive completed or was aborted, late puts to it are
+//! refused by the transport instead of writing freed memory. The sender puts a piece only
+//! when its endpoint's send buffer is empty, so that pieces go from the user's buffer to
+//! the socket without a copy (only a piece the socket took partly is copied, its rest).
+
+use crate::proto::header::{encode_rndv_fin, Rtr, AM_RNDV_FIN, AM_RTR};
+use crate::request::{Buf, Req, ReqKind, Request};
+use crate::worker::{connect, Deferred, State, Tl};
+use ucs::{Result, Status};
+use uct::{Outcome, Transport};
+
+/// A matched rendezvous receive waiting for the sender's data.
+pub(crate) struct RndvRx {
+    pub req: Request,
+    /// The sender's worker and request.
+    pub uuid: u64,
+    pub sreq: u64,
+    /// Bytes the sender is asked to put (the message, cut to the receive buffer).
+    pub len: u64,
+    pub truncated: bool,
+    /// Where the data lands: the receive buffer itself, or `bounce`.
+    pub mem: uct::MemHandle,
+    /// For receives that are not contiguous: copied into the buffer at the end.
+    pub bounce: Option<Vec<u8>>,
+}
+
+/// Receiver: `req` matched an Rts of `len` bytes from request `sreq` of worker `uuid`.
+/// Registers the destination, records it and asks the sender for the data. Returns the
+/// retry of the Rtr when the lane has no room now.
+pub(crate) fn start(
+    tls: &mut [Tl],
+    st: &mut State,
+    req: Request,
+    uuid: u64,
+    sreq: u64,
+    len: u64,
+) -> Result<Option<Deferred>> {
+    let md = tls
+        .iter()
+        .find(|t| t.transport == Transport::Tcp)
+        .map(|t| t.md.clone())
+        .ok_or(Status::Unsupported)?;
+    let Some(Req {
+        kind: ReqKind::Recv(rs),
+        ..
+    }) = st.reqs.get_mut(req.0)
+    else {
+        return Err(Status::InvalidParam);
+    };
+    let want = usize::try_from(len).map_err(|_| Status::InvalidParam)?;
+    let n = want.min(rs.buf.len());
+    if n == 0 {
+        // Nothing to put: the receive is done (truncated unless the message is empty,
+        // which never goes by rendezvous) and the sender is told so.
+        let status = if want > 0 {
+            Status::MessageTruncated
+        } else {
+            Status::Ok
+        };
+        st.complete(req, status);
+        return Ok(Some(Deferred::Ats {
+            uuid,
+            sreq,
+            status: Status::Ok,
+        }));
+    }
+    let (mem, bounce) = match rs.buf {
+        Buf::Contig { ptr, .. } => (md.mem_reg(ptr, n)?, None),
+        Buf::Iov(_) | Buf::Generic(_) => {
+            let mut b = vec![0u8; n];
+            (md.mem_reg(b.as_mut_ptr(), n)?, Some(b))
+        }
+    };
+    let rreq = req.to_u64();
+    st.rndv_rx.insert(
+        rreq,
+        RndvRx {
+            req,
+            uuid,
+            sreq,
+            len: n as u64,
+            truncated: want > n,
+            mem,
+            bounce,
+        },
+    );
+    Ok(send_rtr(tls, st, rreq)?.then_some(Deferred::Rtr { rreq }))
+}
+
+/// Sends the Rtr of receive `rreq`; `Ok(true)` when the lane had no room (retry).
+pub(crate) fn send_rtr(tls: &mut [Tl], st: &mut State, rreq: u64) -> Result<bool> {
+    let Some(rx) = st.rndv_rx.get(&rreq) else {
+        // Completed or aborted meanwhile.
+        return Ok(false);
+    };
+    let uuid = rx.uuid;
+    let rkey = rx.mem.pack_rkey();
+    let rtr = Rtr {
+        sreq: rx.sreq,
+        rreq,
+        addr: rx.mem.address() as u64,
+        len: rx.len,
+        rkey: &rkey,
+    };
+    let ep = *st.by_uuid.get(&uuid).ok_or(Status::Unreachable)?;
+    let lane = connect(tls, st, ep)?;
+    let out = tls[lane.tl].iface.am_bcopy(lane.ep, AM_RTR, |b| {
+        if b.len() < rtr.encoded_len() {
+            return usize::MAX;
+        }
+        rtr.encode_into(b)
+    })?;
+    Ok(!out.is_done())
+}
+
+/// Sender: puts what is left of the data an Rtr asked for, then the RndvFin, then
+/// completes the send. Returns itself while the lane has no room.
+pub(crate) fn put_data(tls: &mut [Tl], st: &mut State, d: Deferred) -> Result<Option<Deferred>> {
+    let Deferred::RndvPut {
+        sreq,
+        rreq,
+        addr,
+        len,
+        rkey,
+        mut off,
+    } = d
+    else {
+        return Err(Status::InvalidParam);
+    };
+    let r = Request::from_u64(sreq);
+    let (ep, ptr) = match st.reqs.get_ref(r.0) {
+        Some(Req {
+            kind: ReqKind::Send(s),
+            status: None,
+            ..
+        }) if s.remote_pending => (s.ep, s.buf.contig_ptr()),
+        // Completed meanwhile (its endpoint failed): nothing to send.
+        _ => return Ok(None),
+    };
+    let res = (|| -> Result<bool> {
+        let ptr = ptr.ok_or(Status::InvalidParam)?;
+        let lane = connect(tls, st, ep)?;
+        let t = &mut tls[lane.tl];
+        let rk = t.md.rkey_unpack(&rkey)?;
+        let max = t.iface.attr().max_put_zcopy;
+        if max == 0 {
+            return Err(Status::Unsupported);
+        }
+        while off < len {
+            if !t.iface.ep_is_flushed(lane.ep)? {
+                return Ok(false);
+            }
+            let n = max.min(len - off);
+            // SAFETY: off + n <= len <= the send buffer's length (checked when the Rtr
+            // arrived); the sender keeps the buffer readable until the send completes,
+            // which is after this.
+            let data = unsafe { std::slice::from_raw_parts(ptr.add(off), n) };
+            match t
+                .iface
+                .put_zcopy(lane.ep, &[data], addr + off as u64, &rk, 0)?
+            {
+                Outcome::Done(()) => off += n,
+                _ => return Ok(false),
+            }
+        }
+        // am_short's header travels in native order: its bytes are the message's first 8.
+        let fin = encode_rndv_fin(rreq, st.uuid);
+        let (hdr, rest) = fin.split_at(8);
+        let hdr = u64::from_ne_bytes(hdr.try_into().map_err(|_| Status::InvalidParam)?);
+        let out = t.iface.am_short(lane.ep, AM_RNDV_FIN, hdr, rest)?;
+        Ok(out.is_done())
+    })();
+    match res {
+        Ok(false) => Ok(Some(Deferred::RndvPut {
+            sreq,
+            rreq,
+            addr,
+            len,
+            rkey,
+            off,
+        })),
+        Ok(true) => {
+            st.complete(r, Status::Ok);
+            Ok(None)
+        }
+        Err(s) => {
+            tracing::debug!("rendezvous put failed: {s}");
+            st.complete(r, s);
+            Ok(None)
+        }
+    }
+}
+
+impl State {
+    /// Sender: the receiver is ready for the data of request `h.sreq`.
+    pub(crate) fn on_rtr(&mut self, h: Rtr<'_>) -> Result<()> {
+        let r = Request::from_u64(h.sreq);
+        let fits = match self.reqs.get_ref(r.0) {
+            Some(Req {
+                kind: ReqKind::Send(s),
+                status: None,
+                ..
+            }) => s.remote_pending && s.buf.contig_ptr().is_some() && h.len <= s.buf.len() as u64,
+            _ => false,
+        };
+        if !fits {
+            return Err(Status::InvalidParam);
+        }
+        self.deferred.push_back(Deferred::RndvPut {
+            sreq: h.sreq,
+            rreq: h.rreq,
+            addr: h.addr,
+            len: h.len as usize,
+            rkey: h.rkey.to_vec(),
+            off: 0,
+        });
+        Ok(())
+    }
+
+    /// Receiver: every byte of receive `rreq` was written; `uuid` is the sender.
+    pub(crate) fn on_rndv_fin(&mut self, rreq: u64, uuid: u64) -> Result<()> {
+        if self.rndv_rx.get(&rreq).map(|x| x.uuid) != Some(uuid) {
+            return Err(Status::InvalidParam);
+        }
+        let Some(rx) = self.rndv_rx.remove(&rreq) else {
+            return Err(Status::InvalidParam);
+        };
+        let mut status = if rx.truncated {
+            Status::MessageTruncated
+        } else {
+            Status::Ok
+        };
+        if let Some(Req {
+            kind: ReqKind::Recv(rs),
+            status: None,
+            ..
+        }) = self.reqs.get_mut(rx.req.0)
+        {
+            if let Some(b) = &rx.bounce {
+                // SAFETY: the receive is still posted, so its buffer is valid (the
+                // caller's contract) until it completes below.
+                if unsafe { rs.buf.write_at(0, b) } < b.len() {
+                    status = Status::IoError;
+                }
+            }
+            self.complete(rx.req, status);
+        }
+        Ok(())
+    }
+
+    /// The sender `uuid` is gone: its rendezvous receives fail with `status`.
+    pub(crate) fn fail_rndv_from(&mut self, uuid: u64, status: Status) {
+        let gone: Vec<u64> = self
+            .rndv_rx
+            .iter()
+            .filter(|(_, x)| x.uuid == uuid)
+            .map(|(&k, _)| k)
+            .collect();
+        for k in gone {
+            if let Some(rx) = self.rndv_rx.remove(&k) {
+                self.complete(rx.req, status);
+            }
+        }
+    }
+}
