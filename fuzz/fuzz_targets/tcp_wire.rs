@@ -9,8 +9,8 @@
 use libfuzzer_sys::fuzz_target;
 use uct::cm;
 use uct::tcp::wire::{
-    decode_addr, decode_handshake, decode_put_header, encode_addr, encode_handshake,
-    frame_header, parse_frame, put_header, FRAME_HDR, HANDSHAKE_FIXED, PUT_HDR, PUT_ID,
+    decode_addr, decode_handshake, decode_put_header, encode_addr, encode_handshake, frame_header,
+    parse_frame, put_header, FRAME_HDR, HANDSHAKE_FIXED, PUT_HDR, PUT_ID,
 };
 
 /// Longest address a handshake may carry.

@@ -58,9 +58,11 @@ pub fn status_field(s: Status) -> u64 {
     i64::from(s.code()) as u64
 }
 
-/// A field as a status (an unknown code is a malformed message).
+/// A field as a status (an unknown code, or a field that is not a sign-extended code, is
+/// a malformed message).
 pub fn field_status(v: u64) -> Result<Status> {
-    Status::from_code(v as i64 as i32).ok_or(Status::InvalidParam)
+    let code = i32::try_from(v as i64).map_err(|_| Status::InvalidParam)?;
+    Status::from_code(code).ok_or(Status::InvalidParam)
 }
 
 fn op_code(op: AtomicOp) -> u64 {
@@ -122,7 +124,9 @@ mod tests {
             let _ = decode::<7>(&b);
             let _ = decode::<2>(&b);
             let _ = parse_op_word(w);
-            let _ = field_status(w);
+            if let Ok(s) = field_status(w) {
+                prop_assert_eq!(status_field(s), w, "a status field must be a sign-extended code");
+            }
         }
     }
 
