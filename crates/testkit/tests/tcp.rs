@@ -297,8 +297,8 @@ fn stream_side(me: &mut Iface, ep: EpId, sender: u32, peer: u32, n: u64) -> Resu
 
 /// Two interfaces create endpoints to each other before either progresses (so both
 /// connections are set up at the same time), then each, in its own thread, streams
-/// large and small messages to the other while receiving. One-way connections mean no
-/// connection race and no deadlock between two full directions.
+/// large and small messages to the other while receiving. Each side sends on the
+/// connection it opened: no connection race and no deadlock between two full directions.
 #[test]
 fn simultaneous_connect_and_bidirectional_streaming() {
     let _serial = testkit::heavy_test();
@@ -818,4 +818,90 @@ fn puts_land_in_registered_memory_and_bad_ones_are_dropped() {
     });
     check(&buf, 0, max, 11, "put after refused ones");
     drop(h);
+}
+
+fn open_fds() -> usize {
+    std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count())
+}
+
+/// A peer that answers a connector answers on the connector's connection: after A
+/// connected to B and B made its endpoint to A, the pair has one connection, messages
+/// of every size go both ways on it intact and in order, and when B's endpoint goes, A's
+/// endpoint fails (the connection is gone) and A hears that B closed.
+#[test]
+fn the_answer_travels_on_the_connectors_connection() {
+    let _heavy = testkit::heavy_test();
+    let mut a = open(LOCALHOST);
+    let mut b = open(LOCALHOST);
+    let in_a = record(&mut a);
+    let in_b = record(&mut b);
+    let base = open_fds();
+    let ab = a.ep_create(&b.address()).expect("ep to b");
+    short(&mut a, &mut b, ab, 1, 10, b"hello");
+    progress_until(&mut [&mut a, &mut b], "the connector's message", || {
+        inbox_len(&in_b) == 1
+    });
+    assert_eq!(open_fds(), base + 2, "one connection: two ends");
+    let ba = b.ep_create(&a.address()).expect("ep to a");
+    assert_eq!(
+        open_fds(),
+        base + 2,
+        "b answers without a connection of its own"
+    );
+    // Sizes across the segment, both ways, interleaved.
+    let sizes = [0usize, 1, 255, 4096, 65_536];
+    for (i, &len) in sizes.iter().enumerate() {
+        let data = pattern::mem_vec(len, i as u64, 0);
+        for to_a in [true, false] {
+            let (tx, rx, ep) = if to_a {
+                (&mut b, &mut a, ba)
+            } else {
+                (&mut a, &mut b, ab)
+            };
+            let start = Instant::now();
+            while !tx
+                .am_bcopy(ep, 2, |buf| {
+                    buf[..len].copy_from_slice(&data);
+                    len
+                })
+                .expect("am_bcopy")
+                .is_done()
+            {
+                tx.progress();
+                rx.progress();
+                assert!(start.elapsed() < WAIT, "am_bcopy stayed NoResource");
+            }
+        }
+    }
+    progress_until(&mut [&mut a, &mut b], "every message both ways", || {
+        inbox_len(&in_a) == sizes.len() && inbox_len(&in_b) == 1 + sizes.len()
+    });
+    for (inbox, skip) in [(&in_a, 0), (&in_b, 1)] {
+        let got = take(inbox);
+        for (i, (id, d)) in got[skip..].iter().enumerate() {
+            assert_eq!(*id, 2);
+            assert_eq!(
+                pattern::check_mem(d, i as u64, 0),
+                None,
+                "message {i} differs"
+            );
+            assert_eq!(d.len(), sizes[i]);
+        }
+    }
+    assert_eq!(open_fds(), base + 2, "still one connection");
+    b.ep_destroy(ba).unwrap();
+    let ev = wait_event(
+        &mut a,
+        &mut [&mut b],
+        "a's endpoint fails",
+        |e| matches!(e, IfaceEvent::EpFailed(f, _) if *f == ab),
+    );
+    assert!(
+        ev.contains(&IfaceEvent::PeerClosed(b.address())),
+        "a hears that b closed: {ev:?}"
+    );
+    a.ep_destroy(ab).unwrap();
+    assert_eq!(open_fds(), base, "no descriptor left");
+    assert!(a.is_idle() && b.is_idle());
+    assert_eq!(a.dropped() + b.dropped(), 0);
 }

@@ -1,10 +1,12 @@
 //! The tcp transport: nonblocking sockets on an epoll set, one listening socket per
-//! interface, one outgoing connection per endpoint, framed active messages.
+//! interface, framed active messages.
 //!
-//! Connections are one-way: an endpoint's connection only carries what that endpoint
-//! sends, and the peer answers over a connection of its own endpoint. Two processes that
-//! connect to each other at the same time therefore never have to decide which of two
-//! connections survives, and a slow reader only stalls the connections that write to it.
+//! A connection belongs to a pair of endpoints. An endpoint created to a peer interface
+//! connects to it (from this interface's address) and sends a handshake naming this
+//! interface; when the peer then creates its endpoint to us, it answers on that accepted
+//! connection instead of opening one (`bind_accepted`), so a peer pair costs one socket
+//! on each side. Should both sides connect at the same moment, each keeps sending on the
+//! connection it opened and receives on the other: no tie-break, so nothing waits on one.
 //!
 //! Sending writes straight from the caller's buffers (`writev`); what the socket does not
 //! take is kept in the endpoint's bounded send buffer and flushed by progress, and a full
@@ -172,6 +174,9 @@ struct TcpEp {
     tx: Vec<u8>,
     head: usize,
     want_out: bool,
+    /// What the peer's endpoint sends back on this connection (its `peer` is the address
+    /// this endpoint connected to, or the connector's handshake address).
+    rx: RxState,
 }
 
 impl TcpEp {
@@ -180,15 +185,38 @@ impl TcpEp {
     }
 }
 
+/// An accepted connection that no endpoint of ours sends on (yet).
 struct RxConn {
     sock: Socket,
+    rx: RxState,
+}
+
+/// The receiving half of a connection.
+struct RxState {
     buf: Vec<u8>,
     start: usize,
     end: usize,
-    /// The connector's interface address, once its handshake arrived.
+    /// The peer's interface address: the connector's, once its handshake arrived, or the
+    /// one our endpoint connected to.
     peer: Option<Vec<u8>>,
     /// The put frame whose data is being read; while it is, the buffer is empty.
     put: Option<PutRx>,
+    /// The peer sent something on this connection (its closing is news for the
+    /// endpoints that talk to it: [`IfaceEvent::PeerClosed`]).
+    heard: bool,
+}
+
+impl RxState {
+    fn new(peer: Option<Vec<u8>>, buf_max: usize) -> RxState {
+        RxState {
+            buf: vec![0; RX_BUF_INITIAL.min(buf_max)],
+            start: 0,
+            end: 0,
+            peer,
+            put: None,
+            heard: false,
+        }
+    }
 }
 
 /// The rest of a put frame's data still in the socket.
@@ -234,6 +262,8 @@ pub struct TcpIface {
     dropped: u64,
     /// One past the largest endpoint id handed out (the slab reuses ids below it).
     ep_ids: u32,
+    /// One past the largest accepted-connection id handed out.
+    rx_ids: u32,
 }
 
 fn new_socket(addr: &SocketAddr) -> Result<Socket> {
@@ -306,6 +336,7 @@ impl TcpIface {
             attr,
             dropped: 0,
             ep_ids: 0,
+            rx_ids: 0,
         })
     }
 
@@ -360,9 +391,18 @@ impl TcpIface {
 
     pub fn ep_create(&mut self, iface_addr: &[u8]) -> Result<EpId> {
         let peer = wire::decode_addr(iface_addr)?;
+        if let Some(ep) = self.bind_accepted(iface_addr, &peer) {
+            return Ok(ep);
+        }
         let sock = new_socket(&peer)?;
         sock.set_nodelay(true)?;
         sock.set_tcp_keepalive(&self.keepalive())?;
+        // Connect from this interface's address, so that the peer sees the address our
+        // handshake names (it checks them before answering on this connection). Should
+        // that fail, the peer answers on a connection of its own instead.
+        if let Err(e) = sock.bind(&SockAddr::from(SocketAddr::new(self.local.ip(), 0))) {
+            tracing::debug!("tcp: bind to {} failed: {e}", self.local.ip());
+        }
         let state = match sock.connect(&SockAddr::from(peer)) {
             Ok(()) => EpState::Connected,
             Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => EpState::Connecting,
@@ -379,6 +419,7 @@ impl TcpIface {
             tx,
             head: 0,
             want_out: true,
+            rx: RxState::new(Some(iface_addr.to_vec()), self.rx_buf_max()),
         });
         self.ep_ids = self.ep_ids.max(ep.0 + 1);
         let e = self.eps.get(ep)?;
@@ -391,6 +432,51 @@ impl TcpIface {
             self.flush_ep(ep);
         }
         Ok(ep)
+    }
+
+    /// An endpoint on a connection the peer `iface_addr` opened to us (its endpoint sends
+    /// on it, ours answers on it), when there is one that no endpoint of ours uses yet and
+    /// whose remote address is the peer's. A peer pair then needs one connection; should
+    /// both sides connect at once, each keeps sending on its own and nothing waits for a
+    /// tie-break.
+    fn bind_accepted(&mut self, iface_addr: &[u8], peer: &SocketAddr) -> Option<EpId> {
+        let mut found = None;
+        for i in 0..self.rx_ids {
+            let Ok(c) = self.rx.get(EpId(i)) else {
+                continue;
+            };
+            if c.rx.peer.as_deref() != Some(iface_addr) {
+                continue;
+            }
+            // The connection must come from the address it names, so that another local
+            // process cannot take our messages for that peer by naming it.
+            let from = c.sock.peer_addr().ok()?.as_socket()?;
+            if from.ip() == peer.ip() {
+                found = Some(EpId(i));
+                break;
+            }
+        }
+        let c = self.rx.remove(found?).ok()?;
+        let ep = self.eps.insert(TcpEp {
+            sock: c.sock,
+            state: EpState::Connected,
+            tx: Vec::with_capacity(self.cfg.seg_size),
+            head: 0,
+            want_out: false,
+            rx: c.rx,
+        });
+        self.ep_ids = self.ep_ids.max(ep.0 + 1);
+        let e = self.eps.get(ep).ok()?;
+        if self
+            .events
+            .modify(&e.sock, Events::READABLE, TOK_EP | u64::from(ep.0))
+            .is_err()
+        {
+            let _ = self.eps.remove(ep);
+            return None;
+        }
+        tracing::debug!("tcp: endpoint {} answers on the peer's connection", ep.0);
+        Some(ep)
     }
 
     pub fn ep_destroy(&mut self, ep: EpId) -> Result<()> {
@@ -676,7 +762,7 @@ impl TcpIface {
         for &(tok, ev) in &ready {
             match tok & !0xffff_ffff {
                 TOK_LISTENER => self.accept_all(),
-                TOK_EP => self.ep_event(EpId(tok as u32), ev),
+                TOK_EP => n += self.ep_event(EpId(tok as u32), ev, f),
                 TOK_RX => n += self.rx_event(tok as u32, f),
                 _ => {}
             }
@@ -705,13 +791,10 @@ impl TcpIface {
                     let _ = sock.set_tcp_keepalive(&self.keepalive());
                     let conn = RxConn {
                         sock,
-                        buf: vec![0; RX_BUF_INITIAL.min(self.rx_buf_max())],
-                        start: 0,
-                        end: 0,
-                        peer: None,
-                        put: None,
+                        rx: RxState::new(None, self.rx_buf_max()),
                     };
                     let id = self.rx.insert(conn);
+                    self.rx_ids = self.rx_ids.max(id.0 + 1);
                     if let Ok(c) = self.rx.get(id) {
                         if self
                             .events
@@ -731,8 +814,11 @@ impl TcpIface {
         }
     }
 
-    fn ep_event(&mut self, ep: EpId, ev: Events) {
-        let Ok(e) = self.eps.get_mut(ep) else { return };
+    fn ep_event(&mut self, ep: EpId, ev: Events, f: &mut impl FnMut(u8, &[u8])) -> usize {
+        let mut delivered = 0;
+        let Ok(e) = self.eps.get_mut(ep) else {
+            return 0;
+        };
         if e.state == EpState::Connecting {
             match e.sock.take_error() {
                 Ok(None) if ev.contains(Events::WRITABLE) => {
@@ -751,189 +837,90 @@ impl TcpIface {
                     self.fail_ep(ep, s);
                 }
             }
-            return;
+            return 0;
         }
         if ev.contains(Events::READABLE)
             || ev.contains(Events::HANGUP)
             || ev.contains(Events::ERROR)
         {
-            // The peer never sends on this connection: readable means closed or reset.
-            let mut b = [0u8; 64];
-            match (&e.sock).read(&mut b) {
-                Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => {}
-                _ => {
-                    self.fail_ep(ep, Status::ConnectionReset);
-                    return;
+            // The peer's endpoint answers on this connection; a close or reset fails
+            // this endpoint, and tells that the peer is gone.
+            let lim = self.rx_limits();
+            let mut refused = 0;
+            let Ok(e) = self.eps.get_mut(ep) else {
+                return 0;
+            };
+            let end = read_frames(&e.sock, &mut e.rx, &lim, f, &mut delivered, &mut refused);
+            let peer = e.rx.peer.clone().filter(|_| e.rx.heard);
+            self.count_refused(refused);
+            let failed = match end {
+                RxEnd::More => false,
+                RxEnd::Closed => true,
+                RxEnd::Bad => {
+                    self.dropped += 1;
+                    tracing::debug!("tcp: malformed input from a peer; connection closed");
+                    true
                 }
+            };
+            if failed {
+                self.fail_ep(ep, Status::ConnectionReset);
+                if let Some(p) = peer {
+                    self.out_events.push(IfaceEvent::PeerClosed(p));
+                }
+                return delivered;
             }
         }
         if ev.contains(Events::WRITABLE) {
             self.flush_ep(ep);
         }
+        delivered
     }
 
     fn close_rx(&mut self, id: EpId) {
         if let Ok(c) = self.rx.remove(id) {
             let _ = self.events.remove(&c.sock);
-            if let Some(p) = c.peer {
+            if let Some(p) = c.rx.peer {
                 self.out_events.push(IfaceEvent::PeerClosed(p));
             }
         }
     }
 
-    /// Reads from connection `idx` and delivers the complete frames, at most
-    /// [`RX_READS_PER_EVENT`] reads (the epoll set reports what is left again).
+    /// Reads from accepted connection `idx` and delivers the complete frames.
     fn rx_event(&mut self, idx: u32, f: &mut impl FnMut(u8, &[u8])) -> usize {
         let id = EpId(idx);
-        let max = self.cfg.seg_size;
-        let max_put = self.cfg.put_seg;
-        let buf_max = self.rx_buf_max();
+        let lim = self.rx_limits();
         let mut delivered = 0;
-        for _ in 0..RX_READS_PER_EVENT {
-            let Ok(c) = self.rx.get_mut(id) else {
-                return delivered;
-            };
-            if let Some(p) = &mut c.put {
-                // A put's data goes from the socket to its destination (or, refused, into
-                // the empty connection buffer to be dropped).
-                let got = match p.target() {
-                    Some(dst) => (&c.sock).read(dst),
-                    None => {
-                        let n = p.left.min(c.buf.len());
-                        (&c.sock).read(&mut c.buf[..n])
-                    }
-                };
-                match got {
-                    Ok(0) => {
-                        self.close_rx(id);
-                        return delivered;
-                    }
-                    Ok(n) => {
-                        p.dst += n as u64;
-                        p.left -= n;
-                        if p.left == 0 {
-                            c.put = None;
-                            delivered += 1;
-                        }
-                        continue;
-                    }
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return delivered,
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                    Err(_) => {
-                        self.close_rx(id);
-                        return delivered;
-                    }
-                }
-            }
-            let mut bad = false;
-            let mut refused = 0;
-            if c.end == c.buf.len() {
-                if c.start > 0 {
-                    c.buf.copy_within(c.start..c.end, 0);
-                    c.end -= c.start;
-                    c.start = 0;
-                } else if c.buf.len() < buf_max {
-                    let n = (2 * c.buf.len()).clamp(RX_BUF_INITIAL.min(buf_max), buf_max);
-                    c.buf.resize(n, 0);
-                } else {
-                    // Unreachable with checked frames (a whole one fits and is consumed),
-                    // but never read into an empty slice: that would look like a close.
-                    bad = true;
-                }
-            }
-            if !bad {
-                let got = match (&c.sock).read(&mut c.buf[c.end..]) {
-                    Ok(0) => {
-                        self.close_rx(id);
-                        return delivered;
-                    }
-                    Ok(n) => n,
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return delivered,
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                    Err(_) => {
-                        self.close_rx(id);
-                        return delivered;
-                    }
-                };
-                c.end += got;
-                // Handshake first, then frames.
-                if c.peer.is_none() {
-                    match wire::decode_handshake(&c.buf[c.start..c.end]) {
-                        Ok(Some((peer, used))) => {
-                            c.peer = Some(peer);
-                            c.start += used;
-                        }
-                        Ok(None) => continue,
-                        Err(_) => bad = true,
-                    }
-                }
-            }
-            while !bad && c.end - c.start >= FRAME_HDR {
-                match wire::parse_frame(&c.buf[c.start..c.start + FRAME_HDR], max, max_put) {
-                    Ok((PUT_ID, len)) => {
-                        if c.end - c.start < FRAME_HDR + PUT_HDR {
-                            break;
-                        }
-                        let h = c.start + FRAME_HDR;
-                        let Ok((addr, reg)) = wire::decode_put_header(&c.buf[h..h + PUT_HDR])
-                        else {
-                            bad = true;
-                            break;
-                        };
-                        let data = len - PUT_HDR;
-                        let alive = crate::md::wire_target(reg, addr, data as u64);
-                        if alive.is_none() {
-                            refused += 1;
-                        }
-                        let mut p = PutRx {
-                            dst: addr,
-                            left: data,
-                            alive,
-                        };
-                        let s = h + PUT_HDR;
-                        let n = data.min(c.end - s);
-                        if let Some(dst) = p.target() {
-                            dst[..n].copy_from_slice(&c.buf[s..s + n]);
-                        }
-                        p.dst += n as u64;
-                        p.left -= n;
-                        c.start = s + n;
-                        if p.left > 0 {
-                            // The buffer is used up: the rest comes straight from the
-                            // socket.
-                            c.put = Some(p);
-                            break;
-                        }
-                        delivered += 1;
-                    }
-                    Ok((am, len)) => {
-                        if c.end - c.start < FRAME_HDR + len {
-                            break;
-                        }
-                        let s = c.start + FRAME_HDR;
-                        f(am, &c.buf[s..s + len]);
-                        delivered += 1;
-                        c.start = s + len;
-                    }
-                    Err(_) => bad = true,
-                }
-            }
-            if refused > 0 {
-                self.dropped += refused;
-                tracing::debug!("tcp: a put into memory that is not registered was dropped");
-            }
-            if bad {
+        let mut refused = 0;
+        let end = match self.rx.get_mut(id) {
+            Ok(c) => read_frames(&c.sock, &mut c.rx, &lim, f, &mut delivered, &mut refused),
+            Err(_) => return 0,
+        };
+        self.count_refused(refused);
+        match end {
+            RxEnd::More => {}
+            RxEnd::Closed => self.close_rx(id),
+            RxEnd::Bad => {
                 self.dropped += 1;
                 tracing::debug!("tcp: malformed input from a peer; connection closed");
                 self.close_rx(id);
-                return delivered;
-            }
-            if c.start == c.end {
-                c.start = 0;
-                c.end = 0;
             }
         }
         delivered
+    }
+
+    fn count_refused(&mut self, refused: u64) {
+        if refused > 0 {
+            self.dropped += refused;
+            tracing::debug!("tcp: a put into memory that is not registered was dropped");
+        }
+    }
+
+    fn rx_limits(&self) -> RxLimits {
+        RxLimits {
+            max: self.cfg.seg_size,
+            max_put: self.cfg.put_seg,
+            buf_max: self.rx_buf_max(),
+        }
     }
 
     pub fn event_fd(&self) -> BorrowedFd<'_> {
@@ -950,4 +937,152 @@ impl TcpIface {
             Err(Status::Busy)
         }
     }
+}
+
+/// Limits of what a connection receives.
+struct RxLimits {
+    /// Largest active message.
+    max: usize,
+    /// Largest put.
+    max_put: usize,
+    /// Largest receive buffer: a handshake and one whole active message.
+    buf_max: usize,
+}
+
+/// Why [`read_frames`] stopped.
+enum RxEnd {
+    /// Nothing more to read now (or this turn's reads are used up).
+    More,
+    /// The peer closed or reset the connection.
+    Closed,
+    /// The peer sent something malformed.
+    Bad,
+}
+
+/// Reads from `sock` and delivers the complete frames, at most [`RX_READS_PER_EVENT`]
+/// reads (the epoll set reports what is left again). A put's data goes from the socket
+/// straight to its destination. Counts delivered frames and refused puts.
+fn read_frames(
+    sock: &Socket,
+    c: &mut RxState,
+    lim: &RxLimits,
+    f: &mut impl FnMut(u8, &[u8]),
+    delivered: &mut usize,
+    refused: &mut u64,
+) -> RxEnd {
+    for _ in 0..RX_READS_PER_EVENT {
+        if let Some(p) = &mut c.put {
+            // A put's data goes from the socket to its destination (or, refused, into
+            // the empty connection buffer to be dropped).
+            let got = match p.target() {
+                Some(dst) => (&*sock).read(dst),
+                None => {
+                    let n = p.left.min(c.buf.len());
+                    (&*sock).read(&mut c.buf[..n])
+                }
+            };
+            match got {
+                Ok(0) => return RxEnd::Closed,
+                Ok(n) => {
+                    p.dst += n as u64;
+                    p.left -= n;
+                    if p.left == 0 {
+                        c.put = None;
+                        *delivered += 1;
+                    }
+                    continue;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return RxEnd::More,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(_) => return RxEnd::Closed,
+            }
+        }
+        if c.end == c.buf.len() {
+            if c.start > 0 {
+                c.buf.copy_within(c.start..c.end, 0);
+                c.end -= c.start;
+                c.start = 0;
+            } else if c.buf.len() < lim.buf_max {
+                let n = (2 * c.buf.len()).clamp(RX_BUF_INITIAL.min(lim.buf_max), lim.buf_max);
+                c.buf.resize(n, 0);
+            } else {
+                // Unreachable with checked frames (a whole one fits and is consumed),
+                // but never read into an empty slice: that would look like a close.
+                return RxEnd::Bad;
+            }
+        }
+        let got = match (&*sock).read(&mut c.buf[c.end..]) {
+            Ok(0) => return RxEnd::Closed,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return RxEnd::More,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => return RxEnd::Closed,
+        };
+        c.end += got;
+        c.heard = true;
+        // Handshake first (accepted connections), then frames.
+        if c.peer.is_none() {
+            match wire::decode_handshake(&c.buf[c.start..c.end]) {
+                Ok(Some((peer, used))) => {
+                    c.peer = Some(peer);
+                    c.start += used;
+                }
+                Ok(None) => continue,
+                Err(_) => return RxEnd::Bad,
+            }
+        }
+        while c.end - c.start >= FRAME_HDR {
+            let Ok((id, len)) =
+                wire::parse_frame(&c.buf[c.start..c.start + FRAME_HDR], lim.max, lim.max_put)
+            else {
+                return RxEnd::Bad;
+            };
+            if id == PUT_ID {
+                if c.end - c.start < FRAME_HDR + PUT_HDR {
+                    break;
+                }
+                let h = c.start + FRAME_HDR;
+                let Ok((addr, reg)) = wire::decode_put_header(&c.buf[h..h + PUT_HDR]) else {
+                    return RxEnd::Bad;
+                };
+                let data = len - PUT_HDR;
+                let alive = crate::md::wire_target(reg, addr, data as u64);
+                if alive.is_none() {
+                    *refused += 1;
+                }
+                let mut p = PutRx {
+                    dst: addr,
+                    left: data,
+                    alive,
+                };
+                let s = h + PUT_HDR;
+                let n = data.min(c.end - s);
+                if let Some(dst) = p.target() {
+                    dst[..n].copy_from_slice(&c.buf[s..s + n]);
+                }
+                p.dst += n as u64;
+                p.left -= n;
+                c.start = s + n;
+                if p.left > 0 {
+                    // The buffer is used up: the rest comes straight from the socket.
+                    c.put = Some(p);
+                    break;
+                }
+                *delivered += 1;
+                continue;
+            }
+            if c.end - c.start < FRAME_HDR + len {
+                break;
+            }
+            let s = c.start + FRAME_HDR;
+            f(id, &c.buf[s..s + len]);
+            *delivered += 1;
+            c.start = s + len;
+        }
+        if c.start == c.end {
+            c.start = 0;
+            c.end = 0;
+        }
+    }
+    RxEnd::More
 }
