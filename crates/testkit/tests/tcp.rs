@@ -905,3 +905,66 @@ fn the_answer_travels_on_the_connectors_connection() {
     assert!(a.is_idle() && b.is_idle());
     assert_eq!(a.dropped() + b.dropped(), 0);
 }
+
+/// Endpoints both sides create before either progresses end up on one connection: the
+/// interface with the larger address waits for the other's connection and answers on it.
+/// When that peer never connects, the waiting endpoint connects itself after
+/// `UCX_TCP_PEER_WAIT`, and what it sent meanwhile arrives first, in order.
+#[test]
+fn endpoints_created_at_once_share_one_connection() {
+    let _heavy = testkit::heavy_test();
+    let mut a = open(LOCALHOST);
+    let mut b = open(LOCALHOST);
+    if a.address() > b.address() {
+        std::mem::swap(&mut a, &mut b);
+    }
+    // `a` has the smaller address: it connects; `b` waits.
+    let in_a = record(&mut a);
+    let in_b = record(&mut b);
+    let base = open_fds();
+    let ab = a.ep_create(&b.address()).unwrap();
+    let ba = b.ep_create(&a.address()).unwrap();
+    for i in 0..5u64 {
+        short(&mut b, &mut a, ba, 3, i, b"from b");
+        short(&mut a, &mut b, ab, 4, i, b"from a");
+    }
+    progress_until(&mut [&mut a, &mut b], "both directions", || {
+        inbox_len(&in_a) == 5 && inbox_len(&in_b) == 5
+    });
+    for (inbox, id, what) in [(&in_a, 3u8, &b"from b"[..]), (&in_b, 4, &b"from a"[..])] {
+        let got = take(inbox);
+        for (i, (gid, d)) in got.iter().enumerate() {
+            assert_eq!(*gid, id);
+            assert_eq!(d[..8], (i as u64).to_ne_bytes(), "message {i} out of order");
+            assert_eq!(&d[8..], what);
+        }
+    }
+    assert_eq!(open_fds(), base + 2, "one connection for the pair");
+    a.ep_destroy(ab).unwrap();
+    b.ep_destroy(ba).unwrap();
+
+    // The waiting side's peer never connects: it connects itself, in order.
+    let mut c = open(LOCALHOST);
+    let in_c = record(&mut c);
+    let (mut late, early) = if b.address() > c.address() {
+        (b, c)
+    } else {
+        (c, b)
+    };
+    let mut early = early;
+    // Whichever of b and c is the early one receives; the other inbox stays empty.
+    let ep = late.ep_create(&early.address()).unwrap();
+    for i in 0..3u64 {
+        short(&mut late, &mut early, ep, 5, i, b"late");
+    }
+    progress_until(
+        &mut [&mut late, &mut early],
+        "the late side's messages",
+        || inbox_len(&in_b) + inbox_len(&in_c) == 3,
+    );
+    let got: Vec<_> = take(&in_b).into_iter().chain(take(&in_c)).collect();
+    for (i, (id, d)) in got.iter().enumerate() {
+        assert_eq!((*id, &d[..8]), (5, &(i as u64).to_ne_bytes()[..]));
+    }
+    late.ep_destroy(ep).unwrap();
+}

@@ -5,8 +5,12 @@
 //! connects to it (from this interface's address) and sends a handshake naming this
 //! interface; when the peer then creates its endpoint to us, it answers on that accepted
 //! connection instead of opening one (`bind_accepted`), so a peer pair costs one socket
-//! on each side. Should both sides connect at the same moment, each keeps sending on the
-//! connection it opened and receives on the other: no tie-break, so nothing waits on one.
+//! on each side. So that endpoints both sides create at once share one connection too,
+//! the interface with the larger address does not connect at once: its endpoint buffers
+//! what it sends and waits up to [`TcpConfig::peer_wait_ns`] for the peer's connection
+//! (`adopt_for_waiting`), then connects itself (`connect_overdue`; the timerfd in the
+//! epoll set wakes a blocked wait for that). Nothing waits on a message from the peer, so
+//! the tie-break cannot hang.
 //!
 //! Sending writes straight from the caller's buffers (`writev`); what the socket does not
 //! take is kept in the endpoint's bounded send buffer and flushed by progress, and a full
@@ -78,6 +82,11 @@ pub static VARS: &[Var] = &[
         default: "3",
         doc: "Unanswered keepalive probes after which the peer is declared dead.",
     },
+    Var {
+        name: "TCP_PEER_WAIT",
+        default: "2ms",
+        doc: "How long a new endpoint of the interface with the larger address waits for the peer to connect (so that both directions share one connection) before it connects itself.",
+    },
 ];
 
 /// Settings of a tcp interface.
@@ -89,6 +98,9 @@ pub struct TcpConfig {
     pub keepidle: Duration,
     pub keepintvl: Duration,
     pub keepcnt: u32,
+    /// How long an endpoint of the interface with the larger address waits for the
+    /// peer's connection before connecting itself (`TCP_PEER_WAIT`).
+    pub peer_wait_ns: u64,
 }
 
 impl Default for TcpConfig {
@@ -100,6 +112,7 @@ impl Default for TcpConfig {
             keepidle: Duration::from_secs(10),
             keepintvl: Duration::from_secs(2),
             keepcnt: 3,
+            peer_wait_ns: 2_000_000,
         }
     }
 }
@@ -114,6 +127,7 @@ impl TcpConfig {
             keepidle: config::time(&VARS[3])?,
             keepintvl: config::time(&VARS[4])?,
             keepcnt: config::u64_value(&VARS[5])? as u32,
+            peer_wait_ns: config::time(&VARS[6])?.as_nanos() as u64,
         };
         c.validate()?;
         Ok(c)
@@ -159,9 +173,12 @@ const TX_COMPACT: usize = 64 << 10;
 const TOK_LISTENER: u64 = 0;
 const TOK_EP: u64 = 1 << 32;
 const TOK_RX: u64 = 2 << 32;
+const TOK_TIMER: u64 = 3 << 32;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum EpState {
+    /// Not connected: waiting until this time (ns) for the peer's connection to answer on.
+    Waiting(u64),
     Connecting,
     Connected,
     Failed(Status),
@@ -264,6 +281,12 @@ pub struct TcpIface {
     ep_ids: u32,
     /// One past the largest accepted-connection id handed out.
     rx_ids: u32,
+    /// Endpoints in `EpState::Waiting`.
+    waiting: Vec<EpId>,
+    /// Wakes a blocked wait when a waiting endpoint must connect.
+    timer: std::os::fd::OwnedFd,
+    /// What `timer` is set to (0: disarmed).
+    timer_at: u64,
 }
 
 fn new_socket(addr: &SocketAddr) -> Result<Socket> {
@@ -290,6 +313,11 @@ impl TcpIface {
         let local = listener.local_addr()?.as_socket().ok_or(Status::NoDevice)?;
         let events = EventSet::new()?;
         events.add(&listener, Events::READABLE, TOK_LISTENER)?;
+        let timer = rustix::time::timerfd_create(
+            rustix::time::TimerfdClockId::Monotonic,
+            rustix::time::TimerfdFlags::CLOEXEC | rustix::time::TimerfdFlags::NONBLOCK,
+        )?;
+        events.add(&timer, Events::READABLE, TOK_TIMER)?;
         let seg = cfg.seg_size;
         let attr = IfaceAttr {
             caps: Caps::AM_SHORT
@@ -340,6 +368,9 @@ impl TcpIface {
             dropped: 0,
             ep_ids: 0,
             rx_ids: 0,
+            waiting: Vec::new(),
+            timer,
+            timer_at: 0,
         })
     }
 
@@ -406,6 +437,23 @@ impl TcpIface {
         if let Err(e) = sock.bind(&SockAddr::from(SocketAddr::new(self.local.ip(), 0))) {
             tracing::debug!("tcp: bind to {} failed: {e}", self.local.ip());
         }
+        if self.address().as_slice() > iface_addr {
+            // The later interface (by address) gives the peer a moment to connect first,
+            // so that endpoints both sides create at once still share one connection;
+            // what it sends meanwhile waits in the send buffer.
+            let deadline = ucs::now_ns() + self.cfg.peer_wait_ns;
+            let ep = self.eps.insert(TcpEp {
+                sock,
+                state: EpState::Waiting(deadline),
+                tx: Vec::with_capacity(self.cfg.seg_size),
+                head: 0,
+                want_out: false,
+                rx: RxState::new(Some(iface_addr.to_vec()), self.rx_buf_max()),
+            });
+            self.ep_ids = self.ep_ids.max(ep.0 + 1);
+            self.waiting.push(ep);
+            return Ok(ep);
+        }
         let state = match sock.connect(&SockAddr::from(peer)) {
             Ok(()) => EpState::Connected,
             Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => EpState::Connecting,
@@ -435,6 +483,118 @@ impl TcpIface {
             self.flush_ep(ep);
         }
         Ok(ep)
+    }
+
+    /// Connects waiting endpoints whose peer did not connect in time.
+    fn connect_overdue(&mut self) {
+        let now = ucs::now_ns();
+        let due: Vec<EpId> = self
+            .waiting
+            .iter()
+            .copied()
+            .filter(|&ep| {
+                self.eps
+                    .get(ep)
+                    .is_ok_and(|e| matches!(e.state, EpState::Waiting(d) if d <= now))
+            })
+            .collect();
+        for ep in due {
+            self.waiting.retain(|&x| x != ep);
+            self.start_connect(ep);
+        }
+    }
+
+    /// Connects waiting endpoint `ep` itself: the handshake goes in front of what it
+    /// buffered.
+    fn start_connect(&mut self, ep: EpId) {
+        let me = self.address();
+        let Ok(e) = self.eps.get_mut(ep) else { return };
+        let Some(peer) = e.rx.peer.as_deref().and_then(|a| wire::decode_addr(a).ok()) else {
+            return;
+        };
+        let state = match e.sock.connect(&SockAddr::from(peer)) {
+            Ok(()) => EpState::Connected,
+            Err(err) if err.raw_os_error() == Some(libc::EINPROGRESS) => EpState::Connecting,
+            Err(err) => {
+                tracing::debug!("tcp: connect to {peer} failed: {err}");
+                self.fail_ep(ep, Status::Unreachable);
+                return;
+            }
+        };
+        let mut tx = wire::encode_handshake(&me);
+        tx.extend_from_slice(&e.tx[e.head..]);
+        e.tx = tx;
+        e.head = 0;
+        e.state = state;
+        e.want_out = true;
+        if self
+            .events
+            .add(
+                &e.sock,
+                Events::READABLE | Events::WRITABLE,
+                TOK_EP | u64::from(ep.0),
+            )
+            .is_err()
+        {
+            self.fail_ep(ep, Status::IoError);
+            return;
+        }
+        if state == EpState::Connected {
+            self.flush_ep(ep);
+        }
+    }
+
+    /// A waiting endpoint to the peer that opened accepted connection `id` answers on it.
+    fn adopt_for_waiting(&mut self, id: EpId) {
+        let Ok(c) = self.rx.get(id) else { return };
+        let Some(peer) = c.rx.peer.clone() else {
+            return;
+        };
+        let Ok(peer_addr) = wire::decode_addr(&peer) else {
+            return;
+        };
+        let from_ok = c
+            .sock
+            .peer_addr()
+            .ok()
+            .and_then(|a| a.as_socket())
+            .is_some_and(|a| a.ip() == peer_addr.ip());
+        if !from_ok {
+            return;
+        }
+        let Some(pos) = self.waiting.iter().position(|&ep| {
+            self.eps
+                .get(ep)
+                .is_ok_and(|e| e.rx.peer.as_deref() == Some(peer.as_slice()))
+        }) else {
+            return;
+        };
+        let ep = self.waiting.remove(pos);
+        let Ok(c) = self.rx.remove(id) else { return };
+        let Ok(e) = self.eps.get_mut(ep) else { return };
+        // The unconnected socket made at creation goes; the peer's connection stays.
+        e.sock = c.sock;
+        e.rx = c.rx;
+        e.state = EpState::Connected;
+        e.want_out = e.pending() > 0;
+        let interest = if e.want_out {
+            Events::READABLE | Events::WRITABLE
+        } else {
+            Events::READABLE
+        };
+        if self
+            .events
+            .modify(&e.sock, interest, TOK_EP | u64::from(ep.0))
+            .is_err()
+        {
+            self.fail_ep(ep, Status::IoError);
+            return;
+        }
+        tracing::debug!(
+            "tcp: waiting endpoint {} answers on the peer's connection",
+            ep.0
+        );
+        self.flush_ep(ep);
     }
 
     /// An endpoint on a connection the peer `iface_addr` opened to us (its endpoint sends
@@ -484,6 +644,7 @@ impl TcpIface {
 
     pub fn ep_destroy(&mut self, ep: EpId) -> Result<()> {
         let e = self.eps.remove(ep)?;
+        self.waiting.retain(|&x| x != ep);
         let _ = self.events.remove(&e.sock);
         Ok(())
     }
@@ -767,10 +928,18 @@ impl TcpIface {
                 TOK_LISTENER => self.accept_all(),
                 TOK_EP => n += self.ep_event(EpId(tok as u32), ev, f),
                 TOK_RX => n += self.rx_event(tok as u32, f),
+                TOK_TIMER => {
+                    // Clear it; the deadlines are checked below.
+                    let _ = rustix::io::read(&self.timer, &mut [0u8; 8]);
+                    self.timer_at = 0;
+                }
                 _ => {}
             }
         }
         self.ready = ready;
+        if !self.waiting.is_empty() {
+            self.connect_overdue();
+        }
         n
     }
 
@@ -900,6 +1069,7 @@ impl TcpIface {
         };
         self.count_refused(refused);
         match end {
+            RxEnd::More if !self.waiting.is_empty() => self.adopt_for_waiting(id),
             RxEnd::More => {}
             RxEnd::Closed => self.close_rx(id),
             RxEnd::Bad => {
@@ -934,11 +1104,38 @@ impl TcpIface {
     /// there is nothing to arm; buffered complete frames would be missed, but frames are
     /// always delivered as soon as they are read.
     pub fn arm(&mut self) -> Result<()> {
-        if self.out_events.is_empty() {
-            Ok(())
-        } else {
-            Err(Status::Busy)
+        if !self.out_events.is_empty() {
+            return Err(Status::Busy);
         }
+        let next = self
+            .waiting
+            .iter()
+            .filter_map(|&ep| match self.eps.get(ep).map(|e| e.state) {
+                Ok(EpState::Waiting(d)) => Some(d),
+                _ => None,
+            })
+            .min();
+        let Some(next) = next else { return Ok(()) };
+        if next <= ucs::now_ns() {
+            return Err(Status::Busy);
+        }
+        if next != self.timer_at {
+            let at = |t: u64| rustix::time::Timespec {
+                tv_sec: (t / 1_000_000_000) as _,
+                tv_nsec: (t % 1_000_000_000) as _,
+            };
+            let spec = rustix::time::Itimerspec {
+                it_interval: at(0),
+                it_value: at(next),
+            };
+            rustix::time::timerfd_settime(
+                &self.timer,
+                rustix::time::TimerfdTimerFlags::ABSTIME,
+                &spec,
+            )?;
+            self.timer_at = next;
+        }
+        Ok(())
     }
 }
 
@@ -977,12 +1174,13 @@ fn read_frames(
         if let Some(p) = &mut c.put {
             // A put's data goes from the socket to its destination (or, refused, into
             // the empty connection buffer to be dropped).
+            let want = match p.target() {
+                Some(dst) => dst.len(),
+                None => p.left.min(c.buf.len()),
+            };
             let got = match p.target() {
                 Some(dst) => (&*sock).read(dst),
-                None => {
-                    let n = p.left.min(c.buf.len());
-                    (&*sock).read(&mut c.buf[..n])
-                }
+                None => (&*sock).read(&mut c.buf[..want]),
             };
             match got {
                 Ok(0) => return RxEnd::Closed,
@@ -992,6 +1190,12 @@ fn read_frames(
                     if p.left == 0 {
                         c.put = None;
                         *delivered += 1;
+                    }
+                    if n < want {
+                        // The socket is drained: the level-triggered epoll set reports
+                        // it again when more arrives, so do not pay for a read that
+                        // would only say "again".
+                        return RxEnd::More;
                     }
                     continue;
                 }
@@ -1014,6 +1218,7 @@ fn read_frames(
                 return RxEnd::Bad;
             }
         }
+        let room = c.buf.len() - c.end;
         let got = match (&*sock).read(&mut c.buf[c.end..]) {
             Ok(0) => return RxEnd::Closed,
             Ok(n) => n,
@@ -1021,6 +1226,8 @@ fn read_frames(
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(_) => return RxEnd::Closed,
         };
+        // A short read drained the socket (see the put case above).
+        let drained = got < room;
         c.end += got;
         c.heard = true;
         // Handshake first (accepted connections), then frames.
@@ -1030,6 +1237,7 @@ fn read_frames(
                     c.peer = Some(peer);
                     c.start += used;
                 }
+                Ok(None) if drained => return RxEnd::More,
                 Ok(None) => continue,
                 Err(_) => return RxEnd::Bad,
             }
@@ -1085,6 +1293,9 @@ fn read_frames(
         if c.start == c.end {
             c.start = 0;
             c.end = 0;
+        }
+        if drained && c.put.is_none() {
+            return RxEnd::More;
         }
     }
     RxEnd::More
