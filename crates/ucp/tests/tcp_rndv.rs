@@ -81,7 +81,8 @@ fn role_sender(args: &str) {
     assert_eq!(stdin_line(), "bye");
 }
 
-/// Announces one rendezvous message, says so, and then stops progressing (until killed).
+/// Announces one rendezvous message, progresses until told to stop, then stops for good
+/// (until killed).
 fn role_announce_and_hang(args: &str) {
     let size: usize = args.parse().unwrap();
     let mut w = worker();
@@ -99,14 +100,20 @@ fn role_announce_and_hang(args: &str) {
         .unwrap()
     };
     assert!(r.is_some(), "a rendezvous send cannot complete at once");
-    // Hand the Rts to the kernel.
+    // Progress (connecting, sending the Rts) until the test saw the Rts, then stop for
+    // good: the receiver's Rtr is never answered.
+    let lines = stdin_lines();
     let deadline = Instant::now() + TIMEOUT;
-    while Instant::now() < deadline && w.progress() > 0 {}
-    for _ in 0..1000 {
+    loop {
         w.progress();
+        if let Ok(l) = lines.try_recv() {
+            assert_eq!(l, "stop");
+            break;
+        }
+        assert!(Instant::now() < deadline, "never told to stop");
     }
-    println!("@@ announced");
-    let _ = stdin_line();
+    println!("@@ stopped");
+    let _ = lines.recv();
 }
 
 #[test]
@@ -335,12 +342,13 @@ fn receive_from_a_killed_sender_fails() {
     let mut p = Peer::spawn_env("announce", &size.to_string(), TCP);
     let mut w = tcp_worker();
     connect(&mut w, &mut p);
-    assert_eq!(p.line(), "announced");
     let deadline = Instant::now() + TIMEOUT;
     while w.tag_probe(3, u64::MAX, false).is_none() {
         w.progress();
         assert!(Instant::now() < deadline, "the announcement did not arrive");
     }
+    p.send("stop");
+    assert_eq!(p.line(), "stopped");
     let mut buf = vec![0u8; size];
     // SAFETY: `buf` outlives the request, waited for below.
     let r = unsafe {
