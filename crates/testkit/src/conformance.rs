@@ -116,7 +116,14 @@ impl Fixture {
     /// A fixture whose interfaces use `cfg`.
     pub fn with_config(t: Transport, cfg: &IfaceConfig) -> Fixture {
         let mut tx = Iface::open(t, cfg).expect("opening the sending interface");
-        let other = Iface::open(t, cfg).expect("opening a second interface");
+        let mut other = Iface::open(t, cfg).expect("opening a second interface");
+        if connection_based(t) && tx.address() < other.address() {
+            // The sender is the interface with the larger address: its endpoint first
+            // waits for the peer to connect (tcp's tie-break), the harder of the two
+            // paths, and so the one every check runs on. (Kernel port order would
+            // otherwise pick a path at random.)
+            std::mem::swap(&mut tx, &mut other);
+        }
         let (rx, ep) = if tx.is_reachable(&other.device_address(), &other.address()) {
             let ep = tx
                 .ep_create(&other.address())
@@ -1650,12 +1657,21 @@ pub fn wakeup(t: Transport) {
     );
     let level = connection_based(t);
     if level {
-        // The fixture's endpoint connected (or is connecting): the connection waiting to
-        // be accepted wakes the receiver.
-        assert!(
-            f.rx().wait(10_000).expect("wait"),
-            "{t:?}: not woken by a new connection"
-        );
+        // The fixture's endpoint connects (at once, or — tcp, from the interface with the
+        // larger address — after waiting a moment for the peer to connect first, which
+        // takes the sender's progress): the connection waiting to be accepted wakes the
+        // receiver.
+        let start = Instant::now();
+        loop {
+            f.tx.progress();
+            if f.rx().wait(10).expect("wait") {
+                break;
+            }
+            assert!(
+                start.elapsed() < WAIT,
+                "{t:?}: not woken by a new connection"
+            );
+        }
         f.connect();
     }
     assert!(
