@@ -12,7 +12,9 @@ pub mod net;
 pub mod pidfd;
 pub mod poll;
 pub mod shm;
+pub mod timer;
 
 pub use eventfd::EventFd;
 pub use mapping::Mapping;
 pub use shm::{SegmentId, ShmSegment};
+pub use timer::DeadlineTimer;

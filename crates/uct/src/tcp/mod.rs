@@ -284,9 +284,7 @@ pub struct TcpIface {
     /// Endpoints in `EpState::Waiting`.
     waiting: Vec<EpId>,
     /// Wakes a blocked wait when a waiting endpoint must connect.
-    timer: std::os::fd::OwnedFd,
-    /// What `timer` is set to (0: disarmed).
-    timer_at: u64,
+    timer: ucs::sys::DeadlineTimer,
 }
 
 fn new_socket(addr: &SocketAddr) -> Result<Socket> {
@@ -313,10 +311,7 @@ impl TcpIface {
         let local = listener.local_addr()?.as_socket().ok_or(Status::NoDevice)?;
         let events = EventSet::new()?;
         events.add(&listener, Events::READABLE, TOK_LISTENER)?;
-        let timer = rustix::time::timerfd_create(
-            rustix::time::TimerfdClockId::Monotonic,
-            rustix::time::TimerfdFlags::CLOEXEC | rustix::time::TimerfdFlags::NONBLOCK,
-        )?;
+        let timer = ucs::sys::DeadlineTimer::new()?;
         events.add(&timer, Events::READABLE, TOK_TIMER)?;
         let seg = cfg.seg_size;
         let attr = IfaceAttr {
@@ -370,7 +365,6 @@ impl TcpIface {
             rx_ids: 0,
             waiting: Vec::new(),
             timer,
-            timer_at: 0,
         })
     }
 
@@ -928,11 +922,8 @@ impl TcpIface {
                 TOK_LISTENER => self.accept_all(),
                 TOK_EP => n += self.ep_event(EpId(tok as u32), ev, f),
                 TOK_RX => n += self.rx_event(tok as u32, f),
-                TOK_TIMER => {
-                    // Clear it; the deadlines are checked below.
-                    let _ = rustix::io::read(&self.timer, &mut [0u8; 8]);
-                    self.timer_at = 0;
-                }
+                // Clear it; the deadlines are checked below.
+                TOK_TIMER => self.timer.clear(),
                 _ => {}
             }
         }
@@ -1115,27 +1106,10 @@ impl TcpIface {
                 _ => None,
             })
             .min();
-        let Some(next) = next else { return Ok(()) };
-        if next <= ucs::now_ns() {
+        if next.is_some_and(|t| t <= ucs::now_ns()) {
             return Err(Status::Busy);
         }
-        if next != self.timer_at {
-            let at = |t: u64| rustix::time::Timespec {
-                tv_sec: (t / 1_000_000_000) as _,
-                tv_nsec: (t % 1_000_000_000) as _,
-            };
-            let spec = rustix::time::Itimerspec {
-                it_interval: at(0),
-                it_value: at(next),
-            };
-            rustix::time::timerfd_settime(
-                &self.timer,
-                rustix::time::TimerfdTimerFlags::ABSTIME,
-                &spec,
-            )?;
-            self.timer_at = next;
-        }
-        Ok(())
+        self.timer.set(next)
     }
 }
 

@@ -99,7 +99,7 @@ use crate::types::*;
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::time::Duration;
 use ucs::config::{self, Var};
 use ucs::{EventSet, Events, Result, Status};
@@ -368,7 +368,6 @@ const _: () = assert!(Engine::IDLE_PEER_BYTES <= 128);
 
 const TOK_SOCK: u64 = 0;
 const TOK_TIMER: u64 = 1;
-const NEVER: u64 = u64::MAX;
 
 /// A udp interface on one device.
 pub struct UdpIface {
@@ -376,9 +375,7 @@ pub struct UdpIface {
     local: SocketAddr,
     sock: UdpSocket,
     events: EventSet,
-    timer: OwnedFd,
-    /// Deadline the timerfd is set to (`NEVER`: disarmed).
-    timer_at: u64,
+    timer: ucs::sys::DeadlineTimer,
     /// Boxed: the engine is large (its counters, scratch packet and configuration), and
     /// the interface enum should not grow by it.
     engine: Box<Engine>,
@@ -444,10 +441,7 @@ impl UdpIface {
         })?;
         let local = s.local_addr()?.as_socket().ok_or(Status::NoDevice)?;
         let sock: UdpSocket = s.into();
-        let timer = rustix::time::timerfd_create(
-            rustix::time::TimerfdClockId::Monotonic,
-            rustix::time::TimerfdFlags::CLOEXEC | rustix::time::TimerfdFlags::NONBLOCK,
-        )?;
+        let timer = ucs::sys::DeadlineTimer::new()?;
         let events = EventSet::new()?;
         events.add(&sock, Events::READABLE, TOK_SOCK)?;
         events.add(&timer, Events::READABLE, TOK_TIMER)?;
@@ -490,7 +484,6 @@ impl UdpIface {
             sock,
             events,
             timer,
-            timer_at: NEVER,
             engine,
             peers: Vec::new(),
             by_addr: HashMap::new(),
@@ -981,28 +974,11 @@ impl UdpIface {
         {
             return Err(Status::Busy);
         }
-        let next = self.engine.next_timeout().unwrap_or(NEVER);
-        if next != NEVER && next <= ucs::now_ns() {
+        let next = self.engine.next_timeout();
+        if next.is_some_and(|t| t <= ucs::now_ns()) {
             return Err(Status::Busy);
         }
-        if next != self.timer_at {
-            let at = |t: u64| rustix::time::Timespec {
-                tv_sec: (t / 1_000_000_000) as _,
-                tv_nsec: (t % 1_000_000_000) as _,
-            };
-            let spec = rustix::time::Itimerspec {
-                it_interval: at(0),
-                // All zero disarms.
-                it_value: at(if next == NEVER { 0 } else { next }),
-            };
-            rustix::time::timerfd_settime(
-                &self.timer,
-                rustix::time::TimerfdTimerFlags::ABSTIME,
-                &spec,
-            )?;
-            self.timer_at = next;
-        }
-        Ok(())
+        self.timer.set(next)
     }
 }
 
