@@ -55,6 +55,33 @@ fn short<T>(r: Option<T>) -> Result<T> {
     r.ok_or(Status::InvalidParam)
 }
 
+/// Writes `fields` and then `key` with its u16 length: the layout of Rts and Rtr.
+fn encode_with_key(b: &mut [u8], fields: &[u64], key: &[u8]) -> usize {
+    let mut o = 0;
+    for &v in fields {
+        put(b, &mut o, v);
+    }
+    b[o..o + 2].copy_from_slice(&(key.len() as u16).to_le_bytes());
+    o += 2;
+    b[o..o + key.len()].copy_from_slice(key);
+    o + key.len()
+}
+
+/// Reads `N` fields and then a key with its u16 length that must end the message.
+fn decode_with_key<const N: usize>(b: &[u8]) -> Result<([u64; N], &[u8])> {
+    let mut r = Reader::new(b);
+    let mut fields = [0u64; N];
+    for f in fields.iter_mut() {
+        *f = short(r.u64())?;
+    }
+    let klen = short(r.u16())? as usize;
+    let key = short(r.bytes(klen))?;
+    if !r.is_empty() {
+        return Err(Status::InvalidParam);
+    }
+    Ok((fields, key))
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct EagerSync {
     pub tag: u64,
@@ -162,29 +189,11 @@ impl Rts<'_> {
         RTS_FIXED_LEN + self.rkey.len()
     }
     pub fn encode_into(&self, b: &mut [u8]) -> usize {
-        let mut o = 0;
-        for v in [self.tag, self.uuid, self.sreq, self.len, self.addr] {
-            put(b, &mut o, v);
-        }
-        b[o..o + 2].copy_from_slice(&(self.rkey.len() as u16).to_le_bytes());
-        o += 2;
-        b[o..o + self.rkey.len()].copy_from_slice(self.rkey);
-        o + self.rkey.len()
+        let f = [self.tag, self.uuid, self.sreq, self.len, self.addr];
+        encode_with_key(b, &f, self.rkey)
     }
     pub fn decode(b: &[u8]) -> Result<Rts<'_>> {
-        let mut r = Reader::new(b);
-        let (tag, uuid, sreq, len, addr) = (
-            short(r.u64())?,
-            short(r.u64())?,
-            short(r.u64())?,
-            short(r.u64())?,
-            short(r.u64())?,
-        );
-        let klen = short(r.u16())? as usize;
-        let rkey = short(r.bytes(klen))?;
-        if !r.is_empty() {
-            return Err(Status::InvalidParam);
-        }
+        let ([tag, uuid, sreq, len, addr], rkey) = decode_with_key(b)?;
         Ok(Rts {
             tag,
             uuid,
@@ -211,28 +220,10 @@ impl Rtr<'_> {
         RTR_FIXED_LEN + self.rkey.len()
     }
     pub fn encode_into(&self, b: &mut [u8]) -> usize {
-        let mut o = 0;
-        for v in [self.sreq, self.rreq, self.addr, self.len] {
-            put(b, &mut o, v);
-        }
-        b[o..o + 2].copy_from_slice(&(self.rkey.len() as u16).to_le_bytes());
-        o += 2;
-        b[o..o + self.rkey.len()].copy_from_slice(self.rkey);
-        o + self.rkey.len()
+        encode_with_key(b, &[self.sreq, self.rreq, self.addr, self.len], self.rkey)
     }
     pub fn decode(b: &[u8]) -> Result<Rtr<'_>> {
-        let mut r = Reader::new(b);
-        let (sreq, rreq, addr, len) = (
-            short(r.u64())?,
-            short(r.u64())?,
-            short(r.u64())?,
-            short(r.u64())?,
-        );
-        let klen = short(r.u16())? as usize;
-        let rkey = short(r.bytes(klen))?;
-        if !r.is_empty() {
-            return Err(Status::InvalidParam);
-        }
+        let ([sreq, rreq, addr, len], rkey) = decode_with_key(b)?;
         Ok(Rtr {
             sreq,
             rreq,

@@ -208,6 +208,19 @@ struct RxConn {
     rx: RxState,
 }
 
+impl RxConn {
+    /// True when the connection comes from `peer`'s IP. An endpoint answers only on a
+    /// connection from the address its handshake names, so that another local process
+    /// cannot take our messages for that peer by naming it.
+    fn comes_from(&self, peer: &SocketAddr) -> bool {
+        self.sock
+            .peer_addr()
+            .ok()
+            .and_then(|a| a.as_socket())
+            .is_some_and(|a| a.ip() == peer.ip())
+    }
+}
+
 /// The receiving half of a connection.
 struct RxState {
     buf: Vec<u8>,
@@ -544,16 +557,7 @@ impl TcpIface {
         let Some(peer) = c.rx.peer.clone() else {
             return;
         };
-        let Ok(peer_addr) = wire::decode_addr(&peer) else {
-            return;
-        };
-        let from_ok = c
-            .sock
-            .peer_addr()
-            .ok()
-            .and_then(|a| a.as_socket())
-            .is_some_and(|a| a.ip() == peer_addr.ip());
-        if !from_ok {
+        if !wire::decode_addr(&peer).is_ok_and(|a| c.comes_from(&a)) {
             return;
         }
         let Some(pos) = self.waiting.iter().position(|&ep| {
@@ -602,13 +606,7 @@ impl TcpIface {
             let Ok(c) = self.rx.get(EpId(i)) else {
                 continue;
             };
-            if c.rx.peer.as_deref() != Some(iface_addr) {
-                continue;
-            }
-            // The connection must come from the address it names, so that another local
-            // process cannot take our messages for that peer by naming it.
-            let from = c.sock.peer_addr().ok()?.as_socket()?;
-            if from.ip() == peer.ip() {
+            if c.rx.peer.as_deref() == Some(iface_addr) && c.comes_from(peer) {
                 found = Some(EpId(i));
                 break;
             }
@@ -1014,7 +1012,6 @@ impl TcpIface {
                 return 0;
             };
             let end = read_frames(&e.sock, &mut e.rx, &lim, f, &mut delivered, &mut refused);
-            let peer = e.rx.peer.clone().filter(|_| e.rx.heard);
             self.count_refused(refused);
             let failed = match end {
                 RxEnd::More => false,
@@ -1026,6 +1023,12 @@ impl TcpIface {
                 }
             };
             if failed {
+                let peer = self
+                    .eps
+                    .get(ep)
+                    .ok()
+                    .filter(|e| e.rx.heard)
+                    .and_then(|e| e.rx.peer.clone());
                 self.fail_ep(ep, Status::ConnectionReset);
                 if let Some(p) = peer {
                     self.out_events.push(IfaceEvent::PeerClosed(p));
