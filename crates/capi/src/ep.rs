@@ -24,8 +24,10 @@ pub(crate) struct EpH {
     pub implicit: Cell<bool>,
     /// The peer's socket address (client–server endpoints).
     pub remote: Cell<Option<SocketAddr>>,
-    /// The application's error handler (`cb`, `arg`).
-    pub err: Cell<Option<(usize, *mut c_void)>>,
+    /// The application's error handler. It is called with `user_data` as its argument:
+    /// the handler's own `arg` is only the starting value of `user_data` (UCX's rule:
+    /// `ucp_ep_params_t::user_data` overrides `err_handler.arg`).
+    pub err: Cell<Option<usize>>,
 }
 
 handle_kind!(EpH, 0x7275_6378_6570_6831);
@@ -76,7 +78,8 @@ pub(crate) fn handle_for(wk: &Wk, side: &mut Side, ep: ucp::Ep) -> *mut Handle<E
     h
 }
 
-/// How long `ucp_ep_create` with a socket address waits for the server's answer.
+/// How long an endpoint made from a socket address waits for the server's answer before
+/// it fails with `UCS_ERR_TIMED_OUT` (`ucp_ep_create` itself returns at once).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Where a new endpoint goes.
@@ -100,10 +103,10 @@ pub(crate) fn prepare_error(side: &mut Side, ep: ucp::Ep, status: Status) -> Opt
     let h = *side.eps.get(&ep)?;
     // SAFETY: handles in the table are live endpoint handles of this worker.
     let e = unsafe { Handle::get(h) }.ok()?;
-    let (cb, arg) = e.err.get()?;
+    let cb = e.err.get()?;
     Some(ErrReady {
         cb,
-        arg,
+        arg: e.user_data.get(),
         ep: h,
         status,
     })
@@ -154,6 +157,8 @@ pub unsafe extern "C" fn ucp_ep_create(
                 target,
                 if m & UCP_EP_PARAM_FIELD_USER_DATA != 0 {
                     p.user_data
+                } else if m & UCP_EP_PARAM_FIELD_ERR_HANDLER != 0 {
+                    p.err_handler.arg
                 } else {
                     std::ptr::null_mut()
                 },
@@ -163,7 +168,7 @@ pub unsafe extern "C" fn ucp_ep_create(
                     std::ptr::null()
                 },
                 if m & UCP_EP_PARAM_FIELD_ERR_HANDLER != 0 {
-                    p.err_handler.cb.map(|cb| (cb as usize, p.err_handler.arg))
+                    p.err_handler.cb.map(|cb| cb as usize)
                 } else {
                     None
                 },
@@ -186,24 +191,27 @@ pub unsafe extern "C" fn ucp_ep_create(
             Target::Request(r) => {
                 // SAFETY: the caller's connection request handle.
                 let c = unsafe { Handle::get(r)? };
-                if !std::ptr::eq(c.worker()?, wk) {
-                    // The protocol layer answers a request on the listener's worker only.
-                    tracing::warn!(
-                        "ucp_ep_create: accepting a connection request on another worker than the listener's is not supported by rucx yet"
-                    );
-                    return Err(Status::Unsupported);
-                }
-                (None, Some((r, c.id, c.client)))
+                let lw = c.worker()?;
+                // The request leaves its listener's worker; whichever worker accepts it
+                // (this one, or another of this or another context) answers the client.
+                let id = c.id;
+                let taken = lw.with(|w, side| {
+                    side.conn_reqs.remove(&id);
+                    w.conn_request_take(id)
+                })??;
+                (None, Some((r, taken)))
             }
             Target::Server(_) => (None, None),
         };
         let q = worker::QueuePtr(&wk.evq);
+        let mut request = request;
+        let r_handle = request.as_ref().map(|(r, _)| *r);
         let h = wk.run(|w, side| -> Result<*mut Handle<EpH>> {
-            let (ep, remote) = match (&target, bytes, request) {
+            let (ep, remote) = match (&target, bytes, request.take()) {
                 (_, Some(b), _) => (w.ep_create(b)?, None),
-                (_, _, Some((_, id, client))) => {
-                    side.conn_reqs.remove(&id);
-                    (w.ep_create_from_request(id)?, Some(client))
+                (_, _, Some((_, taken))) => {
+                    let client = taken.client;
+                    (w.ep_create_accept(taken)?, Some(client))
                 }
                 (Target::Server(a), _, _) => (w.ep_create_sockaddr(*a, CONNECT_TIMEOUT)?, Some(*a)),
                 _ => return Err(Status::InvalidParam),
@@ -240,8 +248,9 @@ pub unsafe extern "C" fn ucp_ep_create(
             side.eps.insert(ep, h);
             Ok(h)
         })??;
-        if let Some((r, _, _)) = request {
-            // SAFETY: the request is answered; its handle goes.
+        if let Some(r) = r_handle {
+            // SAFETY: the request is answered (or, if accepting failed, refused by the
+            // dropped connection); its handle goes.
             drop(unsafe { Handle::destroy(r) });
         }
         // SAFETY: the caller's output pointer.
@@ -370,21 +379,28 @@ pub unsafe extern "C" fn ucp_ep_query(
 ) -> ucs_status_t {
     guard::status("ucp_ep_query", || {
         // SAFETY: the caller's endpoint handle.
-        let (e, _) = unsafe { get(ep)? };
+        let (e, wk) = unsafe { get(ep)? };
         if attr.is_null() {
             return Err(Status::InvalidParam);
         }
         // SAFETY: the caller's attribute struct, written by mask.
         let mask = unsafe { (*attr).field_mask };
-        if mask & UCP_EP_ATTR_FIELD_LOCAL_SOCKADDR != 0 {
-            // The connection manager does not report the local side of a connection.
-            return Err(Status::Unsupported);
-        }
-        if mask & UCP_EP_ATTR_FIELD_REMOTE_SOCKADDR != 0 {
-            // Only endpoints made through a listener or to a socket address have one.
-            let a = e.remote.get().ok_or(Status::NotConnected)?;
-            // SAFETY: as above.
-            crate::listener::sockaddr_to_c(a, unsafe { &mut (*attr).remote_sockaddr });
+        if mask & (UCP_EP_ATTR_FIELD_LOCAL_SOCKADDR | UCP_EP_ATTR_FIELD_REMOTE_SOCKADDR) != 0 {
+            // Only endpoints made through a listener or to a socket address have them.
+            let rep = e.ep;
+            let (local, remote) = match wk.with(|w, _| w.ep_sockaddrs(rep))? {
+                Ok(a) => a,
+                Err(s) => (None, e.remote.get().ok_or(s)?),
+            };
+            if mask & UCP_EP_ATTR_FIELD_LOCAL_SOCKADDR != 0 {
+                let l = local.ok_or(Status::NotConnected)?;
+                // SAFETY: as above.
+                crate::listener::sockaddr_to_c(l, unsafe { &mut (*attr).local_sockaddr });
+            }
+            if mask & UCP_EP_ATTR_FIELD_REMOTE_SOCKADDR != 0 {
+                // SAFETY: as above.
+                crate::listener::sockaddr_to_c(remote, unsafe { &mut (*attr).remote_sockaddr });
+            }
         }
         if mask & UCP_EP_ATTR_FIELD_NAME != 0 {
             // SAFETY: as above.
@@ -424,14 +440,49 @@ pub unsafe extern "C" fn ucp_ep_evaluate_perf(
     })
 }
 
+/// `ucp_ep_modify_nb`: what UCX 1.13 lets an application change on a live endpoint, its
+/// user data and its error handler. A new peer address or error-handling mode is
+/// `UCS_ERR_NOT_IMPLEMENTED`, as in UCX. Completes in the call (returns NULL).
 #[no_mangle]
 pub unsafe extern "C" fn ucp_ep_modify_nb(
     ep: *mut Handle<EpH>,
-    _params: *const ucp_ep_params_t,
+    params: *const ucp_ep_params_t,
 ) -> ucs_status_ptr_t {
     guard::status_ptr("ucp_ep_modify_nb", || {
         // SAFETY: the caller's endpoint handle.
-        unsafe { get(ep)? };
-        Err(Status::Unsupported)
+        let (e, wk) = unsafe { get(ep)? };
+        if params.is_null() {
+            return Err(Status::InvalidParam);
+        }
+        // SAFETY: the caller's params, read by mask.
+        let p = unsafe { &*params };
+        let m = p.field_mask;
+        if m & (UCP_EP_PARAM_FIELD_REMOTE_ADDRESS
+            | UCP_EP_PARAM_FIELD_SOCK_ADDR
+            | UCP_EP_PARAM_FIELD_CONN_REQUEST
+            | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE)
+            != 0
+        {
+            return Err(Status::NotImplemented);
+        }
+        if m & UCP_EP_PARAM_FIELD_ERR_HANDLER != 0 {
+            let cb = p.err_handler.cb.map(|cb| cb as usize);
+            let rep = e.ep;
+            let q = worker::QueuePtr(&wk.evq);
+            wk.with(|w, _| {
+                w.ep_set_err_handler(
+                    rep,
+                    cb.map(|_| -> ucp::worker::ErrHandler {
+                        Box::new(move |x, s| q.push(worker::Event::EpError(x, s)))
+                    }),
+                )
+            })??;
+            e.err.set(cb);
+            e.user_data.set(p.err_handler.arg);
+        }
+        if m & UCP_EP_PARAM_FIELD_USER_DATA != 0 {
+            e.user_data.set(p.user_data);
+        }
+        Ok(std::ptr::null_mut())
     })
 }

@@ -53,6 +53,10 @@ pub(crate) const F_RECV: u32 = 1 << 4;
 pub(crate) const F_AMO32: u32 = 1 << 5;
 /// `rust_id` names the Rust request behind this one.
 pub(crate) const F_RUST: u32 = 1 << 6;
+/// A pooled block handed out by `ucp_request_alloc`: the application uses it as its
+/// own request memory (`UCP_OP_ATTR_FIELD_REQUEST`) and gives it back with
+/// `ucp_request_free`.
+pub(crate) const F_ALLOCATED: u32 = 1 << 7;
 
 /// Which C callback signature the request carries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -142,7 +146,13 @@ impl ReqHdr {
         // written through their own API, the rest with plain field stores.
         unsafe {
             let h = &mut *hdr;
-            if s.user_memory {
+            // A block of `ucp_request_alloc` keeps its pool identity when the application
+            // starts an operation on it (other request memory is the caller's).
+            let allocated = s.user_memory
+                && h.magic.load(Ordering::Acquire) == MAGIC_LIVE
+                && h.flags.load(Ordering::Acquire) & F_ALLOCATED != 0
+                && h.block_size >= HDR_SIZE;
+            if s.user_memory && !allocated {
                 h.block_size = 0;
             }
             h.cb_kind = s.cb_kind as u8;
@@ -158,6 +168,9 @@ impl ReqHdr {
             let mut f = s.flags;
             if s.user_memory {
                 f |= F_USER;
+            }
+            if allocated {
+                f |= F_ALLOCATED;
             }
             if s.cb != 0 {
                 f |= F_CALLBACK;
@@ -478,9 +491,25 @@ unsafe fn release(request: *mut c_void, drop_callback: bool) -> Result<()> {
     // SAFETY: validated.
     let h = unsafe { &*hdr };
     let mut old = h.flags.load(Ordering::Acquire);
-    if old & F_USER != 0 {
+    if old & F_USER != 0 && old & F_ALLOCATED == 0 {
         // The caller's own memory: nothing of ours to release.
         return Ok(());
+    }
+    if old & F_USER != 0 {
+        // A block of `ucp_request_alloc`: from now on it completes and is recycled like
+        // a block the library handed out.
+        loop {
+            match h.flags.compare_exchange_weak(
+                old,
+                old & !F_USER,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => break,
+                Err(cur) => old = cur,
+            }
+        }
+        old &= !F_USER;
     }
     loop {
         if old & F_RELEASED != 0 {
@@ -579,9 +608,34 @@ pub unsafe extern "C" fn ucp_request_query(
     })
 }
 
+/// An empty request of the worker's pool, for the application to pass as its request
+/// memory (`UCP_OP_ATTR_FIELD_REQUEST`) to operations, and to give back with
+/// `ucp_request_free`. It reads as completed (`UCS_OK`) until an operation uses it.
 #[no_mangle]
-pub unsafe extern "C" fn ucp_request_alloc(_worker: *mut Handle<Wk>) -> *mut c_void {
-    // Requests come from operations (or the caller's memory through
-    // UCP_OP_ATTR_FIELD_REQUEST); empty requests are not supported.
-    std::ptr::null_mut()
+pub unsafe extern "C" fn ucp_request_alloc(worker: *mut Handle<Wk>) -> *mut c_void {
+    guard::value("ucp_request_alloc", std::ptr::null_mut(), || {
+        // SAFETY: the caller's worker handle.
+        let wk = unsafe { crate::worker::get(worker)? };
+        let mut block = Err(Status::NoMemory);
+        wk.with_pool(|pool| block = pool.get())?;
+        let hdr = block?;
+        let (me, gen) = wk.me();
+        // SAFETY: a pooled block, not in use.
+        unsafe {
+            ReqHdr::start(
+                hdr,
+                &Start {
+                    worker: me,
+                    worker_gen: gen,
+                    cb_kind: CbKind::SendNbx,
+                    cb: 0,
+                    user_data: std::ptr::null_mut(),
+                    flags: F_ALLOCATED | F_COMPLETED,
+                    user_memory: false,
+                },
+            );
+            (*hdr).status.store(i32::from(UCS_OK), Ordering::Release);
+        }
+        Ok(ReqHdr::user(hdr))
+    })
 }

@@ -177,8 +177,8 @@ pub unsafe extern "C" fn ucp_stream_data_release(ep: *mut Handle<EpH>, data: *mu
 #[no_mangle]
 pub unsafe extern "C" fn ucp_stream_worker_poll(
     worker: *mut Handle<Wk>,
-    _poll_eps: *mut ucp_stream_poll_ep_t,
-    _max_eps: usize,
+    poll_eps: *mut ucp_stream_poll_ep_t,
+    max_eps: usize,
     _flags: c_uint,
 ) -> isize {
     guard::value(
@@ -186,9 +186,33 @@ pub unsafe extern "C" fn ucp_stream_worker_poll(
         UCS_ERR_INVALID_PARAM as isize,
         || {
             // SAFETY: the caller's worker handle.
-            unsafe { crate::worker::get(worker)? };
-            // The protocol layer has no query for endpoints with stream data yet.
-            Ok(UCS_ERR_UNSUPPORTED as isize)
+            let wk = unsafe { crate::worker::get(worker)? };
+            if poll_eps.is_null() && max_eps > 0 {
+                return Err(Status::InvalidParam);
+            }
+            let ready = wk.run(|w, side| {
+                w.stream_ready(max_eps)
+                    .into_iter()
+                    .filter_map(|ep| side.eps.get(&ep).copied())
+                    .collect::<Vec<_>>()
+            })?;
+            for (i, h) in ready.iter().enumerate() {
+                // SAFETY: handles in the worker's table are live endpoint handles.
+                let user_data = unsafe { Handle::get(*h) }
+                    .map(|e| e.user_data.get())
+                    .unwrap_or(std::ptr::null_mut());
+                // SAFETY: the caller's array has room for `max_eps` entries, and
+                // `ready` has at most that many.
+                unsafe {
+                    poll_eps.add(i).write(ucp_stream_poll_ep_t {
+                        ep: h.cast(),
+                        user_data,
+                        flags: 0,
+                        reserved: [0; 16],
+                    })
+                };
+            }
+            Ok(ready.len() as isize)
         },
     )
 }

@@ -437,12 +437,19 @@ impl Wk {
                 }
             });
             let Ok(Some(r)) = next else { break };
+            let am = matches!(r, Ready::Am(_));
             match r {
                 Ready::Am(r) => crate::am::deliver(self, r),
                 Ready::Conn(r) => crate::listener::deliver(self, r),
                 Ready::EpError(r) => crate::ep::deliver_error(r),
             }
             self.dispatch_requests();
+            if am {
+                // One active message per call: a program that waits for "the next
+                // message" with a flag its handler sets, as UCX's examples do, sees
+                // each message before the next handler runs.
+                break;
+            }
         }
     }
 
@@ -916,6 +923,13 @@ pub unsafe extern "C" fn ucp_worker_progress(worker: *mut Handle<Wk>) -> c_uint 
     guard::value("ucp_worker_progress", 0, || {
         // SAFETY: the caller's worker handle.
         let wk = unsafe { get(worker)? };
+        // Active messages already taken from the transports are handed out first, one
+        // per call (see `dispatch_events`); the transports are polled again once they
+        // are all out, which keeps the senders' flow control in force.
+        if wk.evq.hint.load(Ordering::Acquire) && !IN_AM.with(Cell::get) {
+            wk.dispatch();
+            return Ok(1);
+        }
         let n = wk.progress()?;
         wk.dispatch();
         Ok(n as c_uint)

@@ -19,9 +19,9 @@
 //! under the message's [`AmDesc`] until released.
 
 use crate::proto::header::AM_ATS;
-use crate::proto::select::Proto;
+use crate::proto::select::{Proto, Thresholds};
 use crate::request::*;
-use crate::worker::{connect, Deferred, Ep, Lane, Queued, State, Tl, Worker};
+use crate::worker::{enqueue, route, Deferred, Ep, Lane, Queued, Route, State, Tl, Worker};
 use std::collections::HashMap;
 use std::time::Duration;
 use ucs::{Result, Status};
@@ -90,6 +90,35 @@ pub struct AmSendFlags {
     pub eager: bool,
     /// Use the rendezvous protocol.
     pub rndv: bool,
+}
+
+/// The protocol of an active message with a `hdr_len`-byte header and `data` on a lane
+/// with thresholds `th`; `InvalidParam` when it cannot go as asked.
+pub(crate) fn am_proto(
+    th: &Thresholds,
+    hdr_len: usize,
+    data: &Buf,
+    flags: AmSendFlags,
+) -> Result<Proto> {
+    let len = data.len();
+    let fits = EAGER_HDR + hdr_len + len <= th.max_bcopy + 8;
+    // Rendezvous needs a lane that reads remote memory and a contiguous buffer; other
+    // large messages go in fragments.
+    let can_rndv = th.rma && data.contig_ptr().is_some();
+    let want_rndv = flags.rndv || (!flags.eager && (!fits || (len >= th.rndv && len > 0)));
+    if flags.eager && !fits {
+        return Err(Status::InvalidParam);
+    }
+    if want_rndv && can_rndv {
+        return Ok(Proto::Rndv);
+    }
+    if fits {
+        return Ok(Proto::Bcopy);
+    }
+    if FIRST_HDR + hdr_len > th.max_bcopy {
+        return Err(Status::InvalidParam);
+    }
+    Ok(Proto::Multi)
 }
 
 enum Kept {
@@ -219,21 +248,33 @@ impl Worker {
             return Err(Status::InvalidParam);
         }
         let (tls, st) = (&mut self.tls, &mut self.st);
-        let lane = connect(tls, st, ep.0)?;
+        let info = Box::new(AmInfo {
+            id,
+            header: header.to_vec(),
+            flags,
+        });
+        let lane = match route(tls, st, ep.0)? {
+            Route::Lane(l) => l,
+            Route::Queue => {
+                // Connecting: the protocol is chosen once the lane is known.
+                let mut s = SendState::new(SendKind::Am(info), ep.0, data);
+                s.select = true;
+                let r = st.new_req(ReqKind::Send(s), cb);
+                enqueue(tls, st, ep.0, Queued::Send(r))?;
+                return Ok(Some(r));
+            }
+            Route::Fail(s) => {
+                let r = st.new_req(
+                    ReqKind::Send(SendState::new(SendKind::Am(info), ep.0, data)),
+                    cb,
+                );
+                st.failed_ops.push((r, s));
+                return Ok(Some(r));
+            }
+        };
         let len = data.len();
-        let fits = EAGER_HDR + header.len() + len <= lane.th.max_bcopy + 8;
-        // Rendezvous needs a lane that reads remote memory and a contiguous buffer; other
-        // large messages go in fragments.
-        let can_rndv = lane.th.rma && data.contig_ptr().is_some();
-        let want_rndv = flags.rndv || (!flags.eager && (!fits || (len >= lane.th.rndv && len > 0)));
-        let rndv = want_rndv && can_rndv;
-        if flags.eager && !fits {
-            return Err(Status::InvalidParam);
-        }
-        let multi = !rndv && !fits;
-        if multi && FIRST_HDR + header.len() > lane.th.max_bcopy {
-            return Err(Status::InvalidParam);
-        }
+        let proto = am_proto(&lane.th, header.len(), &data, flags)?;
+        let (rndv, multi) = (proto == Proto::Rndv, proto == Proto::Multi);
         let f = Fields {
             id,
             flags: if flags.reply { FLAG_REPLY } else { 0 },
@@ -271,37 +312,10 @@ impl Worker {
                 return Ok(None);
             }
         }
-        let r = st.new_req(
-            ReqKind::Send(SendState {
-                kind: SendKind::Am(Box::new(AmInfo {
-                    id,
-                    header: header.to_vec(),
-                    reply: flags.reply,
-                })),
-                ep: ep.0,
-                buf: data,
-                tag: 0,
-                sync: false,
-                offset: 0,
-                msg_id: 0,
-                proto: if rndv {
-                    Proto::Rndv
-                } else if multi {
-                    Proto::Multi
-                } else {
-                    Proto::Bcopy
-                },
-                mem: None,
-                remote_pending: false,
-            }),
-            cb,
-        );
-        let e = st.ep_mut(ep.0)?;
-        e.queue.push_back(Queued::Send(r));
-        if e.queue.len() == 1 {
-            st.active.push_back(ep.0);
-        }
-        crate::tag::api::drain_queue(tls, st, ep.0);
+        let mut s = SendState::new(SendKind::Am(info), ep.0, data);
+        s.proto = proto;
+        let r = st.new_req(ReqKind::Send(s), cb);
+        enqueue(tls, st, ep.0, Queued::Send(r))?;
         Ok(Some(r))
     }
 
@@ -470,7 +484,7 @@ pub(crate) fn am_send_step(tls: &mut [Tl], st: &mut State, lane: Lane, r: Reques
     let header = &am.header;
     let f = Fields {
         id: am.id,
-        flags: if am.reply { FLAG_REPLY } else { 0 },
+        flags: if am.flags.reply { FLAG_REPLY } else { 0 },
         hdr_len: header.len(),
         uuid,
     };

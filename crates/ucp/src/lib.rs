@@ -29,5 +29,6 @@ pub use mem::MemH;
 pub use request::{Buf, Callback, GenericDt, RecvInfo, Request};
 pub use rma::RemoteKey;
 pub use shared::SharedWorker;
+pub use uct::cm::ConnRequest;
 pub use uct::{AtomicOp, AtomicSize};
 pub use worker::{Ep, EpStatus, Message, ThreadMode, Worker};

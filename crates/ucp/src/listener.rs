@@ -25,9 +25,21 @@ pub(crate) struct ListenerSlot {
     pub handler: ConnHandler,
 }
 
+/// An endpoint made from a server's socket address, waiting for the server's answer.
+pub(crate) struct Connecting {
+    pub ep: u32,
+    pub client: CmClient,
+    pub deadline: Instant,
+}
+
 #[derive(Default)]
 pub(crate) struct CmState {
     pub listeners: Vec<Option<ListenerSlot>>,
+    /// Client connections in progress.
+    pub connecting: Vec<Connecting>,
+    /// Local and remote socket addresses of the endpoints made through a listener or to
+    /// a server, by endpoint.
+    pub sockaddrs: std::collections::HashMap<u32, (Option<SocketAddr>, SocketAddr)>,
     pub requests: std::collections::HashMap<u64, (u32, ConnRequest)>,
     pub next_req: u64,
     /// Requests whose handler has not run yet.
@@ -119,14 +131,28 @@ impl Worker {
         r.reject()
     }
 
+    /// Takes a request out of this worker, to be accepted by another worker (of this or
+    /// another context) with [`Worker::ep_create_accept`]. The request stays with the
+    /// caller: dropping it closes the client's connection.
+    pub fn conn_request_take(&mut self, req: ConnReqId) -> Result<ConnRequest> {
+        self.cm
+            .requests
+            .remove(&req.0)
+            .map(|(_, r)| r)
+            .ok_or(Status::InvalidParam)
+    }
+
     /// Accepts a request: creates the endpoint to the client and answers with this
     /// worker's address.
     pub fn ep_create_from_request(&mut self, req: ConnReqId) -> Result<Ep> {
-        let (_, r) = self
-            .cm
-            .requests
-            .remove(&req.0)
-            .ok_or(Status::InvalidParam)?;
+        let r = self.conn_request_take(req)?;
+        self.ep_create_accept(r)
+    }
+
+    /// Accepts a request taken from a listener of any worker: this worker creates the
+    /// endpoint to the client and answers with its own address, so the client talks to
+    /// this worker from then on.
+    pub fn ep_create_accept(&mut self, r: ConnRequest) -> Result<Ep> {
         let ep = match self.ep_create(&r.blob) {
             Ok(ep) => ep,
             Err(s) => {
@@ -135,33 +161,120 @@ impl Worker {
             }
         };
         let me = self.address();
-        r.accept(&me)?;
+        let addrs = (r.local_addr(), r.client);
+        if let Err(s) = r.accept(&me) {
+            let _ = self.ep_close_nb(ep, true);
+            return Err(s);
+        }
+        self.cm.sockaddrs.insert(ep.0, addrs);
         Ok(ep)
     }
 
-    /// Creates an endpoint to the server listening at `server`: connects, exchanges worker
-    /// addresses (progressing this worker meanwhile, so a listener of its own is served
-    /// too) and returns the endpoint, or `Rejected`, `Unreachable` (nothing listens there,
-    /// or the network does not reach it) or `TimedOut`.
+    /// Creates an endpoint to the server listening at `server` and returns it at once.
+    /// The connection and the exchange of worker addresses go on in progress; operations
+    /// on the endpoint queue until the server answered. A refusal (`Rejected`), nothing
+    /// listening (`Unreachable`) or no answer within `timeout` (`TimedOut`) fails the
+    /// endpoint: its queued operations complete with that status and its error handler
+    /// runs.
     pub fn ep_create_sockaddr(&mut self, server: SocketAddr, timeout: Duration) -> Result<Ep> {
         let me = self.address();
-        let mut c = CmClient::connect(server, &me)?;
-        let deadline = Instant::now() + timeout;
-        loop {
-            match c.poll()? {
-                Some(Verdict::Accepted(blob)) => {
-                    c.close();
-                    return self.ep_create(&blob);
+        let idx = self.st.insert_ep(crate::address::WorkerAddress {
+            uuid: 0,
+            host_id: 0,
+            ifaces: Vec::new(),
+        });
+        match CmClient::connect(server, &me) {
+            Ok(client) => {
+                self.cm.sockaddrs.insert(idx, (client.local_addr(), server));
+                if let Err(s) = self.add_wakeup_fd(client.fd()) {
+                    self.st.eps[idx as usize] = None;
+                    return Err(s);
                 }
-                Some(Verdict::Rejected) => return Err(Status::Rejected),
-                None => {}
+                if let Ok(e) = self.st.ep_mut(idx) {
+                    e.status = crate::worker::EpStatus::Connecting;
+                }
+                self.cm.connecting.push(Connecting {
+                    ep: idx,
+                    client,
+                    deadline: Instant::now() + timeout,
+                });
             }
-            if Instant::now() > deadline {
-                return Err(Status::TimedOut);
+            Err(s) => crate::worker::fail_ep(&mut self.st, idx, s),
+        }
+        Ok(Ep(idx))
+    }
+
+    /// The local and remote socket addresses of an endpoint made through a listener or
+    /// to a server's socket address (`NotConnected` for other endpoints).
+    pub fn ep_sockaddrs(&self, ep: Ep) -> Result<(Option<SocketAddr>, SocketAddr)> {
+        self.st.ep(ep.0)?;
+        self.cm
+            .sockaddrs
+            .get(&ep.0)
+            .copied()
+            .ok_or(Status::NotConnected)
+    }
+
+    /// Advances the client connections in progress; returns how many finished.
+    pub(crate) fn poll_connecting(&mut self) -> usize {
+        let mut done = 0;
+        let mut i = 0;
+        while i < self.cm.connecting.len() {
+            let c = &mut self.cm.connecting[i];
+            let ep = c.ep;
+            let verdict = match c.client.poll() {
+                Ok(None) if Instant::now() > c.deadline => Err(Status::TimedOut),
+                Ok(None) => {
+                    i += 1;
+                    continue;
+                }
+                Ok(Some(v)) => Ok(v),
+                Err(s) => Err(s),
+            };
+            let c = self.cm.connecting.swap_remove(i);
+            self.remove_wakeup_fd(c.client.fd());
+            c.client.close();
+            done += 1;
+            let result = match verdict {
+                Ok(Verdict::Accepted(blob)) => self.resolve_connecting(ep, &blob),
+                Ok(Verdict::Rejected) => Err(Status::Rejected),
+                Err(s) => Err(s),
+            };
+            if let Err(s) = result {
+                tracing::debug!("connection to a server failed: {s}");
+                crate::worker::fail_ep(&mut self.st, ep, s);
             }
-            if self.progress() == 0 {
-                std::thread::sleep(Duration::from_micros(200));
+        }
+        done
+    }
+
+    /// Gives a connecting endpoint the server's worker address and connects it; what was
+    /// queued on it goes out in order.
+    fn resolve_connecting(&mut self, ep: u32, blob: &[u8]) -> Result<()> {
+        let remote = crate::address::WorkerAddress::decode(blob)?;
+        let uuid = remote.uuid;
+        if let Some(&other) = self.st.by_uuid.get(&uuid) {
+            // The server reached us first (its wireup made an endpoint here): this
+            // endpoint takes over that one's connection and received data.
+            self.st.adopt_implicit(ep, other);
+        }
+        let e = self.st.ep_mut(ep)?;
+        e.remote = remote;
+        if e.status == crate::worker::EpStatus::Connecting {
+            e.status = crate::worker::EpStatus::Created;
+        }
+        let lane = e.lane;
+        let queued = !e.queue.is_empty();
+        self.st.by_uuid.insert(uuid, ep);
+        match lane {
+            Some(l) => {
+                crate::worker::select_queued(&mut self.st, ep, &l.th);
+                if queued {
+                    self.st.active.push_back(ep);
+                }
+                Ok(())
             }
+            None => crate::worker::connect(&mut self.tls, &mut self.st, ep).map(drop),
         }
     }
 }

@@ -227,7 +227,8 @@ impl Buf {
 pub(crate) struct AmInfo {
     pub id: u16,
     pub header: Vec<u8>,
-    pub reply: bool,
+    /// How the application asked to send it (reply endpoint, eager or rendezvous).
+    pub flags: crate::am::AmSendFlags,
 }
 
 /// What a send carries.
@@ -250,10 +251,32 @@ pub(crate) struct SendState {
     pub offset: usize,
     pub msg_id: u64,
     pub proto: crate::proto::select::Proto,
+    /// Queued before the endpoint had a lane: `proto` is chosen when it connects.
+    pub select: bool,
     /// Registration of the buffer while a rendezvous is in flight.
     pub mem: Option<Box<uct::MemHandle>>,
     /// Waiting for the peer's acknowledgement (sync ack or rendezvous done).
     pub remote_pending: bool,
+}
+
+impl SendState {
+    /// A send of `buf` on `ep` that has sent nothing yet (eager bcopy until a protocol
+    /// is chosen).
+    pub(crate) fn new(kind: SendKind, ep: u32, buf: Buf) -> SendState {
+        SendState {
+            kind,
+            ep,
+            buf,
+            tag: 0,
+            sync: false,
+            offset: 0,
+            msg_id: 0,
+            proto: crate::proto::select::Proto::Bcopy,
+            select: false,
+            mem: None,
+            remote_pending: false,
+        }
+    }
 }
 
 /// State of a posted receive.

@@ -101,6 +101,9 @@ impl Worker {
     /// Unpacks a remote key for use on `ep` and resolves its access path.
     pub fn rkey_unpack(&mut self, ep: Ep, packed: &[u8]) -> Result<RemoteKey> {
         let k = crate::mem::PackedKey::decode(packed)?;
+        // A key is resolved for the lane it will be used on: an endpoint still asking its
+        // server for the address has none yet, so wait for it here (a slow path).
+        self.wait_connecting(ep, std::time::Duration::from_secs(30))?;
         let lane = connect(&mut self.tls, &mut self.st, ep.0)?;
         let tl = &self.tls[lane.tl];
         let want = crate::address::tl_id(tl.transport);

@@ -9,7 +9,7 @@
 
 use crate::proto::select::Proto;
 use crate::request::*;
-use crate::worker::{connect, Ep, Lane, Queued, State, Tl, Worker};
+use crate::worker::{enqueue, route, Ep, Lane, Queued, Route, State, Tl, Worker};
 use std::time::Duration;
 use ucs::{Result, Status};
 
@@ -37,11 +37,23 @@ impl Worker {
         cb: Option<Callback>,
     ) -> Result<Option<Request>> {
         let (tls, st) = (&mut self.tls, &mut self.st);
-        let lane = connect(tls, st, ep.0)?;
+        let lane = match route(tls, st, ep.0)? {
+            Route::Lane(l) => Some(l),
+            Route::Queue => None,
+            Route::Fail(s) => {
+                let r = st.new_req(
+                    ReqKind::Send(SendState::new(SendKind::Stream, ep.0, buf)),
+                    cb,
+                );
+                st.failed_ops.push((r, s));
+                return Ok(Some(r));
+            }
+        };
         // Straight from the caller's buffer while the endpoint has nothing queued: no
         // request unless something is left over.
         let mut sent = 0;
-        if let (Some(p), true) = (buf.contig_ptr(), st.ep(ep.0)?.queue.is_empty()) {
+        if let (Some(lane), Some(p), true) = (lane, buf.contig_ptr(), st.ep(ep.0)?.queue.is_empty())
+        {
             let len = buf.len();
             let hdr = st.uuid.to_le_bytes();
             let chunk_max = lane.th.max_bcopy.max(1);
@@ -63,27 +75,11 @@ impl Worker {
                 return Ok(None);
             }
         }
-        let r = st.new_req(
-            ReqKind::Send(SendState {
-                kind: SendKind::Stream,
-                ep: ep.0,
-                buf,
-                tag: 0,
-                sync: false,
-                offset: sent,
-                msg_id: 0,
-                proto: Proto::Multi,
-                mem: None,
-                remote_pending: false,
-            }),
-            cb,
-        );
-        let e = st.ep_mut(ep.0)?;
-        e.queue.push_back(Queued::Send(r));
-        if e.queue.len() == 1 {
-            st.active.push_back(ep.0);
-        }
-        crate::tag::api::drain_queue(tls, st, ep.0);
+        let mut s = SendState::new(SendKind::Stream, ep.0, buf);
+        s.offset = sent;
+        s.proto = Proto::Multi;
+        let r = st.new_req(ReqKind::Send(s), cb);
+        enqueue(tls, st, ep.0, Queued::Send(r))?;
         Ok(Some(r))
     }
 
@@ -144,6 +140,23 @@ impl Worker {
     }
 
     /// Blocking send.
+    /// Up to `max` endpoints whose stream has received bytes not yet consumed (after
+    /// progressing the worker once). An endpoint stays listed until its bytes are read.
+    pub fn stream_ready(&mut self, max: usize) -> Vec<Ep> {
+        self.progress();
+        self.st
+            .eps
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| {
+                e.as_ref()
+                    .is_some_and(|e| !e.implicit && !e.stream_rx.is_empty())
+            })
+            .map(|(i, _)| Ep(i as u32))
+            .take(max)
+            .collect()
+    }
+
     pub fn stream_send(&mut self, ep: Ep, data: &[u8]) -> Result<()> {
         // SAFETY: `data` is borrowed for the whole call; the request completes or is
         // aborted before returning.

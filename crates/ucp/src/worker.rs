@@ -42,6 +42,9 @@ pub struct Ep(pub(crate) u32);
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EpStatus {
     Created,
+    /// Made from a server's socket address: waiting for the server's worker address.
+    /// Operations queue until it arrives.
+    Connecting,
     Connected,
     Failed(Status),
 }
@@ -189,6 +192,9 @@ pub(crate) struct State {
     pub completed: Vec<Request>,
     /// Endpoints that failed since callbacks last ran.
     pub ep_errors: Vec<(u32, Status)>,
+    /// Operations started on an endpoint that failed in the starting call: they complete
+    /// with its error after its error handler ran.
+    pub failed_ops: Vec<(Request, Status)>,
     /// Active-message handlers and data kept by them.
     pub am: crate::am::AmState,
     /// Flush and close requests waiting for their endpoints to drain.
@@ -289,6 +295,7 @@ impl Worker {
                 active: VecDeque::new(),
                 completed: Vec::new(),
                 ep_errors: Vec::new(),
+                failed_ops: Vec::new(),
                 am: crate::am::AmState::default(),
                 flushes: Vec::new(),
                 next_msg_id: 1,
@@ -371,6 +378,21 @@ impl Worker {
         Ok(self.st.ep(ep.0)?.lane.map(|l| l.th))
     }
 
+    /// Progresses until `ep` is no longer waiting for its server's answer (endpoints made
+    /// from a socket address), or `timeout` passes (`TimedOut`).
+    pub fn wait_connecting(&mut self, ep: Ep, timeout: std::time::Duration) -> Result<()> {
+        let deadline = std::time::Instant::now() + timeout;
+        while self.st.ep(ep.0)?.status == EpStatus::Connecting {
+            if std::time::Instant::now() > deadline {
+                return Err(Status::TimedOut);
+            }
+            if self.progress() == 0 {
+                self.wait(1)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Connects `ep` now (normally done by the first operation).
     pub fn ep_connect(&mut self, ep: Ep) -> Result<()> {
         connect(&mut self.tls, &mut self.st, ep.0).map(|_| ())
@@ -410,6 +432,9 @@ impl Worker {
         if events {
             self.handle_iface_events();
         }
+        if !self.cm.connecting.is_empty() {
+            n += self.poll_connecting();
+        }
         if idle_turn && !self.cm.listeners.is_empty() && self.cm.poll() {
             n += 1;
         }
@@ -427,6 +452,7 @@ impl Worker {
         }
         if !self.st.completed.is_empty()
             || !self.st.ep_errors.is_empty()
+            || !self.st.failed_ops.is_empty()
             || !self.cm.new_requests.is_empty()
         {
             self.run_callbacks();
@@ -578,6 +604,9 @@ impl Worker {
                 h(Ep(ep), s);
             }
         }
+        for (r, s) in std::mem::take(&mut self.st.failed_ops) {
+            self.st.complete(r, s);
+        }
         let done = std::mem::take(&mut self.st.completed);
         for r in done {
             let Some(q) = self.st.reqs.get_mut(r.0) else {
@@ -703,6 +732,16 @@ impl Worker {
     /// completes when it is gone.
     pub fn ep_close_nb(&mut self, ep: Ep, force: bool) -> Result<Option<Request>> {
         self.st.ep(ep.0)?;
+        self.cm.sockaddrs.remove(&ep.0);
+        if let Some(i) = self.cm.connecting.iter().position(|c| c.ep == ep.0) {
+            // Still waiting for its server: closing gives the connection up, whatever
+            // was queued on the endpoint completes with Canceled.
+            let c = self.cm.connecting.swap_remove(i);
+            self.remove_wakeup_fd(c.client.fd());
+            destroy_ep(&mut self.tls, &mut self.st, ep.0, Status::Canceled);
+            self.run_callbacks();
+            return Ok(None);
+        }
         if force {
             destroy_ep(&mut self.tls, &mut self.st, ep.0, Status::Canceled);
             self.run_callbacks();
@@ -730,6 +769,8 @@ impl Worker {
         if !self.st.deferred.is_empty()
             || !self.st.completed.is_empty()
             || !self.st.active.is_empty()
+            || !self.st.ep_errors.is_empty()
+            || !self.st.failed_ops.is_empty()
         {
             return Err(Status::Busy);
         }
@@ -831,6 +872,43 @@ impl State {
         }
     }
 
+    /// Endpoint `ep` (made from a server's socket address, still without a lane) takes
+    /// over `other`, an endpoint the peer's wireup created before `ep` learned who the
+    /// peer is: its connection, queue and received stream bytes move to `ep`, and
+    /// everything that named `other` names `ep`. An endpoint the application made itself
+    /// is left alone.
+    pub(crate) fn adopt_implicit(&mut self, ep: u32, other: u32) {
+        if ep == other || !self.ep(other).is_ok_and(|o| o.implicit) || self.ep(ep).is_err() {
+            return;
+        }
+        let Some(o) = self.eps.get_mut(other as usize).and_then(Option::take) else {
+            return;
+        };
+        let Ok(e) = self.ep_mut(ep) else { return };
+        e.lane = o.lane;
+        if o.lane.is_some() {
+            e.status = o.status;
+        }
+        e.outstanding += o.outstanding;
+        e.stream_rx = o.stream_rx;
+        e.stream_off = o.stream_off;
+        let mine = std::mem::take(&mut e.queue);
+        e.queue = o.queue;
+        e.queue.extend(mine);
+        e.stream_reqs.extend(o.stream_reqs);
+        for x in self.active.iter_mut().filter(|x| **x == other) {
+            *x = ep;
+        }
+        for q in self.reqs.iter_mut() {
+            match &mut q.kind {
+                ReqKind::Send(s) if s.ep == other => s.ep = ep,
+                ReqKind::Rma(s) if s.ep == other => s.ep = ep,
+                ReqKind::Flush(Some(x)) | ReqKind::Close(x) if *x == other => *x = ep,
+                _ => {}
+            }
+        }
+    }
+
     pub(crate) fn new_req(&mut self, kind: ReqKind, cb: Option<Callback>) -> Request {
         Request(self.reqs.get(Req {
             kind,
@@ -872,14 +950,64 @@ impl State {
     }
 }
 
+/// Where a new operation on an endpoint goes.
+pub(crate) enum Route {
+    /// Connected: send on this lane.
+    Lane(Lane),
+    /// Not connected yet (connecting through a server's socket address): queue it.
+    Queue,
+    /// The endpoint failed in this very call: the operation gets a request that completes
+    /// with this status (the endpoint's error handler runs too), not an immediate error.
+    Fail(Status),
+}
+
+/// The route of a new operation on `ep`. An endpoint that had failed before gives its
+/// error at once.
+pub(crate) fn route(tls: &mut [Tl], st: &mut State, ep: u32) -> Result<Route> {
+    let e = st.ep(ep)?;
+    match (e.lane, e.status) {
+        (_, EpStatus::Failed(s)) => Err(s),
+        (Some(l), _) => Ok(Route::Lane(l)),
+        (None, EpStatus::Connecting) => Ok(Route::Queue),
+        _ => match connect(tls, st, ep) {
+            Ok(l) => Ok(Route::Lane(l)),
+            Err(s) => Ok(Route::Fail(s)),
+        },
+    }
+}
+
+/// Queues request `r` on `ep` (behind whatever is queued) and sends what can go now.
+pub(crate) fn enqueue(tls: &mut [Tl], st: &mut State, ep: u32, q: Queued) -> Result<()> {
+    let e = st.ep_mut(ep)?;
+    e.queue.push_back(q);
+    if e.queue.len() == 1 {
+        st.active.push_back(ep);
+    }
+    crate::tag::api::drain_queue(tls, st, ep);
+    Ok(())
+}
+
 /// Picks the lane for `ep` and creates its transport endpoint; queues the wireup message.
+/// A failure to find or create one fails the endpoint (its error handler runs).
 pub(crate) fn connect(tls: &mut [Tl], st: &mut State, ep: u32) -> Result<Lane> {
     let e = st.ep(ep)?;
     match (e.lane, e.status) {
         (_, EpStatus::Failed(s)) => return Err(s),
         (Some(l), _) => return Ok(l),
+        (None, EpStatus::Connecting) => return Err(Status::InProgress),
         _ => {}
     }
+    match pick_lane(tls, st, ep) {
+        Ok(l) => Ok(l),
+        Err(s) => {
+            fail_ep(st, ep, s);
+            Err(s)
+        }
+    }
+}
+
+fn pick_lane(tls: &mut [Tl], st: &mut State, ep: u32) -> Result<Lane> {
+    let e = st.ep(ep)?;
     let dev = uct::shm::address::encode_device_addr(e.remote.host_id);
     let mut best: Option<(usize, usize, f64)> = None;
     let has_self = tls.iter().any(|t| t.transport == Transport::SelfTl);
@@ -930,7 +1058,51 @@ pub(crate) fn connect(tls: &mut [Tl], st: &mut State, ep: u32) -> Result<Lane> {
     e.status = EpStatus::Connected;
     e.queue.push_front(Queued::Wireup);
     st.active.push_back(ep);
+    select_queued(st, ep, &lane.th);
     Ok(lane)
+}
+
+/// Chooses the protocol of the sends queued before `ep` had a lane (it was connecting
+/// through a server's socket address). A send that cannot go on this lane completes with
+/// the error it would have got from the call.
+pub(crate) fn select_queued(st: &mut State, ep: u32, th: &Thresholds) {
+    let Ok(e) = st.ep(ep) else { return };
+    let queued: Vec<Request> = e
+        .queue
+        .iter()
+        .filter_map(|q| match q {
+            Queued::Send(r) => Some(*r),
+            _ => None,
+        })
+        .collect();
+    let mut refused = Vec::new();
+    for r in queued {
+        let Some(q) = st.reqs.get_mut(r.0) else {
+            continue;
+        };
+        let ReqKind::Send(s) = &mut q.kind else {
+            continue;
+        };
+        if !s.select {
+            continue;
+        }
+        s.select = false;
+        let chosen = match &s.kind {
+            SendKind::Tag => Ok(crate::tag::api::tag_proto(th, &s.buf, s.sync)),
+            SendKind::Am(info) => crate::am::am_proto(th, info.header.len(), &s.buf, info.flags),
+            SendKind::Stream => Ok(crate::proto::select::Proto::Multi),
+        };
+        match chosen {
+            Ok(p) => s.proto = p,
+            Err(x) => refused.push((r, x)),
+        }
+    }
+    for (r, x) in refused {
+        if let Ok(e) = st.ep_mut(ep) {
+            e.queue.retain(|q| !matches!(q, Queued::Send(y) if *y == r));
+        }
+        st.complete(r, x);
+    }
 }
 
 /// Marks `ep` failed: everything queued or waiting on it completes with `status`, the

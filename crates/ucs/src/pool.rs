@@ -238,6 +238,17 @@ impl<T> Pool<T> {
     }
 
     /// True when `idx` names a live object.
+    /// Every live object, mutably, in slot order.
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut T> + '_ {
+        self.chunks
+            .iter_mut()
+            .flat_map(|c| c.iter_mut())
+            .filter_map(|s| match &mut s.entry {
+                Entry::Live(v) => Some(v),
+                _ => None,
+            })
+    }
+
     #[inline]
     pub fn contains(&self, idx: PoolIdx) -> bool {
         self.get_ref(idx).is_some()

@@ -105,6 +105,11 @@ fn write_all_timeout(sock: &Socket, data: &[u8], timeout: Duration) -> Result<()
 }
 
 impl ConnRequest {
+    /// This side's address of the client's connection (the listener's IP and port).
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.sock.local_addr().ok().and_then(|a| a.as_socket())
+    }
+
     /// Accepts, sending `blob` back.
     pub fn accept(self, blob: &[u8]) -> Result<()> {
         write_all_timeout(&self.sock, &encode(0, blob), Duration::from_secs(10))
@@ -265,6 +270,16 @@ impl CmClient {
             sent: 0,
             buf: Vec::new(),
         })
+    }
+
+    /// This side's address of the connection (known once `connect` started).
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.sock.local_addr().ok().and_then(|a| a.as_socket())
+    }
+
+    /// The connection's descriptor (readable when the server answered).
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.sock.as_fd()
     }
 
     /// Advances the exchange: `Ok(None)` while waiting.

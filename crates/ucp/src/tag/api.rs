@@ -10,16 +10,27 @@
 
 use super::matcher::{Arrived, Posted};
 use crate::proto::header::*;
-use crate::proto::select::Proto;
+use crate::proto::select::{Proto, Thresholds};
 use crate::request::*;
 use crate::worker::{
-    connect, Deferred, Ep, FragDest, Lane, Message, Queued, State, Tl, Unexp, Worker,
+    connect, enqueue, route, Deferred, Ep, FragDest, Lane, Message, Queued, Route, State, Tl,
+    Unexp, Worker,
 };
 use std::time::Duration;
 use ucs::{Result, Status};
 
 /// How long the blocking conveniences wait before they give up.
 const BLOCKING_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// The protocol of a tag send of `buf` on a lane with thresholds `th`.
+pub(crate) fn tag_proto(th: &Thresholds, buf: &Buf, sync: bool) -> Proto {
+    let proto = th.select(buf.len(), sync);
+    if proto == Proto::Rndv && (buf.contig_ptr().is_none() || buf.len() == 0) {
+        Proto::Multi
+    } else {
+        proto
+    }
+}
 
 /// The tag as the 8 header bytes of `am_short` (little endian on the wire).
 #[inline]
@@ -42,10 +53,18 @@ impl Worker {
         cb: Option<Callback>,
     ) -> Result<Option<Request>> {
         let (tls, st) = (&mut self.tls, &mut self.st);
-        let lane = connect(tls, st, ep.0)?;
-        let len = buf.len();
-        if st.ep(ep.0)?.queue.is_empty() && !sync {
-            if let Buf::Contig { ptr, len } = buf {
+        let lane = match route(tls, st, ep.0)? {
+            Route::Lane(l) => Some(l),
+            Route::Queue => None,
+            Route::Fail(s) => {
+                let r = st.new_req(ReqKind::Send(SendState::new(SendKind::Tag, ep.0, buf)), cb);
+                st.failed_ops.push((r, s));
+                return Ok(Some(r));
+            }
+        };
+        if let Some(lane) = lane.filter(|_| !sync) {
+            if let (Buf::Contig { ptr, len }, true) = (&buf, st.ep(ep.0)?.queue.is_empty()) {
+                let (ptr, len) = (*ptr, *len);
                 let iface = &mut tls[lane.tl].iface;
                 let data: &[u8] = if len == 0 {
                     &[]
@@ -71,31 +90,15 @@ impl Worker {
                 }
             }
         }
-        let mut proto = lane.th.select(len, sync);
-        if proto == Proto::Rndv && (buf.contig_ptr().is_none() || len == 0) {
-            proto = Proto::Multi;
+        let mut s = SendState::new(SendKind::Tag, ep.0, buf);
+        s.tag = tag;
+        s.sync = sync;
+        match lane {
+            Some(l) => s.proto = tag_proto(&l.th, &s.buf, sync),
+            None => s.select = true,
         }
-        let r = st.new_req(
-            ReqKind::Send(SendState {
-                kind: SendKind::Tag,
-                ep: ep.0,
-                buf,
-                tag,
-                sync,
-                offset: 0,
-                msg_id: 0,
-                proto,
-                mem: None,
-                remote_pending: false,
-            }),
-            cb,
-        );
-        let e = st.ep_mut(ep.0)?;
-        e.queue.push_back(Queued::Send(r));
-        if e.queue.len() == 1 {
-            st.active.push_back(ep.0);
-        }
-        drain_queue(tls, st, ep.0);
+        let r = st.new_req(ReqKind::Send(s), cb);
+        enqueue(tls, st, ep.0, Queued::Send(r))?;
         Ok(Some(r))
     }
 
