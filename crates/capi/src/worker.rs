@@ -358,11 +358,15 @@ impl Wk {
         Ok(r)
     }
 
-    /// [`Wk::with`], then [`Wk::dispatch`].
+    /// [`Wk::with`], then the callbacks of the requests that completed. The handlers of
+    /// events (active messages, connection requests, endpoint failures) run only in
+    /// `ucp_worker_progress` and the blocking calls, as with UCX: a program that checks
+    /// a flag its handler sets, then progresses and sleeps when progress found nothing,
+    /// must not have the handler run unseen inside another call.
     #[inline]
     pub(crate) fn run<R>(&self, f: impl FnOnce(&mut Worker, &mut Side) -> R) -> Result<R> {
         let r = self.with(f);
-        self.dispatch();
+        self.dispatch_requests();
         r
     }
 

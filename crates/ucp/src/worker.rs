@@ -229,6 +229,9 @@ pub struct Worker {
     signal: EventFd,
 }
 
+/// Event-set token of the descriptors that report dead peers.
+const PEERS_TOKEN: u64 = u64::MAX - 2;
+
 fn new_uuid() -> u64 {
     // Odd, so that no worker has id 0 (0 means "no request" in some headers).
     ucs::sys::host::random_u64() | 1
@@ -253,6 +256,9 @@ impl Worker {
         for (i, t) in tls.iter().enumerate() {
             if let Some(fd) = t.iface.event_fd() {
                 events.add(fd, Events::READABLE, i as u64)?;
+            }
+            if let Some(fd) = t.iface.peers_fd() {
+                events.add(fd, Events::READABLE, PEERS_TOKEN)?;
             }
         }
         let uuid = new_uuid();
@@ -785,8 +791,18 @@ impl Worker {
         if self.arm().is_err() {
             return Ok(());
         }
-        self.events.wait(timeout_ms, |_, _| {})?;
+        let mut peers = false;
+        self.events
+            .wait(timeout_ms, |tok, _| peers |= tok == PEERS_TOKEN)?;
         self.signal.drain();
+        if peers {
+            // A peer died while we slept: its endpoints fail now, so that the next
+            // progress runs their error handlers.
+            for t in self.tls.iter_mut().filter(|t| t.live) {
+                t.iface.check_peers();
+            }
+            self.handle_iface_events();
+        }
         if !self.cm.listeners.is_empty() && self.cm.poll() {
             self.run_callbacks();
         }

@@ -623,6 +623,16 @@ impl Iface {
         }
     }
 
+    /// A descriptor that becomes readable when a peer of this interface's endpoints died
+    /// (shm, whose peers are processes of this host), so that a sleeping worker wakes to
+    /// run [`Iface::check_peers`]. Other transports report dead peers on `event_fd`.
+    pub fn peers_fd(&self) -> Option<BorrowedFd<'_>> {
+        match &self.tl {
+            Tl::Shm(t) => Some(t.peers_fd()),
+            _ => None,
+        }
+    }
+
     /// Prepares for sleeping on the event fd. `Busy` means events are waiting: progress
     /// instead of sleeping.
     pub fn arm(&mut self) -> Result<()> {

@@ -314,6 +314,11 @@ impl ShmIface {
         self.event.as_fd()
     }
 
+    /// Readable when a peer of one of the endpoints exited (then call `check_peers`).
+    pub fn peers_fd(&self) -> BorrowedFd<'_> {
+        self.peers.as_fd()
+    }
+
     pub fn arm(&mut self) -> Result<()> {
         self.event.drain();
         if self.rx.arm() {
