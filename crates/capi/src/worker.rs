@@ -400,18 +400,21 @@ impl Wk {
     /// Calls the C callbacks of completed requests and the C active-message handlers.
     /// Never called with the worker borrowed.
     #[inline]
-    pub(crate) fn dispatch(&self) {
-        self.dispatch_requests();
+    /// Returns how many callbacks and handlers ran.
+    pub(crate) fn dispatch(&self) -> usize {
+        let mut n = self.dispatch_requests();
         if self.evq.hint.load(Ordering::Acquire) && !IN_AM.with(Cell::get) {
             IN_AM.with(|f| f.set(true));
             let _reset = ResetAm;
-            self.dispatch_events();
+            n += self.dispatch_events();
         }
+        n
     }
 
     /// Runs the C handlers of queued events (active messages, connection requests,
     /// endpoint failures), one at a time, with the worker released while each runs.
-    fn dispatch_events(&self) {
+    fn dispatch_events(&self) -> usize {
+        let mut n = 0;
         enum Ready {
             Am(crate::am::Ready),
             Conn(crate::listener::Ready),
@@ -441,13 +444,14 @@ impl Wk {
                 }
             });
             let Ok(Some(r)) = next else { break };
+            n += 1;
             let am = matches!(r, Ready::Am(_));
             match r {
                 Ready::Am(r) => crate::am::deliver(self, r),
                 Ready::Conn(r) => crate::listener::deliver(self, r),
                 Ready::EpError(r) => crate::ep::deliver_error(r),
             }
-            self.dispatch_requests();
+            n += self.dispatch_requests();
             if am {
                 // One active message per call: a program that waits for "the next
                 // message" with a flag its handler sets, as UCX's examples do, sees
@@ -455,19 +459,22 @@ impl Wk {
                 break;
             }
         }
+        n
     }
 
     /// Calls the C callbacks of completed requests.
     #[inline]
-    pub(crate) fn dispatch_requests(&self) {
+    pub(crate) fn dispatch_requests(&self) -> usize {
+        let mut n = 0;
         loop {
             let next = READY.with(|q| q.borrow_mut().pop_front());
             match next {
                 // SAFETY: headers in the ready queue are live requests whose outcome was
                 // stored by `collect`.
                 Some(h) => unsafe { request::finish(h) },
-                None => break,
+                None => return n,
             }
+            n += 1;
         }
     }
 
@@ -934,8 +941,9 @@ pub unsafe extern "C" fn ucp_worker_progress(worker: *mut Handle<Wk>) -> c_uint 
             wk.dispatch();
             return Ok(1);
         }
-        let n = wk.progress()?;
-        wk.dispatch();
+        // A callback or handler that ran counts as progress: the application may be
+        // waiting for what it does, and must look before it sleeps.
+        let n = wk.progress()? + wk.dispatch();
         Ok(n as c_uint)
     })
 }
