@@ -25,7 +25,7 @@ const BLOCKING_TIMEOUT: Duration = Duration::from_secs(120);
 /// The protocol of a tag send of `buf` on a lane with thresholds `th`.
 pub(crate) fn tag_proto(th: &Thresholds, buf: &Buf, sync: bool) -> Proto {
     let proto = th.select(buf.len(), sync);
-    if proto == Proto::Rndv && (buf.contig_ptr().is_none() || buf.len() == 0) {
+    if proto == Proto::Rndv && (buf.contig_ptr().is_none() || buf.is_empty()) {
         Proto::Multi
     } else {
         proto
