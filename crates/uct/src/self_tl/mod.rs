@@ -56,7 +56,7 @@ pub struct SelfIface {
     id: u64,
     handlers: AmTable,
     eps: Slab<()>,
-    queue: VecDeque<(u8, Vec<u8>)>,
+    queue: VecDeque<(u8, Vec<u8>, usize)>,
     free: Vec<Vec<u8>>,
     seg: usize,
     attr: IfaceAttr,
@@ -155,18 +155,17 @@ impl SelfIface {
 
     /// Takes a recycled buffer of `seg` bytes for the next message, or `None` when the
     /// queue is full.
+    /// Buffers always keep their full length (the queue records how much of each is a
+    /// message), so a recycled one is not zero-filled again for every message.
     fn buffer(&mut self) -> Option<Vec<u8>> {
         if self.queue.len() >= QUEUE_MAX {
             return None;
         }
-        let mut b = self.free.pop().unwrap_or_default();
-        b.resize(self.seg, 0);
-        Some(b)
+        Some(self.free.pop().unwrap_or_else(|| vec![0; self.seg]))
     }
 
-    fn enqueue(&mut self, id: u8, mut b: Vec<u8>, len: usize) {
-        b.truncate(len);
-        self.queue.push_back((id, b));
+    fn enqueue(&mut self, id: u8, b: Vec<u8>, len: usize) {
+        self.queue.push_back((id, b, len));
     }
 
     pub fn am_short(&mut self, ep: EpId, id: u8, hdr: u64, payload: &[u8]) -> Result<Outcome> {
@@ -221,10 +220,10 @@ impl SelfIface {
         // queue for the next progress, so a ping-pong through self cannot loop forever.
         let n = self.queue.len();
         for _ in 0..n {
-            let Some((id, b)) = self.queue.pop_front() else {
+            let Some((id, b, len)) = self.queue.pop_front() else {
                 break;
             };
-            f(id, &b);
+            f(id, &b[..len]);
             self.free.push(b);
         }
         n
@@ -234,10 +233,10 @@ impl SelfIface {
     pub fn progress(&mut self) -> usize {
         let n = self.queue.len();
         for _ in 0..n {
-            let Some((id, b)) = self.queue.pop_front() else {
+            let Some((id, b, len)) = self.queue.pop_front() else {
                 break;
             };
-            self.handlers.dispatch(id, &b);
+            self.handlers.dispatch(id, &b[..len]);
             self.free.push(b);
         }
         n
