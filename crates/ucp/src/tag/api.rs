@@ -746,9 +746,31 @@ impl State {
     fn eager(&mut self, tag: u64, p: &[u8], sync: Option<(u64, u64)>) {
         match self.matcher.match_posted(tag) {
             Some((_, r)) => {
-                self.set_info(r, tag, p.len());
-                self.deliver(r, 0, p);
-                self.finish_recv(r);
+                // The whole message in one step, with one look at the request: its
+                // information, the data, and its completion.
+                if let Some(q) = self.reqs.get_mut(r.0) {
+                    q.info = RecvInfo {
+                        sender_tag: tag,
+                        length: p.len(),
+                    };
+                    let mut status = Status::Ok;
+                    if let ReqKind::Recv(rs) = &mut q.kind {
+                        // SAFETY: the receiver promised the buffer is writable until
+                        // completion.
+                        let n = unsafe { rs.buf.write_at(0, p) };
+                        rs.received += p.len();
+                        if n < p.len() {
+                            rs.truncated = true;
+                            status = Status::MessageTruncated;
+                        }
+                    }
+                    if q.status.is_none() {
+                        q.status = Some(status);
+                        if q.cb.is_some() || q.released {
+                            self.completed.push(r);
+                        }
+                    }
+                }
                 if let Some((uuid, sreq)) = sync {
                     self.deferred.push_back(Deferred::SyncAck { uuid, sreq });
                 }
