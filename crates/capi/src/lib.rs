@@ -34,6 +34,7 @@ mod stream;
 mod tag;
 mod ucm_api;
 mod ucs_api;
+mod ucs_util;
 mod worker;
 
 /// Bytes of the request header rucx keeps in front of every request (the
