@@ -412,7 +412,10 @@ fn bad_keys_and_ranges_are_refused() {
     );
 
     // A forged key that claims more memory gets past the initiator; the target refuses.
-    let mut forged = ucp::mem::PackedKey::decode(&packed).unwrap();
+    let ucp::mem::PackedKey::Region(mut forged) = ucp::mem::PackedKey::decode(&packed).unwrap()
+    else {
+        panic!("a region's key decoded as the empty key");
+    };
     forged.len = 4096;
     let fk = i.rkey_unpack(ep, &forged.encode()).unwrap();
     let pump = |i: &mut Worker,
