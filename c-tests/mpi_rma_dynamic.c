@@ -157,14 +157,14 @@ static void atomics(MPI_Win win, struct region *r, MPI_Aint *addrs, const char *
 
 static int by_address_desc(const void *a, const void *b)
 {
-    const struct region *x = a, *y = b;
+    const struct region *x = *(struct region *const *)a, *y = *(struct region *const *)b;
     return x->mem < y->mem ? 1 : x->mem > y->mem ? -1 : 0;
 }
 
 int main(int argc, char **argv)
 {
     MPI_Win win;
-    struct region two[2], reg[NREG];
+    struct region two[2], reg[NREG], *order[NREG];
     MPI_Aint *addrs[NREG], *two_addrs[2];
     static const size_t lens[NREG] = {4096, 1 << 20, 65536, 100, 3 << 20, 8192};
     static const int kinds[NREG] = {0, 1, 2, 0, 1, 2};
@@ -219,28 +219,34 @@ int main(int argc, char **argv)
     }
 
 exact:
-    /* 2. Six regions of every kind and alignment, attached one at a time from the highest
-     * address down (the order in which Open MPI 4.1's table stays exact), each used at
-     * once together with the earlier ones. */
+    /* 2. Six regions of every kind and alignment, attached from the highest address down
+     * (the order in which Open MPI 4.1's table stays exact; it differs between ranks, so
+     * every rank attaches all before any is used). */
     MPI_Win_create_dynamic(MPI_INFO_NULL, MPI_COMM_WORLD, &win);
     for (int k = 0; k < NREG; k++) {
         region_alloc(&reg[k], lens[k], kinds[k]);
+        order[k] = &reg[k];
     }
-    qsort(reg, NREG, sizeof(reg[0]), by_address_desc);
+    qsort(order, NREG, sizeof(order[0]), by_address_desc);
     for (int k = 0; k < NREG; k++) {
-        EXPECT(MPI_Win_attach(win, reg[k].mem, (MPI_Aint)reg[k].len) == MPI_SUCCESS,
+        EXPECT(MPI_Win_attach(win, order[k]->mem, (MPI_Aint)order[k]->len) == MPI_SUCCESS,
                "attach %d", k);
+    }
+    for (int k = 0; k < NREG; k++) {
         addrs[k] = gather_addr(reg[k].mem);
-        for (int j = 0; j <= k; j++) {
+    }
+    for (int round = 0; round < 2; round++) {
+        for (int j = 0; j < NREG; j++) {
             size_t len = reg[j].len < 200 ? reg[j].len - 3 : reg[j].len / 3;
-            snprintf(what, sizeof(what), "region %d (after attaching %d)", j, k);
+            snprintf(what, sizeof(what), "region %d (round %d)", j, round);
             put_get(win, &reg[j], addrs[j], reg[j].len < 200 ? 3 : reg[j].len / 2, len,
-                    (j + k) % 3, (unsigned)(k * 16 + j), what);
+                    (j + round) % 3, (unsigned)(round * 16 + j), what);
+            put_get(win, &reg[j], addrs[j], 0, reg[j].len, (j + round + 1) % 3,
+                    (unsigned)(round * 16 + j + 100), what);
         }
-        if (rank == 0) {
-            printf("attach %d (%zu bytes, kind %d): put/get into regions 0..%d: ok\n", k,
-                   reg[k].len, reg[k].kind, k);
-        }
+    }
+    if (rank == 0) {
+        printf("%d regions attached: put/get: ok\n", NREG);
     }
     for (int k = 0; k < NREG; k++) {
         if (reg[k].len >= 64) {
@@ -252,18 +258,19 @@ exact:
         printf("fetch_and_op, compare_and_swap, accumulate on attached memory: ok\n");
     }
 
-    /* 3. Detach the lowest region and attach it again, three times. */
+    /* 3. Each rank detaches its lowest region and attaches it again, three times. */
     for (int round = 0; round < 3; round++) {
-        struct region *low = &reg[NREG - 1];
+        struct region *low = order[NREG - 1];
         MPI_Barrier(MPI_COMM_WORLD);
         EXPECT(MPI_Win_detach(win, low->mem) == MPI_SUCCESS, "detach");
         MPI_Barrier(MPI_COMM_WORLD);
         EXPECT(MPI_Win_attach(win, low->mem, (MPI_Aint)low->len) == MPI_SUCCESS, "re-attach");
-        snprintf(what, sizeof(what), "re-attached region (round %d)", round);
-        put_get(win, low, addrs[NREG - 1], 0, low->len, round % 3, 900u + (unsigned)round,
-                what);
-        put_get(win, &reg[0], addrs[0], 7, reg[0].len - 7, 2, 950u + (unsigned)round,
-                "highest region after re-attach");
+        MPI_Barrier(MPI_COMM_WORLD);
+        for (int j = 0; j < NREG; j++) {
+            snprintf(what, sizeof(what), "region %d after re-attach (round %d)", j, round);
+            put_get(win, &reg[j], addrs[j], 1, reg[j].len - 1, (round + j) % 3,
+                    900u + (unsigned)(round * 16 + j), what);
+        }
     }
     if (rank == 0) {
         printf("detach and re-attach: ok\n");

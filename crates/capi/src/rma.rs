@@ -2,7 +2,9 @@
 //!
 //! Packed remote keys handed to C are ucp's packed keys as they are (5 to 16 bytes for
 //! realistic regions): `ucp_ep_rkey_unpack` gets no length, and the key's own bytes give
-//! it (`ucp::mem::PackedKey::encoded_len`).
+//! it (`ucp::mem::PackedKey::encoded_len`). The buffer `ucp_rkey_pack` returns sits 8
+//! bytes into an allocation that starts with `magic u32 | key length u32`, so that
+//! `ucp_rkey_buffer_release` recognises (and frees) only buffers it made.
 
 use crate::context::Ctx;
 use crate::ep::{self, EpH};
@@ -234,14 +236,19 @@ pub unsafe extern "C" fn ucp_rkey_pack(
         }
         let packed = m.memh.as_ref().ok_or(Status::InvalidParam)?.rkey_pack();
         // SAFETY: malloc of a positive size; released by ucp_rkey_buffer_release.
-        let p = unsafe { libc::malloc(packed.len().max(1)) }.cast::<u8>();
+        let p = unsafe { libc::malloc(KEY_BUF_HDR + packed.len()) }.cast::<u8>();
         if p.is_null() {
             return Err(Status::NoMemory);
         }
-        // SAFETY: `p` has `packed.len()` writable bytes; the caller's output pointers.
+        let mut hdr = [0u8; KEY_BUF_HDR];
+        hdr[..4].copy_from_slice(&KEY_BUF_MAGIC.to_le_bytes());
+        hdr[4..].copy_from_slice(&(packed.len() as u32).to_le_bytes());
+        // SAFETY: `p` has KEY_BUF_HDR + packed.len() writable bytes; the caller's output
+        // pointers.
         unsafe {
-            std::ptr::copy_nonoverlapping(packed.as_ptr(), p, packed.len());
-            *rkey_buffer_p = p.cast();
+            std::ptr::copy_nonoverlapping(hdr.as_ptr(), p, KEY_BUF_HDR);
+            std::ptr::copy_nonoverlapping(packed.as_ptr(), p.add(KEY_BUF_HDR), packed.len());
+            *rkey_buffer_p = p.add(KEY_BUF_HDR).cast();
             *size_p = packed.len();
         }
         Ok(())
@@ -262,14 +269,30 @@ unsafe fn rkey_bytes<'a>(p: *const c_void) -> Result<&'a [u8]> {
     Ok(unsafe { std::slice::from_raw_parts(p, len) })
 }
 
+/// The header in front of a key buffer of `ucp_rkey_pack`.
+const KEY_BUF_MAGIC: u32 = 0x3279_6b72;
+const KEY_BUF_HDR: usize = 8;
+
 #[no_mangle]
 pub unsafe extern "C" fn ucp_rkey_buffer_release(rkey_buffer: *mut c_void) {
     guard::void("ucp_rkey_buffer_release", || {
         if rkey_buffer.is_null() {
             return Err(Status::InvalidParam);
         }
-        // SAFETY: allocated with malloc by ucp_rkey_pack.
-        unsafe { libc::free(rkey_buffer) };
+        let p = rkey_buffer.cast::<u8>().wrapping_sub(KEY_BUF_HDR);
+        let mut hdr = [0u8; KEY_BUF_HDR];
+        // SAFETY: a buffer of ours has its header in the 8 bytes in front of it (anything
+        // else is a misuse this check turns into an error instead of a bad free).
+        unsafe { std::ptr::copy_nonoverlapping(p, hdr.as_mut_ptr(), KEY_BUF_HDR) };
+        let len = u32::from_le_bytes([hdr[4], hdr[5], hdr[6], hdr[7]]) as usize;
+        if hdr[..4] != KEY_BUF_MAGIC.to_le_bytes() || len > ucp::mem::MAX_PACKED_LEN {
+            return Err(Status::InvalidParam);
+        }
+        // SAFETY: our allocation: forget the magic (a second release is refused), free.
+        unsafe {
+            p.write_bytes(0, 4);
+            libc::free(p.cast());
+        }
         Ok(())
     })
 }

@@ -176,6 +176,9 @@ pub enum PackedKey {
     Region(PackedRkey),
 }
 
+/// The longest packed key.
+pub const MAX_PACKED_LEN: usize = uct::rkey::MAX_PACKED_LEN;
+
 impl PackedKey {
     /// The one byte of the empty key.
     pub const EMPTY: u8 = 0;

@@ -1,9 +1,12 @@
 //! Memory domains: allocate or register memory and pack/unpack remote keys for it.
 //!
-//! One `Md` type serves the self and shm transports; they differ in what a registration
-//! of user memory packs into (self: a local key valid only inside this process; shm: a
-//! cross-memory-attach key). Memory allocated by an `Md` always lives in a shared segment,
-//! so a peer on the same host can map it and use direct load/store and CPU atomics on it.
+//! One `Md` type serves the self and shm transports. A registration of user memory packs
+//! into a "memory" key either way; they differ in how they unpack it (self: by pointer,
+//! only inside this process and only within a live registration; shm: by cross-memory
+//! attach of the owner). Memory allocated by an `Md` always lives in a shared segment, so
+//! a peer on the same host can map it and use direct load/store and CPU atomics on it.
+//! The owner's process id comes from the key or, for the compact keys ucp packs, from the
+//! endpoint's peer ([`Md::rkey_unpack_from`], [`owner_pid`]).
 //!
 //! The tcp domain registers memory for the tcp transport's `put_zcopy` only: its keys
 //! (kind "wire") name a registration id that the receiving transport looks up in a
@@ -12,7 +15,8 @@
 //!
 //! Invariants: a local key is only unpacked when its whole range lies inside a live
 //! registration of this domain (so a forged key cannot aim a copy at arbitrary memory of
-//! this process); unpacking a segment key checks the inode and length of what it maps.
+//! this process); unpacking a segment key checks that the descriptor it obtains is the
+//! memfd named after the key's registration id and is long enough for the key.
 
 use crate::rkey::{Access, PackedRkey, Rkey, RkeyKind};
 use crate::Transport;
