@@ -153,7 +153,11 @@ impl PackedRkey {
                 .checked_mul(SEGMENT_ALIGN)
                 .ok_or(bad)?
         } else {
-            r.varint().ok_or(bad)?
+            let base = r.varint().ok_or(bad)?;
+            if WIDE.contains(&base) {
+                return Err(bad); // the 6-byte form is the canonical one
+            }
+            base
         };
         let len = r.varint().ok_or(bad)?;
         let id = r.varint().ok_or(bad)?;
@@ -447,6 +451,10 @@ mod tests {
         // The 6-byte base for a base that a varint encodes as short.
         let mut w = Writer::default();
         w.u8(0x25).u32(0x1000).u16(0).varint(1).varint(1);
+        assert_eq!(PackedRkey::decode(&w.buf), bad);
+        // A varint base where the 6-byte form is the canonical one.
+        let mut w = Writer::default();
+        w.u8(0x21).varint(0x7fff_0000_1000).varint(1).varint(1);
         assert_eq!(PackedRkey::decode(&w.buf), bad);
         // ... and the wide form of a real address decodes.
         let mut w = Writer::default();
