@@ -19,7 +19,10 @@ fn report(name: &str) {
 pub(crate) fn status(name: &str, f: impl FnOnce() -> Result<()>) -> ucs_status_t {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(())) => Status::Ok.code(),
-        Ok(Err(s)) => s.code(),
+        Ok(Err(s)) => {
+            tracing::debug!("{name}: {s}");
+            s.code()
+        }
         Err(_) => {
             report(name);
             PANIC_STATUS.code()
@@ -36,7 +39,10 @@ pub(crate) fn status_ptr(
 ) -> ucs_status_ptr_t {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(p)) => p,
-        Ok(Err(s)) => status_to_ptr(s),
+        Ok(Err(s)) => {
+            tracing::debug!("{name}: {s}");
+            status_to_ptr(s)
+        }
         Err(_) => {
             report(name);
             status_to_ptr(PANIC_STATUS)

@@ -1,7 +1,10 @@
 //! Memory mapping, remote keys, put/get and atomics.
 //!
-//! Packed remote keys handed to C carry their own length (`ucp_ep_rkey_unpack` gets no
-//! length): `magic u32 | length u32 | packed key`.
+//! Packed remote keys handed to C are ucp's packed keys as they are (5 to 16 bytes for
+//! realistic regions): `ucp_ep_rkey_unpack` gets no length, and the key's own bytes give
+//! it (`ucp::mem::PackedKey::encoded_len`). The buffer `ucp_rkey_pack` returns sits 8
+//! bytes into an allocation that starts with `magic u32 | key length u32`, so that
+//! `ucp_rkey_buffer_release` recognises (and frees) only buffers it made.
 
 use crate::context::Ctx;
 use crate::ep::{self, EpH};
@@ -51,9 +54,6 @@ handle_kind!(RkeyObj, 0x7275_6378_726b_6579);
 
 // SAFETY: plain data.
 unsafe impl Send for RkeyObj {}
-
-const RKEY_MAGIC: u32 = 0x5243_584b;
-const RKEY_HDR: usize = 8;
 
 #[no_mangle]
 pub unsafe extern "C" fn ucp_mem_map(
@@ -235,56 +235,64 @@ pub unsafe extern "C" fn ucp_rkey_pack(
             return Err(Status::InvalidParam);
         }
         let packed = m.memh.as_ref().ok_or(Status::InvalidParam)?.rkey_pack();
-        let total = RKEY_HDR + packed.len();
         // SAFETY: malloc of a positive size; released by ucp_rkey_buffer_release.
-        let p = unsafe { libc::malloc(total) }.cast::<u8>();
+        let p = unsafe { libc::malloc(KEY_BUF_HDR + packed.len()) }.cast::<u8>();
         if p.is_null() {
             return Err(Status::NoMemory);
         }
-        // SAFETY: `p` has `total` writable bytes; the caller's output pointers.
+        let mut hdr = [0u8; KEY_BUF_HDR];
+        hdr[..4].copy_from_slice(&KEY_BUF_MAGIC.to_le_bytes());
+        hdr[4..].copy_from_slice(&(packed.len() as u32).to_le_bytes());
+        // SAFETY: `p` has KEY_BUF_HDR + packed.len() writable bytes; the caller's output
+        // pointers.
         unsafe {
-            std::ptr::copy_nonoverlapping(RKEY_MAGIC.to_le_bytes().as_ptr(), p, 4);
-            std::ptr::copy_nonoverlapping(
-                (packed.len() as u32).to_le_bytes().as_ptr(),
-                p.add(4),
-                4,
-            );
-            std::ptr::copy_nonoverlapping(packed.as_ptr(), p.add(RKEY_HDR), packed.len());
-            *rkey_buffer_p = p.cast();
-            *size_p = total;
+            std::ptr::copy_nonoverlapping(hdr.as_ptr(), p, KEY_BUF_HDR);
+            std::ptr::copy_nonoverlapping(packed.as_ptr(), p.add(KEY_BUF_HDR), packed.len());
+            *rkey_buffer_p = p.add(KEY_BUF_HDR).cast();
+            *size_p = packed.len();
         }
         Ok(())
     })
 }
 
-/// The packed key inside a C key buffer.
+/// The packed key a C key buffer starts with; its length comes from its own bytes, and
+/// no byte past its end is read.
 unsafe fn rkey_bytes<'a>(p: *const c_void) -> Result<&'a [u8]> {
     if p.is_null() {
         return Err(Status::InvalidParam);
     }
     let p = p.cast::<u8>();
-    let mut h = [0u8; RKEY_HDR];
-    // SAFETY: a key buffer of ours starts with this header (the magic is checked before
-    // the length is trusted).
-    unsafe { std::ptr::copy_nonoverlapping(p, h.as_mut_ptr(), RKEY_HDR) };
-    if u32::from_le_bytes([h[0], h[1], h[2], h[3]]) != RKEY_MAGIC {
-        return Err(Status::InvalidParam);
-    }
-    let len = u32::from_le_bytes([h[4], h[5], h[6], h[7]]) as usize;
-    if len > 1 << 20 {
-        return Err(Status::InvalidParam);
-    }
-    // SAFETY: a key buffer of ours holds `len` bytes after the header.
-    Ok(unsafe { std::slice::from_raw_parts(p.add(RKEY_HDR), len) })
+    // SAFETY: the caller's key buffer holds a whole key; encoded_len reads its bytes in
+    // order and stops at the key's end (or at the first byte that makes it invalid).
+    let len = ucp::mem::PackedKey::encoded_len(|i| unsafe { p.add(i).read() })?;
+    // SAFETY: as above: the `len` bytes just read.
+    Ok(unsafe { std::slice::from_raw_parts(p, len) })
 }
+
+/// The header in front of a key buffer of `ucp_rkey_pack`.
+const KEY_BUF_MAGIC: u32 = 0x3279_6b72;
+const KEY_BUF_HDR: usize = 8;
 
 #[no_mangle]
 pub unsafe extern "C" fn ucp_rkey_buffer_release(rkey_buffer: *mut c_void) {
     guard::void("ucp_rkey_buffer_release", || {
-        // SAFETY: a key buffer of ours (checked).
-        unsafe { rkey_bytes(rkey_buffer)? };
-        // SAFETY: allocated with malloc by ucp_rkey_pack.
-        unsafe { libc::free(rkey_buffer) };
+        if rkey_buffer.is_null() {
+            return Err(Status::InvalidParam);
+        }
+        let p = rkey_buffer.cast::<u8>().wrapping_sub(KEY_BUF_HDR);
+        let mut hdr = [0u8; KEY_BUF_HDR];
+        // SAFETY: a buffer of ours has its header in the 8 bytes in front of it (anything
+        // else is a misuse this check turns into an error instead of a bad free).
+        unsafe { std::ptr::copy_nonoverlapping(p, hdr.as_mut_ptr(), KEY_BUF_HDR) };
+        let len = u32::from_le_bytes([hdr[4], hdr[5], hdr[6], hdr[7]]) as usize;
+        if hdr[..4] != KEY_BUF_MAGIC.to_le_bytes() || len > ucp::mem::MAX_PACKED_LEN {
+            return Err(Status::InvalidParam);
+        }
+        // SAFETY: our allocation: forget the magic (a second release is refused), free.
+        unsafe {
+            p.write_bytes(0, 4);
+            libc::free(p.cast());
+        }
         Ok(())
     })
 }

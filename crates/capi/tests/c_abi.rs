@@ -61,6 +61,29 @@ fn rma_and_atomics() {
     build_and_run("rma.c", &[("UCX_RMA_PATH", "am")]);
 }
 
+/// Packed keys in a fixed 16-byte field: allocated and registered memory, default
+/// transports and TCP only (and every access path: emulated, CMA), each byte checked.
+#[test]
+fn rkey_in_16_bytes() {
+    let mut outs = build_and_run("rkey16.c", &[]);
+    for path in ["am", "cma"] {
+        outs.extend(build_and_run_on("rkey16.c", &[("UCX_RMA_PATH", path)]));
+    }
+    for out in &outs {
+        assert!(
+            out.contains("rkey16 origin passed") && out.contains("rkey16 target passed"),
+            "{out}"
+        );
+        assert_eq!(out.matches("packed key of").count(), 3, "{out}");
+    }
+    // The sizes, for the record (`cargo test -- --nocapture`).
+    for line in outs.iter().flat_map(|o| o.lines()) {
+        if line.starts_with("rkey16: ") {
+            eprintln!("{line}");
+        }
+    }
+}
+
 #[test]
 fn active_messages() {
     for out in build_and_run("am.c", &[]) {

@@ -43,6 +43,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use ucs::Status;
+use uct::rkey::{PackedRkey, RkeyKind};
 use uct::{
     AtomicOp, AtomicSize, Caps, EpId, Iface, IfaceConfig, Md, MemHandle, Outcome, PendingResult,
     Rkey, Transport, AM_ID_MAX,
@@ -2105,43 +2106,60 @@ pub fn corrupted_rkey(t: Transport) {
         let mut long = good.clone();
         long.push(0);
         bad(&long, "a key with a trailing byte");
-        for (at, v, why) in [
-            (0usize, good[0] ^ 0xff, "a wrong version"),
-            (1, 0, "kind 0"),
-            (1, 0x7f, "kind 0x7f"),
-            (2, 1, "a non-zero reserved field"),
+        for (h, why) in [
+            (good[0] ^ 0xf0, "a wrong version"),
+            (good[0] & 0xf8, "kind 0"),
+            (good[0] | 0x07, "kind 7"),
         ] {
             let mut k = good.clone();
-            k[at] = v;
+            k[0] = h;
             bad(&k, why);
         }
-        let mut k = good.clone();
-        k[4..8].fill(0);
-        bad(&k, "pid 0");
-        // The length field at 16..24 made to wrap the address space.
-        let mut k = good.clone();
-        k[16..24].copy_from_slice(&u64::MAX.to_le_bytes());
-        bad(&k, "a wrapping length");
-        if good.len() == 40 {
-            // Segment keys: the inode and the descriptor are checked on attach.
-            let mut k = good.clone();
-            k[32] ^= 1;
-            assert!(
-                other.rkey_unpack(&k).is_err(),
-                "{t:?} {name}: wrong inode unpacked"
-            );
-            let mut k = good.clone();
-            k[24..28].copy_from_slice(&100_000i32.to_le_bytes());
-            assert!(
-                other.rkey_unpack(&k).is_err(),
-                "{t:?} {name}: wrong descriptor unpacked"
-            );
-            let mut k = good.clone();
-            k[16..24].copy_from_slice(&(1u64 << 30).to_le_bytes());
-            assert!(
-                other.rkey_unpack(&k).is_err(),
-                "{t:?} {name}: a key longer than its segment unpacked"
-            );
+        let key = PackedRkey::decode(&good).expect("a key this domain packed decodes");
+        // A length that wraps the address space.
+        let mut k = key;
+        k.len = u64::MAX - k.base + 1;
+        let mut w = uct::wire::Writer::default();
+        w.u8(good[0]);
+        if let Some(p) = k.pid {
+            w.varint(u64::from(p));
+        }
+        w.varint(if k.kind == RkeyKind::Segment {
+            k.base / 4096
+        } else {
+            k.base
+        })
+        .varint(k.len)
+        .varint(k.id);
+        if k.kind == RkeyKind::Segment {
+            w.varint(u64::from(k.fd));
+        }
+        bad(&w.buf, "a wrapping length");
+        if key.kind == RkeyKind::Segment {
+            // Segment keys: the descriptor's name (the registration id) and the length
+            // are checked on attach.
+            for (k, why) in [
+                (
+                    PackedRkey {
+                        id: key.id + 1,
+                        ..key
+                    },
+                    "another registration id",
+                ),
+                (PackedRkey { fd: 100_000, ..key }, "a wrong descriptor"),
+                (
+                    PackedRkey {
+                        len: 1 << 30,
+                        ..key
+                    },
+                    "a key longer than its segment",
+                ),
+            ] {
+                assert!(
+                    other.rkey_unpack(&k.encode()).is_err(),
+                    "{t:?} {name}: {why} unpacked"
+                );
+            }
         }
         // Every single-byte change and random bytes: no panic, whatever the result.
         for at in 0..good.len() {
@@ -2161,12 +2179,11 @@ pub fn corrupted_rkey(t: Transport) {
     // A forged local key (self transport's registrations) must not cover unregistered
     // memory: a key one byte longer than the registration is refused.
     let good = reg.pack_rkey();
-    if good[1] == 1 {
-        let mut k = good.clone();
-        let len = u64::from_le_bytes(k[16..24].try_into().expect("8 bytes"));
-        k[16..24].copy_from_slice(&(len + 1).to_le_bytes());
+    if f.md.transport() == Transport::SelfTl {
+        let mut k = PackedRkey::decode(&good).expect("a registration's key");
+        k.len += 1;
         assert!(
-            f.md.rkey_unpack(&k).is_err(),
+            f.md.rkey_unpack(&k.encode()).is_err(),
             "{t:?}: an over-long local key unpacked"
         );
         drop(reg);

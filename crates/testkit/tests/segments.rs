@@ -32,7 +32,21 @@ fn segments_vanish(end: End) {
         RkeyKind::Segment,
         "mem_alloc memory must be a segment"
     );
-    let mem_seg = key.segment_id();
+    // The key names the segment by descriptor and registration id (its memfd's name);
+    // the inode comes from /proc.
+    let fd = i32::try_from(key.fd).unwrap();
+    let info = procfs::fd_info(p.pid(), fd).unwrap();
+    assert_eq!(
+        info.target,
+        format!("/memfd:rucx-mem-{} (deleted)", key.id),
+        "mem_alloc segment: name"
+    );
+    let mem_seg = SegmentId {
+        pid: key.pid.expect("a uct key names its owner"),
+        fd,
+        ino: info.ino,
+        len: key.len,
+    };
 
     let mut files: Vec<(&str, SegmentId, u64)> = Vec::new();
     for (name, id) in [("fifo segment", fifo_seg), ("mem_alloc segment", mem_seg)] {

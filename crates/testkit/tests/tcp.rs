@@ -760,7 +760,7 @@ fn puts_land_in_registered_memory_and_bad_ones_are_dropped() {
     buf.fill(0);
     let data = pattern::mem_vec(4096, 9, 0);
     let mut forged = uct::rkey::PackedRkey::decode(&packed).unwrap();
-    forged.reg = forged.reg.wrapping_add(1000);
+    forged.id = forged.id.wrapping_add(1000);
     let unknown = md.rkey_unpack(&forged.encode()).unwrap();
     put(&mut tx, &mut rx, ep, &[&data], addr, &unknown);
     let mut longer = uct::rkey::PackedRkey::decode(&packed).unwrap();

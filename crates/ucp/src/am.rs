@@ -555,7 +555,7 @@ pub(crate) fn am_send_step(tls: &mut [Tl], st: &mut State, lane: Lane, r: Reques
         s.mem = Some(Box::new(tls[lane.tl].md.mem_reg(ptr, len.max(1))?));
     }
     let (rkey, addr) = match &s.mem {
-        Some(m) => (m.pack_rkey(), m.address() as u64),
+        Some(m) => (m.pack_rkey_compact(), m.address() as u64),
         None => return Err(Status::NoMemory),
     };
     let out = tls[lane.tl].iface.am_bcopy(lane.ep, AM_AM_RTS, |b| {

@@ -1,24 +1,27 @@
 //! Memory mapping for remote access: `mem_map` allocates or registers a region with every
-//! memory domain of the context, and packs a remote key that names the region (a key id
-//! the target checks emulated accesses against) and carries each transport's own key.
+//! memory domain of the context, and packs a remote key that names the region.
+//!
+//! The packed key is one transport key of `uct::rkey` (kind 1 "memory" for registered
+//! memory, kind 2 "segment" for memory rucx allocated), without the owner's process id:
+//! `Worker::rkey_unpack` takes that from the endpoint the key is unpacked for. Its
+//! registration id doubles as the region's key id, which the target checks every emulated
+//! access against. One more form exists, the empty key (a single zero byte, which is also
+//! how UCX's packed key of memory registered with no transport begins): it names no
+//! region, so accesses through it are emulated and the target checks them against all of
+//! its mapped regions.
 //!
 //! ```text
-//! packed remote key, little endian
-//!  0        1        2        3          4        12       20       28
-//!  +--------+--------+--------+----------+--------+--------+--------+--------------------+
-//!  |version | flags  |   n    | reserved | key id |  base  | length | n × transport key  |
-//!  |  = 1   | = 0    |   u8   |  u8 = 0  |  u64   |  u64   |  u64   |                    |
-//!  +--------+--------+--------+----------+--------+--------+--------+--------------------+
-//!  transport key: transport id u8 | key length u16 | key bytes (uct's packed rkey)
+//! packed remote key
+//!   0x00                              the empty key (1 byte)
+//!   0x21 | base | length | id         registered memory (uct kind 1, varints; 0x25 when
+//!                                     the base is the 6-byte form)
+//!   0x22 | base/4096 | length | id | fd   an allocated segment (uct kind 2, varints)
 //! ```
 
-use crate::address::tl_id;
 use crate::context::Context;
 use ucs::{Result, Status};
-use uct::wire::{Reader, Writer};
+use uct::rkey::{PackedRkey, RkeyKind};
 use uct::Transport;
-
-pub const VERSION: u8 = 1;
 
 /// A mapped region. Unmapped (and its key id forgotten, so emulated accesses with it are
 /// refused) when dropped.
@@ -66,19 +69,26 @@ impl MemH {
         self.key_id
     }
 
-    /// Packs the remote key peers use to reach the region.
+    /// Packs the remote key peers use to reach the region (at most 16 bytes for
+    /// registered memory below 4 TiB and allocations below 32 GiB).
     pub fn rkey_pack(&self) -> Vec<u8> {
-        PackedKey {
-            key_id: self.key_id,
-            base: self.base,
-            len: self.len,
-            keys: self
-                .handles
-                .iter()
-                .map(|(t, h)| (tl_id(*t), h.pack_rkey()))
-                .collect(),
+        PackedKey::Region(self.packed()).encode()
+    }
+
+    /// The key's fields: those of the registration whose id is the key id (a segment
+    /// when rucx allocated the memory), or a plain memory key when no domain registers.
+    fn packed(&self) -> PackedRkey {
+        match self.handles.iter().find(|(_, h)| h.reg_id() == self.key_id) {
+            Some((_, h)) => h.packed_rkey(false),
+            None => PackedRkey {
+                kind: RkeyKind::Memory,
+                pid: None,
+                base: self.base,
+                len: self.len,
+                id: self.key_id,
+                fd: 0,
+            },
         }
-        .encode()
     }
 }
 
@@ -120,7 +130,11 @@ impl Context {
             }
             handles.push((r.transport, self.md(i).mem_reg(base, len.max(1))?));
         }
-        let key_id = ucs::sys::host::random_u64() | 1;
+        // The key id is the id of the key's registration: the allocation, else the first
+        // registration (every domain's key to user memory is the same "memory" key).
+        let key_id = handles
+            .first()
+            .map_or_else(uct::md::new_reg_id, |(_, h)| h.reg_id());
         self.regions()
             .lock()
             .map_err(|_| Status::IoError)?
@@ -135,68 +149,66 @@ impl Context {
         })
     }
 
-    /// True when `[addr, addr+len)` lies in the region mapped under `key_id`.
+    /// True when `[addr, addr+len)` lies in the region mapped under `key_id`, or for key
+    /// id 0 (the empty key) in any region mapped now.
     pub(crate) fn region_check(&self, key_id: u64, addr: u64, len: u64) -> bool {
         let Ok(r) = self.regions().lock() else {
             return false;
         };
-        r.get(&key_id)
-            .is_some_and(|&(b, l)| addr >= b && addr.checked_add(len).is_some_and(|e| e <= b + l))
+        let Some(end) = addr.checked_add(len) else {
+            return false;
+        };
+        let inside = |&(b, l): &(u64, u64)| addr >= b && end <= b + l;
+        if key_id == 0 {
+            return r.values().any(inside);
+        }
+        r.get(&key_id).is_some_and(inside)
     }
 }
 
 /// A decoded packed key.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PackedKey {
-    pub key_id: u64,
-    pub base: u64,
-    pub len: u64,
-    pub keys: Vec<(u8, Vec<u8>)>,
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PackedKey {
+    /// The empty key: no region; accesses are emulated and checked by the target against
+    /// all of its mapped regions.
+    Any,
+    /// A region: a uct key of kind memory or segment, usually without a pid.
+    Region(PackedRkey),
 }
 
+/// The longest packed key.
+pub const MAX_PACKED_LEN: usize = uct::rkey::MAX_PACKED_LEN;
+
 impl PackedKey {
+    /// The one byte of the empty key.
+    pub const EMPTY: u8 = 0;
+
     pub fn encode(&self) -> Vec<u8> {
-        let mut w = Writer::with_capacity(64);
-        w.u8(VERSION).u8(0).u8(self.keys.len() as u8).u8(0);
-        w.u64(self.key_id).u64(self.base).u64(self.len);
-        for (t, k) in &self.keys {
-            w.u8(*t).u16(k.len() as u16);
-            w.buf.extend_from_slice(k);
+        match self {
+            PackedKey::Any => vec![Self::EMPTY],
+            PackedKey::Region(k) => k.encode(),
         }
-        w.buf
     }
 
     pub fn decode(b: &[u8]) -> Result<PackedKey> {
-        let bad = Status::InvalidParam;
-        let mut r = Reader::new(b);
-        if r.u8().ok_or(bad)? != VERSION || r.u8().ok_or(bad)? != 0 {
-            return Err(bad);
+        if b == [Self::EMPTY] {
+            return Ok(PackedKey::Any);
         }
-        let n = r.u8().ok_or(bad)?;
-        if r.u8().ok_or(bad)? != 0 || n > 16 {
-            return Err(bad);
+        let k = PackedRkey::decode(b)?;
+        if k.kind == RkeyKind::Wire {
+            return Err(Status::InvalidParam);
         }
-        let key_id = r.u64().ok_or(bad)?;
-        let base = r.u64().ok_or(bad)?;
-        let len = r.u64().ok_or(bad)?;
-        if base.checked_add(len).is_none() {
-            return Err(bad);
+        Ok(PackedKey::Region(k))
+    }
+
+    /// The length of the key whose bytes are `byte(0)`, `byte(1)`, ..., found from the
+    /// bytes alone and reading none past the key's end (see
+    /// [`PackedRkey::encoded_len`]).
+    pub fn encoded_len(mut byte: impl FnMut(usize) -> u8) -> Result<usize> {
+        if byte(0) == Self::EMPTY {
+            return Ok(1);
         }
-        let mut keys = Vec::with_capacity(n as usize);
-        for _ in 0..n {
-            let t = r.u8().ok_or(bad)?;
-            let l = r.u16().ok_or(bad)? as usize;
-            keys.push((t, r.bytes(l).ok_or(bad)?.to_vec()));
-        }
-        if !r.is_empty() {
-            return Err(bad);
-        }
-        Ok(PackedKey {
-            key_id,
-            base,
-            len,
-            keys,
-        })
+        PackedRkey::encoded_len(byte)
     }
 }
 
@@ -205,17 +217,62 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    fn key() -> impl Strategy<Value = PackedKey> {
+        let region = (
+            any::<bool>(),
+            proptest::option::of(1u32..=i32::MAX as u32),
+            0u64..1 << 57,
+            0u64..1 << 50,
+            any::<u64>(),
+            0u32..=i32::MAX as u32,
+        )
+            .prop_map(|(seg, pid, base, len, id, fd)| {
+                PackedKey::Region(PackedRkey {
+                    kind: if seg {
+                        RkeyKind::Segment
+                    } else {
+                        RkeyKind::Memory
+                    },
+                    pid,
+                    base: if seg { base & !4095 } else { base },
+                    len,
+                    id,
+                    fd: if seg { fd } else { 0 },
+                })
+            });
+        prop_oneof![Just(PackedKey::Any), region]
+    }
+
     proptest! {
         #[test]
-        fn round_trip(key_id: u64, base in 0u64..1 << 62, len in 0u64..1 << 40,
-                      keys in proptest::collection::vec((any::<u8>(), proptest::collection::vec(any::<u8>(), 0..48)), 0..4)) {
-            let k = PackedKey { key_id, base, len, keys };
-            prop_assert_eq!(PackedKey::decode(&k.encode()).unwrap(), k);
+        fn round_trip(k in key()) {
+            let b = k.encode();
+            prop_assert_eq!(PackedKey::decode(&b).unwrap(), k);
+            prop_assert_eq!(PackedKey::encoded_len(|i| b.get(i).copied().unwrap_or(0x80)), Ok(b.len()));
         }
 
         #[test]
         fn decode_never_panics(b in proptest::collection::vec(any::<u8>(), 0..100)) {
-            let _ = PackedKey::decode(&b);
+            if let Ok(k) = PackedKey::decode(&b) {
+                prop_assert_eq!(k.encode(), b.clone());
+            }
+            let _ = PackedKey::encoded_len(|i| b.get(i).copied().unwrap_or(0));
         }
+    }
+
+    #[test]
+    fn empty_and_wire_keys() {
+        assert_eq!(PackedKey::decode(&[0]), Ok(PackedKey::Any));
+        assert!(PackedKey::decode(&[0, 0]).is_err());
+        assert!(PackedKey::decode(&[]).is_err());
+        let wire = PackedRkey {
+            kind: RkeyKind::Wire,
+            pid: None,
+            base: 64,
+            len: 8,
+            id: 1,
+            fd: 0,
+        };
+        assert_eq!(PackedKey::decode(&wire.encode()), Err(Status::InvalidParam));
     }
 }

@@ -98,18 +98,34 @@ pub(crate) struct RmaState {
 }
 
 impl Worker {
-    /// Unpacks a remote key for use on `ep` and resolves its access path.
+    /// Unpacks a remote key for use on `ep` and resolves its access path. The owner's
+    /// process (for CMA and segment keys) is the peer of the endpoint's lane.
     pub fn rkey_unpack(&mut self, ep: Ep, packed: &[u8]) -> Result<RemoteKey> {
         let k = crate::mem::PackedKey::decode(packed)?;
         // A key is resolved for the lane it will be used on: an endpoint still asking its
         // server for the address has none yet, so wait for it here (a slow path).
         self.wait_connecting(ep, std::time::Duration::from_secs(30))?;
         let lane = connect(&mut self.tls, &mut self.st, ep.0)?;
+        let pk = match k {
+            crate::mem::PackedKey::Region(pk) => pk,
+            // No region named: every access is emulated and checked by the target.
+            crate::mem::PackedKey::Any => {
+                return Ok(RemoteKey {
+                    ep: ep.0,
+                    key_id: 0,
+                    base: 0,
+                    len: u64::MAX,
+                    rma: RmaPath::Emulated,
+                    amo: RmaPath::Emulated,
+                    uct: None,
+                })
+            }
+        };
         let tl = &self.tls[lane.tl];
-        let want = crate::address::tl_id(tl.transport);
         let mode = self.st.cfg.rma_path;
-        let uct = match k.keys.iter().find(|(t, _)| *t == want) {
-            Some((_, bytes)) if mode != RmaPath::Emulated => match tl.md.rkey_unpack(bytes) {
+        let uct = if mode != RmaPath::Emulated && tl.md.supports_rkeys() {
+            let owner = lane_owner(&self.tls, &self.st, ep.0, lane);
+            match tl.md.rkey_unpack_from(packed, owner) {
                 Ok(rk) => Some(rk),
                 // A key that decodes but names memory we cannot reach (a peer gone, a
                 // mapping refused) falls back to emulation; a malformed one is an error.
@@ -118,8 +134,9 @@ impl Worker {
                     tracing::debug!("remote key not reachable directly ({s}); emulating");
                     None
                 }
-            },
-            _ => None,
+            }
+        } else {
+            None
         };
         let (rma, amo, uct) = match (uct, mode) {
             (None, _) => (RmaPath::Emulated, RmaPath::Emulated, None),
@@ -133,9 +150,9 @@ impl Worker {
         };
         Ok(RemoteKey {
             ep: ep.0,
-            key_id: k.key_id,
-            base: k.base,
-            len: k.len,
+            key_id: pk.id,
+            base: pk.base,
+            len: pk.len,
             rma,
             amo,
             uct,
@@ -432,6 +449,18 @@ impl Worker {
             },
         }
     }
+}
+
+/// The process of the peer interface that `lane` of endpoint `ep` connects to, when its
+/// transport reaches process memory (shm, self): the owner of the keys the peer packs.
+pub(crate) fn lane_owner(
+    tls: &[Tl],
+    st: &State,
+    ep: u32,
+    lane: crate::worker::Lane,
+) -> Option<u32> {
+    let entry = st.ep(ep).ok()?.remote.ifaces.get(lane.entry)?;
+    uct::md::owner_pid(tls[lane.tl].transport, &entry.addr)
 }
 
 fn check_aligned(addr: u64, size: AtomicSize) -> Result<()> {

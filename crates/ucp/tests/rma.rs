@@ -224,7 +224,9 @@ fn rma_path_case(target_mem: &str, mode: RmaPath, expect: RmaPath) {
     let l = p.line();
     let (base, key) = l.split_once(' ').unwrap();
     let base: u64 = base.parse().unwrap();
-    let rk = w.rkey_unpack(ep, &unhex(key)).unwrap();
+    let key = unhex(key);
+    assert!(key.len() <= 16, "a packed key of {} bytes", key.len());
+    let rk = w.rkey_unpack(ep, &key).unwrap();
     assert_eq!(rk.rma_path(), expect, "{target_mem} memory with {mode:?}");
     for (i, size) in [1usize, 7, 64, 4095, 4096, 65_537, (1 << 20) + 3, 16 << 20]
         .into_iter()
@@ -412,7 +414,10 @@ fn bad_keys_and_ranges_are_refused() {
     );
 
     // A forged key that claims more memory gets past the initiator; the target refuses.
-    let mut forged = ucp::mem::PackedKey::decode(&packed).unwrap();
+    let ucp::mem::PackedKey::Region(mut forged) = ucp::mem::PackedKey::decode(&packed).unwrap()
+    else {
+        panic!("a region's key decoded as the empty key");
+    };
     forged.len = 4096;
     let fk = i.rkey_unpack(ep, &forged.encode()).unwrap();
     let pump = |i: &mut Worker,

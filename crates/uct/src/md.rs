@@ -1,9 +1,12 @@
 //! Memory domains: allocate or register memory and pack/unpack remote keys for it.
 //!
-//! One `Md` type serves the self and shm transports; they differ in what a registration
-//! of user memory packs into (self: a local key valid only inside this process; shm: a
-//! cross-memory-attach key). Memory allocated by an `Md` always lives in a shared segment,
-//! so a peer on the same host can map it and use direct load/store and CPU atomics on it.
+//! One `Md` type serves the self and shm transports. A registration of user memory packs
+//! into a "memory" key either way; they differ in how they unpack it (self: by pointer,
+//! only inside this process and only within a live registration; shm: by cross-memory
+//! attach of the owner). Memory allocated by an `Md` always lives in a shared segment, so
+//! a peer on the same host can map it and use direct load/store and CPU atomics on it.
+//! The owner's process id comes from the key or, for the compact keys ucp packs, from the
+//! endpoint's peer ([`Md::rkey_unpack_from`], [`owner_pid`]).
 //!
 //! The tcp domain registers memory for the tcp transport's `put_zcopy` only: its keys
 //! (kind "wire") name a registration id that the receiving transport looks up in a
@@ -12,14 +15,18 @@
 //!
 //! Invariants: a local key is only unpacked when its whole range lies inside a live
 //! registration of this domain (so a forged key cannot aim a copy at arbitrary memory of
-//! this process); unpacking a segment key checks the inode and length of what it maps.
+//! this process); unpacking a segment key checks that the descriptor it obtains is the
+//! memfd named after the key's registration id and is long enough for the key.
 
 use crate::rkey::{Access, PackedRkey, Rkey, RkeyKind};
 use crate::Transport;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, Weak};
-use ucs::sys::{pidfd::current_pid, SegmentId, ShmSegment};
+use ucs::sys::{pidfd::current_pid, ShmSegment};
 use ucs::{Result, Status};
+
+/// A segment named by a key: owner pid, descriptor number in the owner, registration id.
+type SegKey = (u32, u32, u64);
 
 /// Registrations alive in a domain: (base address, registration id) → length. The same
 /// memory may be registered more than once; each registration is its own entry.
@@ -28,6 +35,19 @@ use ucs::{Result, Status};
 type Regions = Arc<Mutex<BTreeMap<(u64, u64), (u64, Weak<()>)>>>;
 
 static NEXT_REG: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+/// A new registration id: unique in this process and never reused (ids start at 1, so 0
+/// is never one). Registrations of every domain take theirs from here; the protocol layer
+/// takes one for regions that no domain registers.
+pub fn new_reg_id() -> u64 {
+    NEXT_REG.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+/// The memfd name of the segment allocated as registration `id`; a peer that attaches the
+/// segment by descriptor number checks it, so a reused number never maps another file.
+fn segment_name(id: u64) -> String {
+    format!("rucx-mem-{id}")
+}
 
 /// A tcp registration: base address, length, liveness token.
 type WireReg = (u64, u64, Weak<()>);
@@ -51,7 +71,7 @@ pub struct Md {
     regions: Regions,
     /// Segments of peers already mapped, so that unpacking many keys to one segment maps
     /// it once.
-    attached: Mutex<HashMap<SegmentId, Weak<ShmSegment>>>,
+    attached: Mutex<HashMap<SegKey, Weak<ShmSegment>>>,
 }
 
 /// Memory allocated or registered by an [`Md`]; deregistered when dropped.
@@ -88,26 +108,37 @@ impl MemHandle {
         self.seg.is_some()
     }
 
-    /// The packed remote key of this region.
-    pub fn pack_rkey(&self) -> Vec<u8> {
-        let mut k = PackedRkey {
+    /// The registration id (unique in this process, never reused).
+    pub fn reg_id(&self) -> u64 {
+        self.reg
+    }
+
+    /// The fields of this region's key; `with_pid` names this process in it.
+    pub fn packed_rkey(&self, with_pid: bool) -> PackedRkey {
+        PackedRkey {
             kind: self.kind,
-            pid: current_pid(),
+            pid: (with_pid && self.kind != RkeyKind::Wire).then(current_pid),
             base: self.base,
             len: self.len,
-            fd: -1,
-            ino: 0,
-            reg: 0,
-        };
-        if self.kind == RkeyKind::Wire {
-            k.reg = self.reg;
+            id: self.reg,
+            fd: self
+                .seg
+                .as_ref()
+                .map_or(0, |s| u32::try_from(s.id().fd).unwrap_or(0)),
         }
-        if let Some(seg) = &self.seg {
-            k.kind = RkeyKind::Segment;
-            k.fd = seg.id().fd;
-            k.ino = seg.id().ino;
-        }
-        k.encode()
+    }
+
+    /// The packed remote key of this region, naming this process: any peer on the host
+    /// can unpack it with [`Md::rkey_unpack`].
+    pub fn pack_rkey(&self) -> Vec<u8> {
+        self.packed_rkey(true).encode()
+    }
+
+    /// The packed remote key without this process's id, for peers that unpack it for an
+    /// endpoint to this process ([`Md::rkey_unpack_from`]); at most 16 bytes for
+    /// registered memory below 4 TiB and allocations below 32 GiB (see `uct::rkey`).
+    pub fn pack_rkey_compact(&self) -> Vec<u8> {
+        self.packed_rkey(false).encode()
     }
 }
 
@@ -158,13 +189,15 @@ impl Md {
         if !self.supports_rkeys() {
             return Err(Status::Unsupported);
         }
-        let seg = Arc::new(ShmSegment::create("rucx-mem", len.max(1))?);
+        let reg = new_reg_id();
+        let seg = Arc::new(ShmSegment::create(&segment_name(reg), len.max(1))?);
         let base = seg.as_ptr() as u64;
         let alive = Arc::new(());
-        let reg = self.insert(base, len as u64, &alive)?;
+        self.insert_as(reg, base, len as u64, &alive)?;
         // Keys to our own segment resolve to this mapping, which they then keep alive.
         if let Ok(mut cache) = self.attached.lock() {
-            cache.insert(*seg.id(), Arc::downgrade(&seg));
+            let fd = u32::try_from(seg.id().fd).map_err(|_| Status::ShmemSegment)?;
+            cache.insert((current_pid(), fd, reg), Arc::downgrade(&seg));
         }
         Ok(MemHandle {
             reg,
@@ -187,8 +220,7 @@ impl Md {
         let alive = Arc::new(());
         let reg = self.insert(base, len as u64, &alive)?;
         let kind = match self.transport {
-            Transport::SelfTl => RkeyKind::Local,
-            Transport::Shm => RkeyKind::Cma,
+            Transport::SelfTl | Transport::Shm => RkeyKind::Memory,
             Transport::Tcp => RkeyKind::Wire,
             Transport::Udp => return Err(Status::Unsupported),
         };
@@ -210,10 +242,15 @@ impl Md {
     }
 
     fn insert(&self, base: u64, len: u64, alive: &Arc<()>) -> Result<u64> {
-        let mut r = self.regions.lock().map_err(|_| Status::IoError)?;
-        let reg = NEXT_REG.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        r.insert((base, reg), (len, Arc::downgrade(alive)));
+        let reg = new_reg_id();
+        self.insert_as(reg, base, len, alive)?;
         Ok(reg)
+    }
+
+    fn insert_as(&self, reg: u64, base: u64, len: u64, alive: &Arc<()>) -> Result<()> {
+        let mut r = self.regions.lock().map_err(|_| Status::IoError)?;
+        r.insert((base, reg), (len, Arc::downgrade(alive)));
+        Ok(())
     }
 
     /// The liveness token of a live registration of this domain that contains
@@ -227,44 +264,80 @@ impl Md {
     }
 
     /// Unpacks a key packed by a peer (or by this process) and resolves its access path.
+    /// The owner's process id comes from the key; a key without one is refused unless
+    /// this is the self domain (whose keys are always this process's own).
     pub fn rkey_unpack(&self, packed: &[u8]) -> Result<Rkey> {
+        self.rkey_unpack_from(packed, None)
+    }
+
+    /// Unpacks a key of the process `owner` (the peer of the endpoint the key is for: see
+    /// [`owner_pid`]). A key that names another process than `owner` is refused.
+    pub fn rkey_unpack_from(&self, packed: &[u8], owner: Option<u32>) -> Result<Rkey> {
         let k = PackedRkey::decode(packed)?;
         let me = current_pid();
+        let bad = Status::InvalidParam;
         // A wire key is for the tcp domain and the tcp domain has no other kind.
         if (k.kind == RkeyKind::Wire) != (self.transport == Transport::Tcp) {
-            return Err(Status::InvalidParam);
+            return Err(bad);
         }
-        let access = match k.kind {
-            RkeyKind::Local => {
-                if k.pid != me {
-                    return Err(Status::InvalidParam);
+        let pid = match (k.pid, owner) {
+            (Some(a), Some(b)) if a != b => return Err(bad),
+            (Some(p), _) | (None, Some(p)) => p,
+            (None, None) if matches!(self.transport, Transport::SelfTl | Transport::Tcp) => me,
+            (None, None) => return Err(bad),
+        };
+        let access = match (self.transport, k.kind) {
+            (_, RkeyKind::Wire) => Access::Wire { reg: k.id },
+            (Transport::SelfTl, kind) => {
+                if pid != me {
+                    return Err(bad);
                 }
-                let token = self
-                    .registration(k.base, k.len)
-                    .ok_or(Status::InvalidParam)?;
-                Access::Local(token)
+                match self.registration(k.base, k.len) {
+                    Some(token) => Access::Local(token),
+                    // Another domain's allocation of this process: map its segment.
+                    None if kind == RkeyKind::Segment => Access::Mapped(self.attach(pid, &k)?),
+                    None => return Err(bad),
+                }
             }
-            RkeyKind::Segment => Access::Mapped(self.attach(&k.segment_id())?),
-            RkeyKind::Cma => Access::Cma,
-            RkeyKind::Wire => Access::Wire { reg: k.reg },
+            (_, RkeyKind::Segment) => Access::Mapped(self.attach(pid, &k)?),
+            (_, RkeyKind::Memory) => Access::Cma,
         };
         Ok(Rkey {
             base: k.base,
             len: k.len,
-            pid: k.pid,
+            pid,
             access,
         })
     }
 
-    fn attach(&self, id: &SegmentId) -> Result<Arc<ShmSegment>> {
+    fn attach(&self, pid: u32, k: &PackedRkey) -> Result<Arc<ShmSegment>> {
+        let id = (pid, k.fd, k.id);
         let mut cache = self.attached.lock().map_err(|_| Status::IoError)?;
-        if let Some(seg) = cache.get(id).and_then(Weak::upgrade) {
+        if let Some(seg) = cache.get(&id).and_then(Weak::upgrade) {
+            if (seg.len() as u64) < k.len {
+                return Err(Status::InvalidParam);
+            }
             return Ok(seg);
         }
         cache.retain(|_, w| w.strong_count() > 0);
-        let seg = Arc::new(ShmSegment::attach(id)?);
-        cache.insert(*id, Arc::downgrade(&seg));
+        let fd = i32::try_from(k.fd).map_err(|_| Status::InvalidParam)?;
+        let len = usize::try_from(k.len.max(1)).map_err(|_| Status::InvalidParam)?;
+        let seg = Arc::new(ShmSegment::attach_named(pid, fd, &segment_name(k.id), len)?);
+        cache.insert(id, Arc::downgrade(&seg));
         Ok(seg)
+    }
+}
+
+/// The process that owns the interface at `iface_addr` of `transport`, for
+/// [`Md::rkey_unpack_from`]: the shm and self addresses name it; other transports reach
+/// no process memory directly (`None`).
+pub fn owner_pid(transport: Transport, iface_addr: &[u8]) -> Option<u32> {
+    match transport {
+        Transport::Shm => crate::shm::address::ShmIfaceAddr::decode(iface_addr)
+            .ok()
+            .map(|a| a.seg.pid),
+        Transport::SelfTl => Some(current_pid()),
+        Transport::Tcp | Transport::Udp => None,
     }
 }
 
@@ -287,6 +360,12 @@ mod tests {
         // A forged key that extends past the registration is refused.
         let mut k = PackedRkey::decode(&packed).unwrap();
         k.len = 65;
+        assert_eq!(
+            md.rkey_unpack(&k.encode()).err(),
+            Some(Status::InvalidParam)
+        );
+        // ... also without the pid (as ucp packs it).
+        k.pid = None;
         assert_eq!(
             md.rkey_unpack(&k.encode()).err(),
             Some(Status::InvalidParam)

@@ -1,104 +1,172 @@
 //! Packed remote keys and their unpacked, resolved form.
 //!
+//! A packed key carries only what the owner's peer cannot learn elsewhere: the region
+//! (base and length), a registration id, and for a shared segment its descriptor number.
+//! The owner's process id comes from the endpoint the key is unpacked for (the peer's
+//! interface address names it), so a key is 5 to 16 bytes for any realistic region.
+//!
 //! ```text
-//! packed rkey, little endian (24 bytes; 40 for kind 2; 32 for kind 4)
-//!  0       1      2          4      8               16              24      28        32          40
-//!  +-------+------+----------+------+---------------+---------------+-------+---------+-----------+
-//!  |version| kind | reserved | pid  | base address  |    length     |  fd   | reserved|  inode    |
-//!  |  = 1  |  u8  |  u16 = 0 | u32  | u64 (owner VA)|     u64       |  i32  | u32 = 0 |   u64     |
-//!  +-------+------+----------+------+---------------+---------------+-------+---------+-----------+
-//!  kind 1 = local: memory of this very process, reached by pointer (self transport)
-//!  kind 2 = segment: a shared-memory segment the peer maps (direct load/store, CPU atomics)
-//!  kind 3 = cma: any memory of the owner process, reached by process_vm_readv/writev
-//!  kind 4 = wire: memory the owner's tcp transport writes received data into; bytes 24..32
-//!           hold the registration id (u64) the owner checks every write against
+//! packed rkey (version 2): a header byte, then unsigned LEB128 varints, nothing else
+//!   header  bits 7..4 version = 2 | bit 3 P: a pid follows | bit 2 W: the base is 6 bytes
+//!           | bits 1..0 kind
+//!   kind 1 memory   [pid] base        length  id
+//!   kind 2 segment  [pid] base / 4096 length  id  fd
+//!   kind 3 wire           base        length  id
+//!  W (kinds 1 and 3): the base is a 6-byte little-endian integer instead of a varint; used
+//!  exactly when that is shorter (a base of 2^42 up to 2^48: the usual user addresses)
+//!  kind 1 = registered memory of the owner: reached by pointer when the owner is the
+//!           unpacking process itself (self), else by process_vm_readv/writev (shm)
+//!  kind 2 = a shared-memory segment the peer maps (direct load/store, CPU atomics); the
+//!           segment is the owner's descriptor `fd`, a memfd named `rucx-mem-<id>`
+//!  kind 3 = memory the owner's tcp transport writes received data into; `id` is the
+//!           registration the owner checks every write against (never carries a pid)
 //! ```
+//! Decoding is strict: version 2, kind 1..=3, the shortest encodings only, pid
+//! and fd at most 31 bits, `base + length` without overflow, no trailing byte. The length
+//! of a key can be found from its bytes alone ([`PackedRkey::encoded_len`]).
+//!
 //! Unpacking resolves the access path once ("resolve once" in DESIGN.md); an operation then
 //! only checks that its range lies inside the key and copies.
 
 use crate::wire::{Reader, Writer};
 use std::sync::Arc;
-use ucs::sys::{SegmentId, ShmSegment};
+use ucs::sys::ShmSegment;
 use ucs::{Result, Status};
 
-pub const VERSION: u8 = 1;
+pub const VERSION: u8 = 2;
+/// Header bit: the owner's process id follows the header.
+const PID_FLAG: u8 = 0x08;
+/// Header bit: the base is 6 bytes, little endian (kinds memory and wire).
+const WIDE_FLAG: u8 = 0x04;
+/// Bases the 6-byte form is used for: those whose varint is longer than 6 bytes.
+const WIDE: std::ops::Range<u64> = 1 << 42..1 << 48;
+/// Unit of a segment key's base address.
+pub const SEGMENT_ALIGN: u64 = 4096;
+/// The longest valid key: header, pid (5), base, length, id (10 each), fd (5).
+pub const MAX_PACKED_LEN: usize = 1 + 5 + 10 + 10 + 10 + 5;
 
 /// How the memory behind a key is reached.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RkeyKind {
-    Local = 1,
+    Memory = 1,
     Segment = 2,
-    Cma = 3,
-    Wire = 4,
+    Wire = 3,
 }
 
 /// The decoded fields of a packed key (before resolution).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PackedRkey {
     pub kind: RkeyKind,
-    pub pid: u32,
+    /// The owner's process id, when the key names it (keys for uct users that exchange
+    /// keys without endpoints); `None`: taken from the endpoint at unpack time.
+    pub pid: Option<u32>,
+    /// Owner's address of the region; a multiple of [`SEGMENT_ALIGN`] for segments.
     pub base: u64,
     pub len: u64,
-    /// Present for `RkeyKind::Segment` only.
-    pub fd: i32,
-    pub ino: u64,
-    /// Present for `RkeyKind::Wire` only: the owner's registration id.
-    pub reg: u64,
+    /// The owner's registration id (unique in the owner process, never reused).
+    pub id: u64,
+    /// The segment's descriptor number in the owner (`RkeyKind::Segment` only; 0 else).
+    pub fd: u32,
 }
 
 impl PackedRkey {
     pub fn encode(&self) -> Vec<u8> {
-        let mut w = Writer::with_capacity(40);
-        w.u8(VERSION)
-            .u8(self.kind as u8)
-            .u16(0)
-            .u32(self.pid)
-            .u64(self.base)
-            .u64(self.len);
-        if self.kind == RkeyKind::Segment {
-            w.i32(self.fd).u32(0).u64(self.ino);
+        let pid = if self.kind == RkeyKind::Wire {
+            None
+        } else {
+            self.pid
+        };
+        let seg = self.kind == RkeyKind::Segment;
+        let wide = !seg && WIDE.contains(&self.base);
+        let mut w = Writer::with_capacity(16);
+        w.u8(VERSION << 4
+            | if pid.is_some() { PID_FLAG } else { 0 }
+            | if wide { WIDE_FLAG } else { 0 }
+            | self.kind as u8);
+        if let Some(p) = pid {
+            w.varint(u64::from(p));
         }
-        if self.kind == RkeyKind::Wire {
-            w.u64(self.reg);
+        if seg {
+            w.varint(self.base / SEGMENT_ALIGN);
+        } else if wide {
+            w.buf.extend_from_slice(&self.base.to_le_bytes()[..6]);
+        } else {
+            w.varint(self.base);
+        }
+        w.varint(self.len).varint(self.id);
+        if self.kind == RkeyKind::Segment {
+            w.varint(u64::from(self.fd));
         }
         w.buf
     }
 
     pub fn decode(buf: &[u8]) -> Result<PackedRkey> {
-        let bad = Status::InvalidParam;
         let mut r = Reader::new(buf);
-        if r.u8().ok_or(bad)? != VERSION {
+        let k = Self::read(&mut r)?;
+        if !r.is_empty() {
+            return Err(Status::InvalidParam);
+        }
+        Ok(k)
+    }
+
+    fn read(r: &mut Reader<'_>) -> Result<PackedRkey> {
+        let bad = Status::InvalidParam;
+        let h = r.u8().ok_or(bad)?;
+        if h >> 4 != VERSION {
             return Err(bad);
         }
-        let kind = match r.u8().ok_or(bad)? {
-            1 => RkeyKind::Local,
+        let kind = match h & 3 {
+            1 => RkeyKind::Memory,
             2 => RkeyKind::Segment,
-            3 => RkeyKind::Cma,
-            4 => RkeyKind::Wire,
+            3 => RkeyKind::Wire,
             _ => return Err(bad),
         };
-        if r.u16().ok_or(bad)? != 0 {
+        let wide = h & WIDE_FLAG != 0;
+        if wide && kind == RkeyKind::Segment {
             return Err(bad);
         }
-        let pid = r.u32().ok_or(bad)?;
-        let base = r.u64().ok_or(bad)?;
-        let len = r.u64().ok_or(bad)?;
-        let (mut fd, mut ino) = (-1, 0);
-        if kind == RkeyKind::Segment {
-            fd = r.i32().ok_or(bad)?;
-            if r.u32().ok_or(bad)? != 0 {
+        let small = |v: u64| u32::try_from(v).ok().filter(|&v| v <= i32::MAX as u32);
+        let pid = if h & PID_FLAG != 0 {
+            if kind == RkeyKind::Wire {
                 return Err(bad);
             }
-            ino = r.u64().ok_or(bad)?;
-            if fd < 0 {
-                return Err(bad);
+            Some(
+                small(r.varint().ok_or(bad)?)
+                    .filter(|&p| p != 0)
+                    .ok_or(bad)?,
+            )
+        } else {
+            None
+        };
+        let base = if wide {
+            let b = r.bytes(6).ok_or(bad)?;
+            let mut v = [0u8; 8];
+            v[..6].copy_from_slice(b);
+            let base = u64::from_le_bytes(v);
+            if !WIDE.contains(&base) {
+                return Err(bad); // a varint would be as short: not the canonical form
             }
-        }
-        let mut reg = 0;
-        if kind == RkeyKind::Wire {
-            reg = r.u64().ok_or(bad)?;
-        }
-        if !r.is_empty() || pid == 0 || base.checked_add(len).is_none() {
+            base
+        } else if kind == RkeyKind::Segment {
+            r.varint()
+                .ok_or(bad)?
+                .checked_mul(SEGMENT_ALIGN)
+                .ok_or(bad)?
+        } else {
+            let base = r.varint().ok_or(bad)?;
+            if WIDE.contains(&base) {
+                return Err(bad); // the 6-byte form is the canonical one
+            }
+            base
+        };
+        let len = r.varint().ok_or(bad)?;
+        let id = r.varint().ok_or(bad)?;
+        let fd = if kind == RkeyKind::Segment {
+            small(r.varint().ok_or(bad)?).ok_or(bad)?
+        } else {
+            0
+        };
+        if base.checked_add(len).is_none() {
             return Err(bad);
         }
         Ok(PackedRkey {
@@ -106,21 +174,53 @@ impl PackedRkey {
             pid,
             base,
             len,
+            id,
             fd,
-            ino,
-            reg,
         })
     }
 
-    /// The segment this key names (kind 2).
-    pub fn segment_id(&self) -> SegmentId {
-        SegmentId {
-            pid: self.pid,
-            fd: self.fd,
-            ino: self.ino,
-            len: self.len,
+    /// The length of the key that starts with the bytes `byte(0)`, `byte(1)`, ...,
+    /// reading no byte past the key's end (for C callers that hand a key without its
+    /// length). An invalid header or a varint longer than 10 bytes is an error; the
+    /// fields themselves are checked by [`PackedRkey::decode`] afterwards.
+    pub fn encoded_len(mut byte: impl FnMut(usize) -> u8) -> Result<usize> {
+        let h = byte(0);
+        if h >> 4 != VERSION {
+            return Err(Status::InvalidParam);
+        }
+        let mut fields = match h & 3 {
+            1 | 3 => 3,
+            2 => 4,
+            _ => return Err(Status::InvalidParam),
+        };
+        if h & PID_FLAG != 0 {
+            fields += 1;
+        }
+        let mut at = 1;
+        if h & WIDE_FLAG != 0 {
+            // The base: 6 bytes, not a varint (fields are pid?, base, length, id).
+            if h & PID_FLAG != 0 {
+                at += varint_end(&mut byte, at)?;
+                fields -= 1;
+            }
+            at += 6;
+            fields -= 1;
+        }
+        for _ in 0..fields {
+            at += varint_end(&mut byte, at)?;
+        }
+        Ok(at)
+    }
+}
+
+/// Bytes of the varint that starts at `at` (at most 10).
+fn varint_end(byte: &mut impl FnMut(usize) -> u8, at: usize) -> Result<usize> {
+    for n in 1..=10 {
+        if byte(at + n - 1) & 0x80 == 0 {
+            return Ok(n);
         }
     }
+    Err(Status::InvalidParam)
 }
 
 /// The resolved access path of an unpacked key.
@@ -233,26 +333,79 @@ mod tests {
 
     fn kind() -> impl Strategy<Value = RkeyKind> {
         prop_oneof![
-            Just(RkeyKind::Local),
+            Just(RkeyKind::Memory),
             Just(RkeyKind::Segment),
-            Just(RkeyKind::Cma),
             Just(RkeyKind::Wire)
         ]
     }
 
+    fn key() -> impl Strategy<Value = PackedRkey> {
+        (
+            kind(),
+            proptest::option::of(1u32..=i32::MAX as u32),
+            0u64..1 << 57,
+            prop_oneof![0u64..1 << 20, 0u64..1 << 50],
+            prop_oneof![1u64..1 << 14, any::<u64>()],
+            0u32..=i32::MAX as u32,
+        )
+            .prop_map(|(kind, pid, base, len, id, fd)| {
+                let seg = kind == RkeyKind::Segment;
+                PackedRkey {
+                    kind,
+                    pid: if kind == RkeyKind::Wire { None } else { pid },
+                    base: if seg {
+                        base & !(SEGMENT_ALIGN - 1)
+                    } else {
+                        base
+                    },
+                    len,
+                    id,
+                    fd: if seg { fd } else { 0 },
+                }
+            })
+    }
+
     proptest! {
         #[test]
-        fn round_trip(kind in kind(), pid in 1u32.., base in 0u64..1 << 60, len in 0u64..1 << 40,
-                      fd in 0i32.., ino: u64, reg: u64) {
-            let (fd, ino) = if kind == RkeyKind::Segment { (fd, ino) } else { (-1, 0) };
-            let reg = if kind == RkeyKind::Wire { reg } else { 0 };
-            let k = PackedRkey { kind, pid, base, len, fd, ino, reg };
-            prop_assert_eq!(PackedRkey::decode(&k.encode()).unwrap(), k);
+        fn round_trip(k in key()) {
+            let b = k.encode();
+            prop_assert_eq!(PackedRkey::decode(&b).unwrap(), k);
+            prop_assert_eq!(PackedRkey::encoded_len(|i| b.get(i).copied().unwrap_or(0x80)), Ok(b.len()));
+            prop_assert!(b.len() <= MAX_PACKED_LEN);
         }
 
         #[test]
         fn decode_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
-            let _ = PackedRkey::decode(&bytes);
+            if let Ok(k) = PackedRkey::decode(&bytes) {
+                prop_assert_eq!(k.encode(), bytes.clone());
+                prop_assert_eq!(PackedRkey::encoded_len(|i| bytes.get(i).copied().unwrap_or(0x80)), Ok(bytes.len()));
+            }
+            // Never reads past the first error or the key's end.
+            let _ = PackedRkey::encoded_len(|i| bytes.get(i).copied().unwrap_or(0));
+        }
+    }
+
+    /// Keys without the owner's pid (as ucp packs them) are at most 16 bytes for
+    /// registered memory below 4 TiB and allocated memory below 32 GiB, registration ids
+    /// below 2^21 and descriptor numbers below 16384.
+    #[test]
+    fn realistic_keys_fit_16_bytes() {
+        let va = 0x7fff_ffff_f000u64; // the top of a 47-bit address space
+        for (kind, len) in [
+            (RkeyKind::Memory, (1u64 << 42) - 1),
+            (RkeyKind::Segment, (1 << 35) - 1),
+            (RkeyKind::Wire, (1 << 42) - 1),
+        ] {
+            let k = PackedRkey {
+                kind,
+                pid: None,
+                base: va - len,
+                len,
+                id: (1 << 21) - 1,
+                fd: 16383,
+            };
+            let n = k.encode().len();
+            assert!(n <= 16, "{kind:?}: {n} bytes");
         }
     }
 
@@ -260,26 +413,60 @@ mod tests {
     fn corrupted_keys_are_rejected() {
         let k = PackedRkey {
             kind: RkeyKind::Segment,
-            pid: 7,
+            pid: Some(7),
             base: 4096,
             len: 100,
+            id: 11,
             fd: 3,
-            ino: 11,
-            reg: 0,
         };
         let good = k.encode();
-        for i in [0usize, 1, 2] {
+        assert_eq!(PackedRkey::decode(&good), Ok(k));
+        let bad = Err(Status::InvalidParam);
+        for h in [0x00, 0x12, 0x20, 0x24, 0x26, 0x2e, 0x30, 0xff] {
             let mut b = good.clone();
-            b[i] = 0xff;
-            assert_eq!(
-                PackedRkey::decode(&b),
-                Err(Status::InvalidParam),
-                "byte {i}"
-            );
+            b[0] = h;
+            assert_eq!(PackedRkey::decode(&b), bad, "header {h:#x}");
         }
-        assert!(PackedRkey::decode(&good[..good.len() - 1]).is_err());
-        let mut wrap = k;
-        wrap.base = u64::MAX - 10;
-        assert!(PackedRkey::decode(&wrap.encode()).is_err());
+        for n in 0..good.len() {
+            assert_eq!(PackedRkey::decode(&good[..n]), bad, "truncated to {n}");
+        }
+        let mut long = good.clone();
+        long.push(0);
+        assert_eq!(PackedRkey::decode(&long), bad);
+        // An overlong varint (the pid 7 as two bytes).
+        let overlong = [0x2a, 0x87, 0x00, 0x01, 0x64, 0x0b, 0x03];
+        assert_eq!(PackedRkey::decode(&overlong), bad);
+        // pid 0, a pid over 31 bits, a base + length that wraps.
+        assert_eq!(PackedRkey::decode(&[0x29, 0x00, 0x00, 0x00, 0x01]), bad);
+        let mut w = Writer::default();
+        w.u8(0x29).varint(1 << 31).varint(0).varint(0).varint(1);
+        assert_eq!(PackedRkey::decode(&w.buf), bad);
+        let mut w = Writer::default();
+        w.u8(0x21).varint(u64::MAX).varint(1).varint(1);
+        assert_eq!(PackedRkey::decode(&w.buf), bad);
+        // A wire key never carries a pid.
+        let mut w = Writer::default();
+        w.u8(0x2b).varint(5).varint(0).varint(0).varint(1);
+        assert_eq!(PackedRkey::decode(&w.buf), bad);
+        // The 6-byte base for a base that a varint encodes as short.
+        let mut w = Writer::default();
+        w.u8(0x25).u32(0x1000).u16(0).varint(1).varint(1);
+        assert_eq!(PackedRkey::decode(&w.buf), bad);
+        // A varint base where the 6-byte form is the canonical one.
+        let mut w = Writer::default();
+        w.u8(0x21).varint(0x7fff_0000_1000).varint(1).varint(1);
+        assert_eq!(PackedRkey::decode(&w.buf), bad);
+        // ... and the wide form of a real address decodes.
+        let mut w = Writer::default();
+        w.u8(0x25).u32(0x1000).u16(0x7fff).varint(1).varint(1);
+        assert!(PackedRkey::decode(&w.buf).is_ok());
+        // A segment base in pages that overflows 64 bits.
+        let mut w = Writer::default();
+        w.u8(0x22)
+            .varint(u64::MAX / 4096 + 1)
+            .varint(0)
+            .varint(1)
+            .varint(3);
+        assert_eq!(PackedRkey::decode(&w.buf), bad);
     }
 }

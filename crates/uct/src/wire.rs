@@ -43,6 +43,26 @@ impl<'a> Reader<'a> {
             .map(|b| u64::from_le_bytes(b.try_into().unwrap_or_default()))
     }
 
+    /// An unsigned LEB128 integer (7 bits per byte, low group first, high bit = more
+    /// follows), at most 10 bytes. Only the shortest encoding of a value is accepted, so
+    /// that every value has exactly one encoding.
+    pub fn varint(&mut self) -> Option<u64> {
+        let mut v = 0u64;
+        for i in 0..10 {
+            let b = self.u8()?;
+            let group = u64::from(b & 0x7f);
+            if i == 9 && b > 1 {
+                return None; // more than 64 bits
+            }
+            v |= group << (7 * i);
+            if b & 0x80 == 0 {
+                // A last byte of zero after others is an overlong encoding.
+                return (i == 0 || b != 0).then_some(v);
+            }
+        }
+        None
+    }
+
     /// True when all input was consumed.
     pub fn is_empty(&self) -> bool {
         self.buf.is_empty()
@@ -80,4 +100,18 @@ impl Writer {
         self.buf.extend_from_slice(&v.to_le_bytes());
         self
     }
+    /// An unsigned LEB128 integer (see [`Reader::varint`]).
+    pub fn varint(&mut self, mut v: u64) -> &mut Self {
+        while v >= 0x80 {
+            self.buf.push((v as u8) | 0x80);
+            v >>= 7;
+        }
+        self.buf.push(v as u8);
+        self
+    }
+}
+
+/// Bytes of the LEB128 encoding of `v` (1 to 10).
+pub fn varint_len(v: u64) -> usize {
+    (64 - (v | 1).leading_zeros() as usize).div_ceil(7)
 }

@@ -478,7 +478,7 @@ pub(crate) fn send_step(tls: &mut [Tl], st: &mut State, lane: Lane, r: Request) 
             }
             let iface = &mut tls[lane.tl].iface;
             let (rkey, addr) = match &s.mem {
-                Some(m) => (m.pack_rkey(), m.address() as u64),
+                Some(m) => (m.pack_rkey_compact(), m.address() as u64),
                 None if lane.th.put => (Vec::new(), 0),
                 None => return Err(Status::NoMemory),
             };
@@ -611,7 +611,8 @@ fn rndv_get(
 ) -> Result<Status> {
     let ep = *st.by_uuid.get(&uuid).ok_or(Status::Unreachable)?;
     let lane = connect(tls, st, ep)?;
-    let rk = tls[lane.tl].md.rkey_unpack(rkey)?;
+    let owner = crate::rma::lane_owner(tls, st, ep, lane);
+    let rk = tls[lane.tl].md.rkey_unpack_from(rkey, owner)?;
     let Some(Req {
         kind: ReqKind::Recv(rs),
         ..

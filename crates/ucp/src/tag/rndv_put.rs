@@ -104,7 +104,7 @@ pub(crate) fn send_rtr(tls: &mut [Tl], st: &mut State, rreq: u64) -> Result<bool
         return Ok(false);
     };
     let uuid = rx.uuid;
-    let rkey = rx.mem.pack_rkey();
+    let rkey = rx.mem.pack_rkey_compact();
     let rtr = Rtr {
         sreq: rx.sreq,
         rreq,

@@ -73,6 +73,40 @@ impl ShmSegment {
         Ok(ShmSegment { map, fd, id: *id })
     }
 
+    /// Maps at least `len` bytes of the segment that is descriptor `fd` of process `pid`,
+    /// after checking that the descriptor is a memfd named `name` (its creator gives each
+    /// segment a name it never reuses, so a descriptor number that was closed and reused
+    /// in the owner is refused) and that the file holds `len` bytes.
+    pub fn attach_named(pid: u32, fd: i32, name: &str, len: usize) -> Result<ShmSegment> {
+        if len == 0 || fd < 0 {
+            return Err(Status::InvalidAddr);
+        }
+        let len = len
+            .checked_next_multiple_of(crate::sys::host::page_size())
+            .ok_or(Status::InvalidAddr)?;
+        let owned = pidfd::fd_of_process(pid, fd)?;
+        let link = std::fs::read_link(format!("/proc/self/fd/{}", owned.as_raw_fd()))
+            .map_err(|_| Status::ShmemSegment)?;
+        let want = format!("/memfd:{name} (deleted)");
+        if link.as_os_str().as_encoded_bytes() != want.as_bytes() {
+            tracing::debug!("descriptor {fd} of {pid} is {link:?}, not the segment {name}");
+            return Err(Status::InvalidAddr);
+        }
+        let st = rustix::fs::fstat(&owned).map_err(|_| Status::ShmemSegment)?;
+        if (st.st_size as u64) < len as u64 {
+            tracing::debug!("segment {name} of {pid} is shorter than {len} bytes");
+            return Err(Status::InvalidAddr);
+        }
+        let map = Mapping::map_shared(&owned, len)?;
+        let id = SegmentId {
+            pid,
+            fd,
+            ino: st.st_ino,
+            len: len as u64,
+        };
+        Ok(ShmSegment { map, fd: owned, id })
+    }
+
     /// The segment's identity for peers.
     pub fn id(&self) -> &SegmentId {
         &self.id
@@ -126,6 +160,27 @@ mod tests {
         let b = ShmSegment::attach(a.id()).unwrap();
         // SAFETY: same segment, mapped by `b`.
         assert_eq!(unsafe { b.as_ptr().read() }, 42);
+    }
+
+    #[test]
+    fn attach_named_checks_name_and_length() {
+        let a = ShmSegment::create("rucx-test-named-7", 10).unwrap();
+        // SAFETY: the mapping is at least one page long and owned by `a`.
+        unsafe { a.as_ptr().add(5).write(9) };
+        let (pid, fd) = (a.id().pid, a.id().fd);
+        let b = ShmSegment::attach_named(pid, fd, "rucx-test-named-7", 10).unwrap();
+        // SAFETY: same segment, mapped by `b`.
+        assert_eq!(unsafe { b.as_ptr().add(5).read() }, 9);
+        for (name, len) in [("rucx-test-named-8", 10), ("rucx-test-named-", 10)] {
+            assert_eq!(
+                ShmSegment::attach_named(pid, fd, name, len).err(),
+                Some(Status::InvalidAddr)
+            );
+        }
+        let page = crate::sys::host::page_size();
+        assert!(ShmSegment::attach_named(pid, fd, "rucx-test-named-7", page + 1).is_err());
+        assert!(ShmSegment::attach_named(pid, fd, "rucx-test-named-7", 0).is_err());
+        assert!(ShmSegment::attach_named(pid, 100_000, "rucx-test-named-7", 10).is_err());
     }
 
     #[test]
