@@ -59,7 +59,10 @@ pub fn cdylib() -> PathBuf {
 
 fn link(target: &Path, name: &Path) {
     // Atomic replace: make the link under a private name, then rename it over.
-    let tmp = name.with_extension(format!("tmp{}", std::process::id()));
+    // The private name is unique per call: tests of one binary run on several threads.
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = name.with_extension(format!("tmp{}-{n}", std::process::id()));
     let _ = std::fs::remove_file(&tmp);
     std::os::unix::fs::symlink(target, &tmp).expect("symlink");
     std::fs::rename(&tmp, name).expect("rename symlink");
