@@ -34,6 +34,7 @@ mod stream;
 mod tag;
 mod ucm_api;
 mod ucs_api;
+pub mod uct_api;
 mod worker;
 
 /// Bytes of the request header rucx keeps in front of every request (the

@@ -23,6 +23,10 @@ use ucs::{Result, Status};
 
 pub const VERSION: u8 = 1;
 
+/// The largest packed key [`PackedRkey::encode`] makes, in bytes (for APIs that reserve a
+/// fixed-size buffer per key, like UCT's `rkey_packed_size`).
+pub const MAX_PACKED_LEN: usize = 40;
+
 /// How the memory behind a key is reached.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RkeyKind {
@@ -247,6 +251,7 @@ mod tests {
             let (fd, ino) = if kind == RkeyKind::Segment { (fd, ino) } else { (-1, 0) };
             let reg = if kind == RkeyKind::Wire { reg } else { 0 };
             let k = PackedRkey { kind, pid, base, len, fd, ino, reg };
+            prop_assert!(k.encode().len() <= MAX_PACKED_LEN);
             prop_assert_eq!(PackedRkey::decode(&k.encode()).unwrap(), k);
         }
 
