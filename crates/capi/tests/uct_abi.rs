@@ -136,8 +136,22 @@ fn perftest_missing_symbols() -> Vec<String> {
     let lib = lib.to_str().expect("library path");
     let exported: std::collections::HashSet<String> =
         nm(&["-D", "--defined-only", lib]).into_iter().collect();
-    nm(&["-D", "--undefined-only", "/usr/bin/ucx_perftest"])
-        .into_iter()
+    // Functions it imports, and data it takes by copy relocation (`ucs_global_opts` is
+    // defined in the program's bss and initialized from the library's copy).
+    let o = Command::new("nm")
+        .args(["-D", "/usr/bin/ucx_perftest"])
+        .output()
+        .expect("nm (binutils)");
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            match f.as_slice() {
+                ["U", n] => Some(n.to_string()),
+                [_, "B" | "D", n] => Some(n.to_string()),
+                _ => None,
+            }
+        })
         .filter(|n| n.starts_with("ucs_") || n.starts_with("uct_") || n.starts_with("ucp_"))
         .filter(|n| !exported.contains(n))
         .collect()
@@ -231,6 +245,12 @@ fn ucx_perftest_uct_tests_run_on_rucx() {
         ("put_lat", "posix", "memory", &[]),
         ("put_bw", "posix", "memory", &[]),
         ("get", "posix", "memory", &["-D", "bcopy"]),
+        ("am_lat", "posix", "memory", &["-D", "shortiov"]),
+        ("am_bw", "posix", "memory", &["-D", "zcopy", "-s", "1024"]),
+        ("get", "posix", "memory", &["-D", "zcopy"]),
+        ("add_lat", "posix", "memory", &[]),
+        ("fadd", "posix", "memory", &[]),
+        ("cswap", "posix", "memory", &[]),
         ("am_lat", "sysv", "memory", &["-D", "bcopy"]),
         ("put_bw", "cma", "memory", &["-D", "zcopy", "-s", "65536"]),
         ("get", "cma", "memory", &["-D", "zcopy", "-s", "65536"]),
@@ -242,5 +262,21 @@ fn ucx_perftest_uct_tests_run_on_rucx() {
     for (test, tl, dev, extra) in cases {
         let row = perftest(test, tl, dev, extra);
         eprintln!("{test} {tl}/{dev} {extra:?}: {row}");
+    }
+    // Loopback (`-l`): one process, an endpoint to its own interface.
+    for (test, tl, dev) in [("am_lat", "self", "memory0"), ("put_bw", "posix", "memory")] {
+        let mut c = Command::new("ucx_perftest");
+        c.args([
+            "-l", "-t", test, "-x", tl, "-d", dev, "-n", "2000", "-w", "100",
+        ])
+        .env("LD_LIBRARY_PATH", lib_dir());
+        let o = run(c, LIMIT);
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            o.status.success() && out.lines().any(|l| l.trim_start().starts_with("Final:")),
+            "ucx_perftest -l {test} -x {tl} ({}):\n{out}\n{}",
+            o.status,
+            String::from_utf8_lossy(&o.stderr)
+        );
     }
 }
