@@ -116,6 +116,22 @@ fn uct_transfer_over_cma() {
     );
 }
 
+#[test]
+fn uct_self_pending_progress_array_and_misuse() {
+    if !have_uct_headers() {
+        eprintln!("UCX headers (libucx-dev) not installed: skipped");
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let prog = compile("uct_api.c", Headers::Ucx);
+    let out = run_on_rucx(&prog, &[], LIMIT);
+    assert_checked(
+        &out,
+        &["self", "pending and flush", "progress array", "misuse"],
+    );
+    assert!(out.contains("UCT API SUCCESS"), "{out}");
+}
+
 // ----- Debian's ucx_perftest ---------------------------------------------------------------
 
 /// The `ucs_*`/`uct_*` symbols `ucx_perftest` imports that the library does not export
