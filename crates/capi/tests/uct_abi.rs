@@ -132,26 +132,90 @@ fn uct_self_pending_progress_array_and_misuse() {
     assert!(out.contains("UCT API SUCCESS"), "{out}");
 }
 
+// ----- UCX's programs -------------------------------------------------------------------
+
+/// The names the library exports.
+fn exported_symbols() -> std::collections::HashSet<String> {
+    let lib = common::cdylib();
+    let o = Command::new("nm")
+        .args(["-D", "--defined-only"])
+        .arg(&lib)
+        .output()
+        .expect("nm (binutils)");
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().last().map(str::to_string))
+        .collect()
+}
+
+/// UCX's `uct_hello_world.c` (shipped by Debian's libucx-dev, not part of rucx), built with
+/// UCX's headers and run as server and client on rucx with short, bcopy and zcopy active
+/// messages over posix and tcp.
+#[test]
+fn ucx_uct_hello_world_example_runs_on_rucx() {
+    let src = std::path::Path::new("/usr/share/doc/libucx-dev/examples/uct_hello_world.c");
+    if !src.exists() || !have("nm") {
+        eprintln!("{} (libucx-dev) or nm not found: skipped", src.display());
+        return;
+    }
+    let have_syms = exported_symbols();
+    let missing: Vec<&str> = ["ucs_async_context_create", "ucs_async_context_destroy"]
+        .into_iter()
+        .filter(|n| !have_syms.contains(*n))
+        .collect();
+    if !missing.is_empty() {
+        eprintln!("uct_hello_world needs {missing:?}, not exported yet: skipped");
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let out = common::bin_dir().join("uct_hello_world-ucx");
+    let o = Command::new("cc")
+        .args(["-O1", "-o"])
+        .arg(&out)
+        .arg(src)
+        .arg(format!("-L{}", lib_dir().display()))
+        .args(["-luct", "-lucs"])
+        .output()
+        .expect("cc");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    for (tl, dev) in [("posix", "memory"), ("tcp", "lo")] {
+        for mode in ["-i", "-b", "-z"] {
+            let p = port().to_string();
+            let mut server = Command::new(&out);
+            server
+                .args(["-t", tl, "-d", dev, mode, "-p", &p])
+                .env("LD_LIBRARY_PATH", lib_dir());
+            let srv = std::thread::spawn(move || run(server, LIMIT));
+            std::thread::sleep(Duration::from_millis(500));
+            let mut client = Command::new(&out);
+            client
+                .args(["-t", tl, "-d", dev, mode, "-p", &p, "-n", "127.0.0.1"])
+                .env("LD_LIBRARY_PATH", lib_dir());
+            let c = run(client, LIMIT);
+            let s = srv.join().expect("server thread");
+            for (who, r) in [("client", &c), ("server", &s)] {
+                assert!(
+                    r.status.success(),
+                    "uct_hello_world {who} {tl} {mode} failed:\n{}\n{}",
+                    String::from_utf8_lossy(&r.stdout),
+                    String::from_utf8_lossy(&r.stderr)
+                );
+            }
+            let text = String::from_utf8_lossy(&s.stdout);
+            assert!(
+                text.contains("UCT TEST SUCCESS") && text.contains("ABCDEFGHIJKLMNO"),
+                "server {tl} {mode}:\n{text}"
+            );
+        }
+    }
+}
+
 // ----- Debian's ucx_perftest ---------------------------------------------------------------
 
 /// The `ucs_*`/`uct_*` symbols `ucx_perftest` imports that the library does not export
 /// (empty when it can run on rucx).
 fn perftest_missing_symbols() -> Vec<String> {
-    // The symbol names `nm -D` lists with `args` (the name is the last field).
-    let nm = |args: &[&str]| -> Vec<String> {
-        let o = Command::new("nm")
-            .args(args)
-            .output()
-            .expect("nm (binutils)");
-        String::from_utf8_lossy(&o.stdout)
-            .lines()
-            .filter_map(|l| l.split_whitespace().last().map(str::to_string))
-            .collect()
-    };
-    let lib = common::cdylib();
-    let lib = lib.to_str().expect("library path");
-    let exported: std::collections::HashSet<String> =
-        nm(&["-D", "--defined-only", lib]).into_iter().collect();
+    let exported = exported_symbols();
     // Functions it imports, and data it takes by copy relocation (`ucs_global_opts` is
     // defined in the program's bss and initialized from the library's copy).
     let o = Command::new("nm")
