@@ -295,12 +295,17 @@ fn progress(ifc: &IfaceObj) -> c_uint {
     let done = if g.waiters.is_empty() {
         Vec::new()
     } else {
-        let Inner { tl, waiters, .. } = &mut *g;
+        let Inner {
+            tl,
+            waiters,
+            pending,
+            ..
+        } = &mut *g;
         let mut done = Vec::new();
         waiters.retain(|&(ep, comp)| {
             let flushed = match ep {
                 Some(ep) => tl.ep_is_flushed(ep).unwrap_or(true),
-                None => tl.flush(0).is_ok_and(|o| o.is_done()),
+                None => pending.is_empty() && tl.flush(0).is_ok_and(|o| o.is_done()),
             };
             if flushed {
                 done.push(comp);
