@@ -8,8 +8,8 @@
 //! with UCX's exact layout ([`ffi`]), followed by rucx's own state.
 //!
 //! Modules: [`ffi`] (layouts and constants), `md` (components, memory domains, memory
-//! and remote keys), `iface` (interfaces, endpoints and the operations table), `worker`
-//! (the progress callback array).
+//! and remote keys), `iface` (interface and endpoint objects, progress, open/close/query),
+//! `ops` (the operations table), `worker` (the progress callback array).
 //!
 //! Names: UCX's components `self`, `posix`, `sysv`, `cma` and `tcp` are listed, each with
 //! one memory domain of the same name and one transport of that name: `self` is rucx's
@@ -21,6 +21,7 @@
 pub mod ffi;
 mod iface;
 mod md;
+mod ops;
 mod worker;
 
 /// Copies `s` into the fixed-size C string `dst`, truncated and always terminated.
