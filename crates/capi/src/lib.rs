@@ -34,6 +34,7 @@ mod stream;
 mod tag;
 mod ucm_api;
 mod ucs_api;
+mod ucs_util;
 pub mod uct_api;
 mod worker;
 

@@ -120,13 +120,16 @@ pub static ucs_thread_mode_names: CStrTable<4> = CStrTable([
 ]);
 
 #[no_mangle]
-pub static ucs_memory_type_names: CStrTable<6> = CStrTable([
+pub static ucs_memory_type_names: CStrTable<7> = CStrTable([
     c"host".as_ptr(),
     c"cuda".as_ptr(),
     c"cuda-managed".as_ptr(),
     c"rocm".as_ptr(),
     c"rocm-managed".as_ptr(),
     c"unknown".as_ptr(),
+    // UCX 1.13's table ends with a NULL: 7 entries, 56 bytes. Programs that read it (io_demo)
+    // hold a copy of that size, made at load time; a shorter table makes the loader warn.
+    std::ptr::null(),
 ]);
 
 #[no_mangle]
