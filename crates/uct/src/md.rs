@@ -162,9 +162,14 @@ impl Md {
         let base = seg.as_ptr() as u64;
         let alive = Arc::new(());
         let reg = self.insert(base, len as u64, &alive)?;
-        // Keys to our own segment resolve to this mapping, which they then keep alive.
+        // Keys to our own segment resolve to this mapping, which they then keep alive. A key
+        // names the segment with the region's length (the segment is page-rounded).
         if let Ok(mut cache) = self.attached.lock() {
-            cache.insert(*seg.id(), Arc::downgrade(&seg));
+            let id = SegmentId {
+                len: len as u64,
+                ..*seg.id()
+            };
+            cache.insert(id, Arc::downgrade(&seg));
         }
         Ok(MemHandle {
             reg,
@@ -308,6 +313,15 @@ mod tests {
         unsafe { p.write(77) };
         // SAFETY: the handle's region is 1000 bytes of mapped memory.
         assert_eq!(unsafe { h.address().add(10).read() }, 77);
+    }
+
+    #[test]
+    fn keys_to_own_allocation_use_its_mapping() {
+        let md = Md::open(Transport::Shm);
+        // Not a page multiple: the key's length differs from the segment's.
+        let h = md.mem_alloc(1000).unwrap();
+        let rk = md.rkey_unpack(&h.pack_rkey()).unwrap();
+        assert_eq!(rk.ptr(h.address() as u64, 8).unwrap(), h.address());
     }
 
     #[test]
