@@ -647,3 +647,45 @@ fn ucx_perftest_loads_and_lists_the_ucp_tests() {
         );
     }
 }
+
+// ----- the utilities from C ----------------------------------------------------------------
+
+/// `c-tests/ucs_util.c`, built with UCX's headers (their string-buffer and logging macros)
+/// and run on rucx: string helpers, system queries, the async context, and logging
+/// through the program's copy of `ucs_global_opts`; `fatal` ends in the program's own
+/// fatal error, which aborts.
+#[test]
+fn ucs_utilities_from_c() {
+    if !common::have_ucx_headers() {
+        eprintln!("UCX's headers not installed (libucx-dev): skipped");
+        return;
+    }
+    let prog = common::compile("ucs_util.c", common::Headers::Ucx);
+    let mut cmd = Command::new(&prog);
+    cmd.env("LD_LIBRARY_PATH", common::lib_dir())
+        .env_remove("UCX_LOG_LEVEL");
+    let out = common::run(cmd, Duration::from_secs(30));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && stdout.contains("UCS UTIL OK"),
+        "{}\n{stdout}\n{stderr}",
+        out.status
+    );
+    assert!(stderr.contains("WARN  warning number 17"), "{stderr}");
+    assert!(stderr.contains("DEBUG debug line shown"), "{stderr}");
+    assert!(!stderr.contains("not printed"), "{stderr}");
+
+    let mut cmd = Command::new(&prog);
+    cmd.arg("fatal")
+        .env("LD_LIBRARY_PATH", common::lib_dir())
+        .env_remove("UCX_LOG_LEVEL");
+    let out = common::run(cmd, Duration::from_secs(30));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(out.status.signal(), Some(libc::SIGABRT), "{stderr}");
+    assert!(
+        stderr.contains("Fatal: the program's own fatal error 3"),
+        "{stderr}"
+    );
+}
