@@ -35,6 +35,7 @@ mod tag;
 mod ucm_api;
 mod ucs_api;
 mod ucs_util;
+pub mod uct_api;
 mod worker;
 
 /// Bytes of the request header rucx keeps in front of every request (the

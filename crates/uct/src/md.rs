@@ -390,6 +390,15 @@ mod tests {
     }
 
     #[test]
+    fn keys_to_own_allocation_use_its_mapping() {
+        let md = Md::open(Transport::Shm);
+        // Not a page multiple: the key's length differs from the segment's.
+        let h = md.mem_alloc(1000).unwrap();
+        let rk = md.rkey_unpack(&h.pack_rkey()).unwrap();
+        assert_eq!(rk.ptr(h.address() as u64, 8).unwrap(), h.address());
+    }
+
+    #[test]
     fn registered_memory_on_shm_is_cma() {
         let md = Md::open(Transport::Shm);
         let mut buf = vec![0u8; 64];
