@@ -923,6 +923,8 @@ impl State {
                 _ => {}
             }
         }
+        // Stream receives posted while connecting take the bytes that came first.
+        self.stream_satisfy(ep);
     }
 
     pub(crate) fn new_req(&mut self, kind: ReqKind, cb: Option<Callback>) -> Request {

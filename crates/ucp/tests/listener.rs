@@ -273,3 +273,52 @@ fn fifty_clients_at_once() {
         c.join().unwrap();
     }
 }
+
+#[test]
+fn stream_bytes_that_beat_the_servers_answer_reach_a_waiting_receive() {
+    // The server answers the connection request and sends at once; the client progresses
+    // only after both are there, so the server's data (and its wireup) reach the client
+    // before the client learns who the server is. A stream receive the client posted on
+    // its connecting endpoint still gets the bytes, in order.
+    let c = Context::new(Features::TAG | Features::STREAM).unwrap();
+    let (mut s, addr, reqs) = server(&c);
+    let mut w = Worker::new(&c, ThreadMode::Single).unwrap();
+    let ep = w.ep_create_sockaddr(addr, Duration::from_secs(30)).unwrap();
+    let mut buf = [0u8; 64];
+    // SAFETY: `buf` outlives the receive, which is waited for below.
+    let r = unsafe {
+        w.stream_recv_nb(
+            ep,
+            ucp::Buf::contig(buf.as_mut_ptr(), buf.len()),
+            true,
+            None,
+        )
+    }
+    .unwrap();
+    let ucp::stream::StreamRecv::Pending(r) = r else {
+        panic!("nothing was sent yet")
+    };
+    // The client progresses until its request is out (the server has not answered yet).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let id = loop {
+        w.progress();
+        s.progress();
+        if let Some((id, _)) = reqs.lock().unwrap().pop() {
+            break id;
+        }
+        assert!(Instant::now() < deadline, "no connection request");
+        std::thread::sleep(Duration::from_micros(100));
+    };
+    let sep = s.ep_create_from_request(id).unwrap();
+    let data: Vec<u8> = (0..64u8).collect();
+    s.stream_send(sep, &data).unwrap();
+    s.flush_nb(None)
+        .unwrap()
+        .map(|f| s.wait_request(f, Duration::from_secs(30)).unwrap());
+    assert_eq!(
+        w.wait_request(r, Duration::from_secs(30)).unwrap(),
+        Status::Ok
+    );
+    assert_eq!(&buf[..], &data[..]);
+    assert_eq!(w.ep_status(ep).unwrap(), EpStatus::Connected);
+}
