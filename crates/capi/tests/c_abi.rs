@@ -134,6 +134,13 @@ fn thread_mode_multi() {
 }
 
 #[test]
+fn request_alloc_stream_poll_ep_modify_and_query() {
+    for out in build_and_run("extras.c", &[]) {
+        assert!(out.contains("extras test passed"), "{out}");
+    }
+}
+
+#[test]
 fn misuse_gives_errors_not_crashes() {
     for out in build_and_run("handles.c", &[]) {
         assert!(out.contains("handles test passed"), "{out}");
