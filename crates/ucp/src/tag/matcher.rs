@@ -264,16 +264,13 @@ struct WildRecv<R> {
 /// Takes the oldest wildcard receive that matches `tag` and was posted before `bound`.
 ///
 /// A free function over the fields it needs, so that callers can hold a bucket meanwhile.
-#[inline]
+/// Callers test `wild.is_empty()` first, so that the common case costs no call.
 fn take_wild<R>(
     wild: &mut VecDeque<WildRecv<R>>,
     posted: &mut usize,
     tag: Tag,
     bound: u64,
 ) -> Option<(RecvId, R)> {
-    if wild.is_empty() {
-        return None;
-    }
     let i = wild
         .iter()
         .take_while(|w| w.seq < bound)
@@ -501,8 +498,11 @@ impl<R, U> Matcher<R, U> {
                 if self.posted != 0 {
                     // A wildcard receive wins only if posted before the bucket's head.
                     let bound = b.recvs.front().map_or(u64::MAX, |&(s, _)| s);
-                    if let Some((id, r)) = take_wild(&mut self.wild, &mut self.posted, tag, bound) {
-                        return Arrived::Matched(id, r, u);
+                    if !self.wild.is_empty() {
+                        let posted = &mut self.posted;
+                        if let Some((id, r)) = take_wild(&mut self.wild, posted, tag, bound) {
+                            return Arrived::Matched(id, r, u);
+                        }
                     }
                     if let Some((s, r)) = b.recvs.pop_front() {
                         let emptied = b.is_empty();
@@ -519,8 +519,11 @@ impl<R, U> Matcher<R, U> {
                 b.msgs.push_back((seq, u));
             }
             Entry::Vacant(e) => {
-                if let Some((id, r)) = take_wild(&mut self.wild, &mut self.posted, tag, u64::MAX) {
-                    return Arrived::Matched(id, r, u);
+                if !self.wild.is_empty() {
+                    let posted = &mut self.posted;
+                    if let Some((id, r)) = take_wild(&mut self.wild, posted, tag, u64::MAX) {
+                        return Arrived::Matched(id, r, u);
+                    }
                 }
                 let mut b = Bucket::new();
                 b.msgs.push_back((seq, u));
@@ -546,8 +549,10 @@ impl<R, U> Matcher<R, U> {
             .as_ref()
             .and_then(|b| b.recvs.front())
             .map_or(u64::MAX, |&(s, _)| s);
-        if let Some(found) = take_wild(&mut self.wild, &mut self.posted, tag, bound) {
-            return Some(found);
+        if !self.wild.is_empty() {
+            if let Some(found) = take_wild(&mut self.wild, &mut self.posted, tag, bound) {
+                return Some(found);
+            }
         }
         let b = b?;
         let (seq, r) = b.recvs.pop_front()?;
