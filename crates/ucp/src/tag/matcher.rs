@@ -57,11 +57,11 @@
 //!    (This relies on callers of [`Matcher::match_posted`] following it with
 //!    [`Matcher::add_unexpected`], as documented there.)
 //! 3. Buckets and the wildcard queue remove entries for real, so they hold no dead
-//!    entries. The arrival queue is the one place with lazy deletion: when a message leaves
-//!    its bucket other than through the arrival queue's head (an exact receive, exact
-//!    probe or `take_unexpected` taking a message while older messages of other tags
-//!    wait), its arrival entry is found by binary search and marked dead in place — no
-//!    lookup in the map. The queue keeps its front live (dead entries reaching the front
+//!    entries. The arrival queue is the one place with lazy deletion: when a message that
+//!    is not the oldest of all leaves its bucket (taken by an exact receive or probe, by
+//!    `take_unexpected`, or by a wildcard receive that skipped older messages), its
+//!    arrival entry is marked dead in place, found by binary search or already known from
+//!    the scan — never through the map. The queue keeps its front live (dead entries reaching the front
 //!    are popped) and compacts itself when dead entries outnumber live ones, so it never
 //!    holds more than twice the unexpected messages, at an amortised O(1) per removal.
 //! 4. A bucket that becomes empty is kept, so that a tag used again neither hashes into a
@@ -72,25 +72,34 @@
 //!
 //! # Cost
 //!
-//! `w` is the number of wildcard receives posted before the match (or all of them), `u`
-//! the number of unexpected messages, `b` the length of one bucket.
+//! `w` is the number of wildcard receives scanned (none when none is posted; otherwise
+//! those posted before the match, or all of them), `u` the number of unexpected messages,
+//! `b` the length of one bucket or of the wildcard queue. "Lookups" are hash-map lookups;
+//! everything else is work on queues that are already at hand.
 //!
-//! | operation                               | map lookups   | other work                  |
-//! |-----------------------------------------|---------------|-----------------------------|
-//! | `post`, full mask                       | 1             | O(1); O(log u) if the message taken is not the oldest of all |
-//! | `post`, other mask                      | 1 if matched  | scan of arrival order up to the match |
-//! | `arrive`                                | 1             | O(1) + O(w)                 |
-//! | `match_posted`, nothing posted          | 0             | O(1)                        |
-//! | `match_posted` + `add_unexpected`       | 2             | O(1) + O(w)                 |
-//! | `probe`/`probe_remove`, full mask       | 1             | O(1); removal as `post`     |
-//! | `probe`/`probe_remove`, other mask      | 1 if found    | scan as `post`              |
-//! | `unexpected_mut`                        | 1             | O(1) for the newest message of its tag, else O(log b) |
-//! | `cancel`                                | 1 (0 if wild) | O(log b) search + O(b) removal |
-//! | `take_unexpected`                       | 1             | O(b) removal + O(log u)     |
-//! | `drain_posted`                          | —             | O(buckets + n log n)        |
+//! | operation                           | lookups       | other work                      |
+//! |-------------------------------------|---------------|---------------------------------|
+//! | `post`, full mask                   | 1             | O(1); + O(log u) when it takes a message that is not the oldest of all |
+//! | `post`, other mask                  | 1 if it takes a message, else 0 | scan of the arrival order up to the match |
+//! | `arrive`                            | 1             | O(1) + O(w)                     |
+//! | `match_posted`                      | 1, or 0 when nothing is posted | O(1) + O(w)    |
+//! | `add_unexpected`                    | 1             | O(1)                            |
+//! | `probe`/`probe_remove`, full mask   | 1, or 0 when nothing is unexpected | O(1); removal as `post` |
+//! | `probe`/`probe_remove`, other mask  | 1 if found    | scan as `post`                  |
+//! | `unexpected_mut`                    | 1             | O(1) for the newest or oldest message of its tag, else O(log b) |
+//! | `cancel`                            | 1, or 0 for a wildcard receive | O(log b) search + O(b) removal |
+//! | `take_unexpected`                   | 1             | O(b) removal + O(log u)         |
+//! | `drain_posted`                      | none          | O(buckets + n log n)            |
 //!
-//! Queues keep their capacity, and an empty bucket is kept with its queues, so steady
-//! traffic on a set of tags does not allocate.
+//! The arrival queue's compaction and the sweep of empty buckets add an amortised O(1) to
+//! the removals that trigger them.
+//!
+//! # Memory
+//!
+//! No queue shrinks, and an empty bucket is kept with its queues, so steady traffic on a
+//! set of tags neither allocates nor frees. The price is that a bucket holds on to the
+//! capacity of its tag's peak until it is swept; the number of buckets is bounded as
+//! invariant 4 says, and no queue holds dead entries beyond invariant 3's bound.
 
 use std::collections::hash_map::{Entry, HashMap, RandomState};
 use std::collections::VecDeque;
@@ -987,6 +996,30 @@ mod tests {
         }
         assert_eq!(m.buckets.len(), 2);
         m.check_invariants();
+
+        // Nothing grows any more: the steady path does not allocate.
+        let caps = |m: &M| {
+            let b = |t: Tag| {
+                (
+                    m.buckets[&t].recvs.capacity(),
+                    m.buckets[&t].msgs.capacity(),
+                )
+            };
+            (
+                m.buckets.capacity(),
+                b(3),
+                b(4),
+                m.arrivals.entries.capacity(),
+            )
+        };
+        let before = caps(&m);
+        for i in 0..1000 {
+            let id = queued(m.post(3, FULL_MASK, i));
+            assert_eq!(m.arrive(3, i), Arrived::Matched(id, i, i));
+            let msg = unexpected(m.arrive(4, i));
+            assert_eq!(m.post(4, FULL_MASK, i), Posted::Matched(msg, i, i));
+        }
+        assert_eq!(caps(&m), before);
     }
 
     // ---- property test against a linear-scan reference model ----
