@@ -22,61 +22,84 @@
 //!
 //! # Structure
 //!
-//! Both sides number their entries with a global, strictly increasing sequence number that
-//! is never reused; the handles [`RecvId`] and [`MsgId`] are these numbers. Each side
-//! keeps:
+//! Receives and messages are numbered by two counters (their *sequence numbers*), which
+//! only grow, so a number is never reused. A handle ([`RecvId`], [`MsgId`]) is the
+//! sequence number together with the tag, which names the bucket the entry lives in.
 //!
-//! - a **store**: a hash map from sequence number to entry (payload, tag, mask), which is
-//!   the single source of truth — an entry is *live* iff its number is in the store;
-//! - **order queues** (`SeqQueue`) of sequence numbers in increasing order, which only
-//!   index the store.
+//! The entries themselves live in **one hash map from tag to bucket**. A bucket holds, in
+//! two queues sorted by sequence number and with the payloads inline,
 //!
-//! Posted receives with the full mask (`u64::MAX`, the usual case once MPI encodes
-//! source, tag and communicator into the tag) go to a per-tag bucket; any other mask goes
-//! to one wildcard queue which carries `(want, mask)` inline for scanning. An arriving
-//! message looks at the head of its tag's bucket and at the wildcard queue, scanning the
-//! latter only up to the bucket head's sequence number, and takes whichever matching
-//! receive has the lower number. With no wildcard receives posted this is one hash lookup
-//! and a queue pop.
+//! - the receives posted for exactly that tag (full mask, [`FULL_MASK`], the usual case
+//!   once MPI packs source, tag and communicator into the tag), oldest first, and
+//! - the unexpected messages that carry that tag, oldest first.
 //!
-//! Unexpected messages are in one arrival-order queue (carrying the tag inline, scanned by
-//! wildcard receives and wildcard probes) and in a per-tag bucket (so that a full-mask
-//! receive finds its message without scanning).
+//! There is no second map beside the buckets: finding the bucket is finding the entry, so
+//! an exact receive, an arriving message and the match between them each cost one lookup.
 //!
-//! # Lazy deletion and its invariants
+//! Order across buckets matters in two places only, and each has its own queue:
 //!
-//! Removing an entry from the middle of a queue (cancel, a wildcard match, a message taken
-//! by id) would cost O(n), so the store entry is removed and the queue entry is left behind
-//! as *dead*. To keep that safe and bounded, every queue maintains:
+//! - **Wildcard receives** (any mask but the full one) wait in one queue in posting order,
+//!   each as `(seq, want, mask, payload)`. A message takes the older of its bucket's first
+//!   receive and the first matching wildcard receive, so it scans the wildcard queue only
+//!   as far as the bucket head's sequence number, and not at all when the queue is empty.
+//! - **Arrival order** of unexpected messages, for wildcard receives and probes: a queue of
+//!   `(seq, tag)` for every unexpected message, payloads staying in the buckets. The first
+//!   entry that matches is the oldest matching message, and it is always the *head* of its
+//!   bucket (all messages of a bucket have the same tag, so an older one in the same bucket
+//!   would have matched first): taking it is one lookup and a pop.
 //!
-//! 1. **Its front entry is live** (or the queue is empty): when the front is removed, the
-//!    dead entries behind it are popped too. So the head of an exact bucket is always the
-//!    oldest live entry for that tag, with no liveness check on the fast path.
-//! 2. **It counts its dead entries** and compacts itself when they outnumber the live
-//!    ones, so a queue never holds more than twice its live entries and the compaction
-//!    is amortised O(1) per removal.
-//! 3. **Scans check liveness** in the store before accepting a match. Sequence numbers are
-//!    never reused, so a dead entry can never alias a newer entry: the worst a stale index
-//!    entry can do is be skipped.
+//! # Invariants
 //!
-//! Per-tag buckets that become empty are kept, so that a tag used again does not allocate;
-//! but if there are more than `EMPTY_BUCKETS_KEPT` (256) of them and they are the majority,
-//! they are swept, so memory follows the peak number of live entries rather than the
-//! number of distinct tags ever seen.
+//! 1. Every queue is sorted by strictly increasing sequence number, which is what lets a
+//!    handle find its entry by binary search and lets the wildcard scan stop early.
+//! 2. No posted receive matches an unexpected message: every operation matches before it
+//!    stores. In particular a bucket never holds receives and messages at the same time.
+//!    (This relies on callers of [`Matcher::match_posted`] following it with
+//!    [`Matcher::add_unexpected`], as documented there.)
+//! 3. Buckets and the wildcard queue remove entries for real, so they hold no dead
+//!    entries. The arrival queue is the one place with lazy deletion: when a message that
+//!    is not the oldest of all leaves its bucket (taken by an exact receive or probe, by
+//!    `take_unexpected`, or by a wildcard receive that skipped older messages), its
+//!    arrival entry is marked dead in place, found by binary search or already known from
+//!    the scan — never through the map. The queue keeps its front live (dead entries reaching the front
+//!    are popped) and compacts itself when dead entries outnumber live ones, so it never
+//!    holds more than twice the unexpected messages, at an amortised O(1) per removal.
+//! 4. A bucket that becomes empty is kept, so that a tag used again neither hashes into a
+//!    new slot nor allocates its queues anew; but once more than `EMPTY_BUCKETS_KEPT`
+//!    (256) buckets are empty and they are the majority, the empty ones are swept, so the
+//!    number of buckets follows the peak number of live entries rather than the number of
+//!    tags ever seen.
 //!
 //! # Cost
 //!
-//! | operation                          | cost                                          |
-//! |------------------------------------|-----------------------------------------------|
-//! | `post`, full mask                  | O(1)                                          |
-//! | `post`, other mask                 | O(unexpected messages scanned)                |
-//! | `arrive`                           | O(1) + wildcard receives older than the match |
-//! | `probe`/`probe_remove`, full mask  | O(1)                                          |
-//! | `cancel`, `take_unexpected`        | O(1) amortised                                |
-//! | `drain_posted`                     | O(n log n)                                    |
+//! `w` is the number of wildcard receives scanned (none when none is posted; otherwise
+//! those posted before the match, or all of them), `u` the number of unexpected messages,
+//! `b` the length of one bucket or of the wildcard queue. "Lookups" are hash-map lookups;
+//! everything else is work on queues that are already at hand.
 //!
-//! Capacity of queues and maps is kept once reached, so steady traffic on a set of tags
-//! does not allocate on the exact-match path.
+//! | operation                           | lookups       | other work                      |
+//! |-------------------------------------|---------------|---------------------------------|
+//! | `post`, full mask                   | 1             | O(1); + O(log u) when it takes a message that is not the oldest of all |
+//! | `post`, other mask                  | 1 if it takes a message, else 0 | scan of the arrival order up to the match |
+//! | `arrive`                            | 1             | O(1) + O(w)                     |
+//! | `match_posted`                      | 1, or 0 when nothing is posted | O(1) + O(w)    |
+//! | `add_unexpected`                    | 1             | O(1)                            |
+//! | `probe`/`probe_remove`, full mask   | 1, or 0 when nothing is unexpected | O(1); removal as `post` |
+//! | `probe`/`probe_remove`, other mask  | 1 if found    | scan as `post`                  |
+//! | `unexpected_mut`                    | 1             | O(1) for the newest or oldest message of its tag, else O(log b) |
+//! | `cancel`                            | 1, or 0 for a wildcard receive | O(log b) search + O(b) removal |
+//! | `take_unexpected`                   | 1             | O(b) removal + O(log u)         |
+//! | `drain_posted`                      | none          | O(buckets + n log n)            |
+//!
+//! The arrival queue's compaction and the sweep of empty buckets add an amortised O(1) to
+//! the removals that trigger them.
+//!
+//! # Memory
+//!
+//! No queue shrinks, and an empty bucket is kept with its queues, so steady traffic on a
+//! set of tags neither allocates nor frees. The price is that a bucket holds on to the
+//! capacity of its tag's peak until it is swept; the number of buckets is bounded as
+//! invariant 4 says, and no queue holds dead entries beyond invariant 3's bound.
 
 use std::collections::hash_map::{Entry, HashMap, RandomState};
 use std::collections::VecDeque;
@@ -94,14 +117,24 @@ pub const FULL_MASK: Tag = Tag::MAX;
 /// Handles are never reused within one matcher, so a handle of a receive that has since
 /// matched or been cancelled is simply unknown.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct RecvId(u64);
+pub struct RecvId {
+    /// Posting sequence number, unique within the matcher.
+    seq: u64,
+    /// The tag the receive was posted with: its bucket if it has the full mask.
+    tag: Tag,
+}
 
 /// Handle of an unexpected message, for receiving it after a probe and for updating a
 /// message whose fragments are still arriving.
 ///
 /// Handles are never reused within one matcher.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct MsgId(u64);
+pub struct MsgId {
+    /// Arrival sequence number, unique within the matcher.
+    seq: u64,
+    /// The message's tag, which names its bucket.
+    tag: Tag,
+}
 
 /// Outcome of [`Matcher::post`].
 #[must_use]
@@ -125,7 +158,7 @@ pub enum Arrived<R, U> {
     Unexpected(MsgId),
 }
 
-/// More empty per-tag buckets than this (when they are also the majority) are swept.
+/// More empty buckets than this (when they are also the majority) are swept.
 ///
 /// Small in tests so that the property tests exercise the sweep.
 const EMPTY_BUCKETS_KEPT: usize = if cfg!(test) { 4 } else { 256 };
@@ -144,7 +177,7 @@ fn fold_mul(a: u64, b: u64) -> u64 {
     (p as u64) ^ ((p >> 64) as u64)
 }
 
-/// Hasher state for the matcher's `u64` keys (tags and sequence numbers).
+/// Hasher state for the matcher's `u64` keys (tags).
 ///
 /// SipHash would cost more than the rest of a match; the keys are single integers, so one
 /// folded multiply suffices. The seed is random per matcher so that a set of tags that
@@ -194,21 +227,87 @@ impl BuildHasher for KeyHash {
     }
 }
 
-type KeyMap<V> = HashMap<u64, V, KeyHash>;
+/// Everything stored under one tag. By invariant 2 at most one of the queues is
+/// non-empty; both are kept so that a tag used in both directions keeps both capacities.
+struct Bucket<R, U> {
+    /// Full-mask receives posted for this tag: `(seq, payload)` in posting order.
+    recvs: VecDeque<(u64, R)>,
+    /// Unexpected messages with this tag: `(seq, payload)` in arrival order.
+    msgs: VecDeque<(u64, U)>,
+}
 
-/// Sequence numbers in increasing order with lazy deletion, plus a small `Copy` key per
-/// entry that scans can test without touching the store.
+impl<R, U> Bucket<R, U> {
+    fn new() -> Self {
+        Self {
+            recvs: VecDeque::new(),
+            msgs: VecDeque::new(),
+        }
+    }
+
+    #[inline]
+    fn is_empty(&self) -> bool {
+        self.recvs.is_empty() && self.msgs.is_empty()
+    }
+}
+
+/// Where the entry numbered `seq` is in a queue sorted by sequence number: the oldest and
+/// the newest entry are checked first (a match takes the oldest; a fragmented message
+/// still arriving is usually the newest), then a binary search.
+#[inline]
+fn position<T>(q: &VecDeque<(u64, T)>, seq: u64) -> Option<usize> {
+    match (q.front(), q.back()) {
+        (Some(&(first, _)), _) if first == seq => Some(0),
+        (_, Some(&(last, _))) if last == seq => Some(q.len() - 1),
+        _ => q.binary_search_by_key(&seq, |&(s, _)| s).ok(),
+    }
+}
+
+/// A posted receive with a mask other than the full one.
+struct WildRecv<R> {
+    seq: u64,
+    want: Tag,
+    mask: Tag,
+    payload: R,
+}
+
+/// Takes the oldest wildcard receive that matches `tag` and was posted before `bound`.
 ///
-/// The queue does not know which entries are live; the owner removes an entry from its
-/// store first and then calls [`SeqQueue::remove`] with a liveness test over the store.
-/// Invariants (see the module docs): the front entry is live, `dead` is the number of
-/// dead entries, and `dead <= live` after every call.
-struct SeqQueue<K> {
-    entries: VecDeque<(u64, K)>,
+/// A free function over the fields it needs, so that callers can hold a bucket meanwhile.
+/// Callers test `wild.is_empty()` first, so that the common case costs no call.
+fn take_wild<R>(
+    wild: &mut VecDeque<WildRecv<R>>,
+    posted: &mut usize,
+    tag: Tag,
+    bound: u64,
+) -> Option<(RecvId, R)> {
+    let i = wild
+        .iter()
+        .take_while(|w| w.seq < bound)
+        .position(|w| tag_matches(tag, w.want, w.mask))?;
+    let w = wild.remove(i)?;
+    *posted -= 1;
+    Some((
+        RecvId {
+            seq: w.seq,
+            tag: w.want,
+        },
+        w.payload,
+    ))
+}
+
+/// Marks a dead entry of [`Arrivals`] in its sequence number (which stays below 2^63).
+const DEAD: u64 = 1 << 63;
+
+/// `(seq, tag)` of every unexpected message in arrival order, with lazy deletion (the
+/// module docs, invariant 3): an entry whose message has left its bucket has [`DEAD`] set
+/// in its sequence number; the front entry is live; `dead` counts the dead entries and
+/// is at most half of them after every call.
+struct Arrivals {
+    entries: VecDeque<(u64, Tag)>,
     dead: usize,
 }
 
-impl<K: Copy> SeqQueue<K> {
+impl Arrivals {
     fn new() -> Self {
         Self {
             entries: VecDeque::new(),
@@ -216,155 +315,96 @@ impl<K: Copy> SeqQueue<K> {
         }
     }
 
+    /// The number of unexpected messages.
     #[inline]
-    fn is_empty(&self) -> bool {
-        self.entries.is_empty()
-    }
-
-    /// The oldest live entry's sequence number.
-    #[inline]
-    fn front(&self) -> Option<u64> {
-        self.entries.front().map(|&(seq, _)| seq)
+    fn live(&self) -> usize {
+        self.entries.len() - self.dead
     }
 
     #[inline]
-    fn push(&mut self, seq: u64, key: K) {
-        debug_assert!(self.entries.back().map_or(true, |&(last, _)| last < seq));
-        self.entries.push_back((seq, key));
+    fn push(&mut self, seq: u64, tag: Tag) {
+        debug_assert!(seq < DEAD);
+        debug_assert!(self
+            .entries
+            .back()
+            .map_or(true, |&(last, _)| last & !DEAD < seq));
+        self.entries.push_back((seq, tag));
     }
 
-    /// All entries in order, dead ones included: the caller checks liveness.
+    /// The oldest live entry whose tag a receive posted with `(want, mask)` takes: its
+    /// index, sequence number and tag.
     #[inline]
-    fn iter(&self) -> impl Iterator<Item = (u64, K)> + '_ {
-        self.entries.iter().copied()
+    fn find(&self, want: Tag, mask: Tag) -> Option<(usize, u64, Tag)> {
+        self.entries
+            .iter()
+            .position(|&(seq, tag)| seq & DEAD == 0 && tag_matches(tag, want, mask))
+            .map(|i| (i, self.entries[i].0, self.entries[i].1))
     }
 
-    /// Records that `seq`, an entry of this queue, has just left the store. `live` tells
-    /// whether the store still holds a sequence number.
+    /// Records that the message `seq` has left its bucket.
     #[inline]
-    fn remove(&mut self, seq: u64, live: impl Fn(u64) -> bool) {
-        if self.front() == Some(seq) {
-            // Keep invariant 1: uncover the next live entry. With no dead entry in the
-            // queue the new front is live already: no store lookup on the common path.
+    fn remove(&mut self, seq: u64) {
+        let at = match self.entries.front() {
+            Some(&(first, _)) if first == seq => Some(0),
+            _ => self
+                .entries
+                .binary_search_by_key(&seq, |&(s, _)| s & !DEAD)
+                .ok(),
+        };
+        debug_assert!(at.is_some(), "message missing from the arrival order");
+        if let Some(i) = at {
+            self.remove_at(i);
+        }
+    }
+
+    /// Records that the message of the live entry at index `i` has left its bucket.
+    #[inline]
+    fn remove_at(&mut self, i: usize) {
+        debug_assert_eq!(self.entries[i].0 & DEAD, 0, "entry removed twice");
+        if i == 0 {
             self.entries.pop_front();
-            while let Some(&(next, _)) = self.entries.front().filter(|_| self.dead > 0) {
-                if live(next) {
-                    break;
+            // Keep the front live. With no dead entry the new front is live already.
+            if self.dead > 0 {
+                while self.entries.front().is_some_and(|&(s, _)| s & DEAD != 0) {
+                    self.entries.pop_front();
+                    self.dead -= 1;
                 }
-                self.entries.pop_front();
-                debug_assert!(self.dead > 0);
-                self.dead = self.dead.saturating_sub(1);
             }
         } else {
+            self.entries[i].0 |= DEAD;
             self.dead += 1;
         }
-        // Invariant 2: compact once dead entries outnumber live ones (either branch can get
-        // there: the first adds a dead entry, the second removes a live one). Compaction
-        // costs O(len) < O(2 * dead) and removes those dead entries for good, so each dead
-        // entry pays for it at most twice over.
+        // Either branch can leave dead entries in the majority (the first removes a live
+        // one). Compacting costs O(len) < O(2 * dead) and drops those dead entries for
+        // good, so each dead entry pays for it at most twice over.
         if self.dead * 2 > self.entries.len() {
-            self.entries.retain(|&(s, _)| live(s));
-            self.dead = 0;
+            self.compact();
         }
     }
 
-    fn clear(&mut self) {
-        self.entries.clear();
+    #[cold]
+    fn compact(&mut self) {
+        self.entries.retain(|&(s, _)| s & DEAD == 0);
         self.dead = 0;
     }
 }
 
-/// Per-tag [`SeqQueue`]s, keeping empty buckets for reuse up to a bound.
-struct TagBuckets {
-    map: HashMap<Tag, SeqQueue<()>, KeyHash>,
-    /// How many buckets in `map` are empty.
-    empty: usize,
-}
-
-impl TagBuckets {
-    fn new(hash: KeyHash) -> Self {
-        Self {
-            map: HashMap::with_hasher(hash),
-            empty: 0,
-        }
-    }
-
-    /// The oldest live sequence number with this tag.
-    #[inline]
-    fn front(&self, tag: Tag) -> Option<u64> {
-        self.map.get(&tag).and_then(SeqQueue::front)
-    }
-
-    #[inline]
-    fn push(&mut self, tag: Tag, seq: u64) {
-        let bucket = match self.map.entry(tag) {
-            Entry::Occupied(e) => {
-                let bucket = e.into_mut();
-                if bucket.is_empty() {
-                    // A kept empty bucket comes back into use.
-                    self.empty -= 1;
-                }
-                bucket
-            }
-            Entry::Vacant(e) => e.insert(SeqQueue::new()),
-        };
-        bucket.push(seq, ());
-    }
-
-    #[inline]
-    fn remove(&mut self, tag: Tag, seq: u64, live: impl Fn(u64) -> bool) {
-        let Some(bucket) = self.map.get_mut(&tag) else {
-            debug_assert!(false, "entry without its tag bucket");
-            return;
-        };
-        bucket.remove(seq, live);
-        if bucket.is_empty() {
-            self.empty += 1;
-            // Sweeping costs O(map.len()) < O(2 * empty); each empty bucket was made so by
-            // one removal since the last sweep, which pays for it.
-            if self.empty > EMPTY_BUCKETS_KEPT && self.empty * 2 > self.map.len() {
-                self.map.retain(|_, b| !b.is_empty());
-                self.empty = 0;
-            }
-        }
-    }
-
-    fn clear(&mut self) {
-        self.map.clear();
-        self.empty = 0;
-    }
-}
-
-struct PostedRecv<R> {
-    want: Tag,
-    mask: Tag,
-    payload: R,
-}
-
-struct Unexpected<U> {
-    tag: Tag,
-    payload: U,
-}
-
 /// The tag matcher: posted receives and unexpected messages. See the module docs.
 pub struct Matcher<R, U> {
-    /// Next posting sequence number, which is also the next [`RecvId`].
+    /// Full-mask receives and unexpected messages, by tag.
+    buckets: HashMap<Tag, Bucket<R, U>, KeyHash>,
+    /// How many buckets are empty.
+    empty: usize,
+    /// Receives with any other mask, in posting order.
+    wild: VecDeque<WildRecv<R>>,
+    /// All unexpected messages in arrival order.
+    arrivals: Arrivals,
+    /// Number of posted receives, in buckets and in `wild`.
+    posted: usize,
+    /// Next posting sequence number.
     next_recv: u64,
-    /// Live posted receives by sequence number.
-    recvs: KeyMap<PostedRecv<R>>,
-    /// Full-mask receives by tag, in posting order.
-    posted_exact: TagBuckets,
-    /// Receives with any other mask, in posting order, with `(want, mask)` inline.
-    posted_wild: SeqQueue<(Tag, Tag)>,
-
-    /// Next arrival sequence number, which is also the next [`MsgId`].
+    /// Next arrival sequence number.
     next_msg: u64,
-    /// Live unexpected messages by sequence number.
-    msgs: KeyMap<Unexpected<U>>,
-    /// Unexpected messages by tag, in arrival order.
-    unexp_by_tag: TagBuckets,
-    /// All unexpected messages in arrival order, with their tag inline.
-    unexp_order: SeqQueue<Tag>,
 }
 
 impl<R, U> Default for Matcher<R, U> {
@@ -376,8 +416,8 @@ impl<R, U> Default for Matcher<R, U> {
 impl<R, U> fmt::Debug for Matcher<R, U> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Matcher")
-            .field("posted", &self.recvs.len())
-            .field("unexpected", &self.msgs.len())
+            .field("posted", &self.posted_len())
+            .field("unexpected", &self.unexpected_len())
             .finish()
     }
 }
@@ -385,16 +425,14 @@ impl<R, U> fmt::Debug for Matcher<R, U> {
 impl<R, U> Matcher<R, U> {
     /// An empty matcher. Allocates nothing until the first entry is stored.
     pub fn new() -> Self {
-        let hash = KeyHash::new();
         Self {
+            buckets: HashMap::with_hasher(KeyHash::new()),
+            empty: 0,
+            wild: VecDeque::new(),
+            arrivals: Arrivals::new(),
+            posted: 0,
             next_recv: 0,
-            recvs: HashMap::with_hasher(hash),
-            posted_exact: TagBuckets::new(hash),
-            posted_wild: SeqQueue::new(),
             next_msg: 0,
-            msgs: HashMap::with_hasher(hash),
-            unexp_by_tag: TagBuckets::new(hash),
-            unexp_order: SeqQueue::new(),
         }
     }
 
@@ -403,29 +441,57 @@ impl<R, U> Matcher<R, U> {
     /// If an unexpected message matches, the oldest such one is removed and returned with
     /// `r`; otherwise the receive is queued behind all earlier ones.
     pub fn post(&mut self, tag: Tag, mask: Tag, r: R) -> Posted<R, U> {
-        if let Some(seq) = self.find_unexpected(tag, mask) {
-            let found = self.remove_unexpected(seq);
-            debug_assert!(found.is_some(), "matched a message missing from the store");
-            if let Some((_, u)) = found {
-                return Posted::Matched(MsgId(seq), u, r);
+        if mask != FULL_MASK {
+            return self.post_wild(tag, mask, r);
+        }
+        let seq = self.next_recv;
+        match self.buckets.entry(tag) {
+            Entry::Occupied(e) => {
+                let b = e.into_mut();
+                // The oldest message with this tag is the oldest one this receive matches.
+                if let Some((m, u)) = b.msgs.pop_front() {
+                    let emptied = b.is_empty();
+                    self.arrivals.remove(m);
+                    if emptied {
+                        self.emptied();
+                    }
+                    return Posted::Matched(MsgId { seq: m, tag }, u, r);
+                }
+                if b.is_empty() {
+                    self.empty -= 1;
+                }
+                b.recvs.push_back((seq, r));
+            }
+            Entry::Vacant(e) => {
+                let mut b = Bucket::new();
+                b.recvs.push_back((seq, r));
+                e.insert(b);
+            }
+        }
+        self.next_recv += 1;
+        self.posted += 1;
+        Posted::Queued(RecvId { seq, tag })
+    }
+
+    /// [`Matcher::post`] with a mask other than the full one.
+    fn post_wild(&mut self, want: Tag, mask: Tag, r: R) -> Posted<R, U> {
+        if let Some((i, seq, tag)) = self.arrivals.find(want, mask) {
+            let u = self.take_msg(tag, seq, Some(i));
+            debug_assert!(u.is_some(), "arrival entry without its message");
+            if let Some(u) = u {
+                return Posted::Matched(MsgId { seq, tag }, u, r);
             }
         }
         let seq = self.next_recv;
         self.next_recv += 1;
-        if mask == FULL_MASK {
-            self.posted_exact.push(tag, seq);
-        } else {
-            self.posted_wild.push(seq, (tag, mask));
-        }
-        self.recvs.insert(
+        self.posted += 1;
+        self.wild.push_back(WildRecv {
             seq,
-            PostedRecv {
-                want: tag,
-                mask,
-                payload: r,
-            },
-        );
-        Posted::Queued(RecvId(seq))
+            want,
+            mask,
+            payload: r,
+        });
+        Posted::Queued(RecvId { seq, tag: want })
     }
 
     /// A message with `tag` arrives.
@@ -434,10 +500,48 @@ impl<R, U> Matcher<R, U> {
     /// returned with `u`; otherwise `u` is stored as unexpected, behind all earlier
     /// messages.
     pub fn arrive(&mut self, tag: Tag, u: U) -> Arrived<R, U> {
-        match self.match_posted(tag) {
-            Some((id, r)) => Arrived::Matched(id, r, u),
-            None => Arrived::Unexpected(self.add_unexpected(tag, u)),
+        let seq = self.next_msg;
+        match self.buckets.entry(tag) {
+            Entry::Occupied(e) => {
+                let b = e.into_mut();
+                if self.posted != 0 {
+                    // A wildcard receive wins only if posted before the bucket's head.
+                    let bound = b.recvs.front().map_or(u64::MAX, |&(s, _)| s);
+                    if !self.wild.is_empty() {
+                        let posted = &mut self.posted;
+                        if let Some((id, r)) = take_wild(&mut self.wild, posted, tag, bound) {
+                            return Arrived::Matched(id, r, u);
+                        }
+                    }
+                    if let Some((s, r)) = b.recvs.pop_front() {
+                        let emptied = b.is_empty();
+                        self.posted -= 1;
+                        if emptied {
+                            self.emptied();
+                        }
+                        return Arrived::Matched(RecvId { seq: s, tag }, r, u);
+                    }
+                }
+                if b.is_empty() {
+                    self.empty -= 1;
+                }
+                b.msgs.push_back((seq, u));
+            }
+            Entry::Vacant(e) => {
+                if !self.wild.is_empty() {
+                    let posted = &mut self.posted;
+                    if let Some((id, r)) = take_wild(&mut self.wild, posted, tag, u64::MAX) {
+                        return Arrived::Matched(id, r, u);
+                    }
+                }
+                let mut b = Bucket::new();
+                b.msgs.push_back((seq, u));
+                e.insert(b);
+            }
         }
+        self.next_msg += 1;
+        self.arrivals.push(seq, tag);
+        Arrived::Unexpected(MsgId { seq, tag })
     }
 
     /// The first half of [`Matcher::arrive`]: takes the oldest posted receive that
@@ -446,10 +550,27 @@ impl<R, U> Matcher<R, U> {
     /// split lets it build the unexpected payload only when it is needed.
     #[inline]
     pub fn match_posted(&mut self, tag: Tag) -> Option<(RecvId, R)> {
-        let seq = self.find_posted(tag)?;
-        let found = self.remove_posted(seq);
-        debug_assert!(found.is_some(), "matched a receive missing from the store");
-        found.map(|p| (RecvId(seq), p.payload))
+        if self.posted == 0 {
+            return None;
+        }
+        let b = self.buckets.get_mut(&tag);
+        let bound = b
+            .as_ref()
+            .and_then(|b| b.recvs.front())
+            .map_or(u64::MAX, |&(s, _)| s);
+        if !self.wild.is_empty() {
+            if let Some(found) = take_wild(&mut self.wild, &mut self.posted, tag, bound) {
+                return Some(found);
+            }
+        }
+        let b = b?;
+        let (seq, r) = b.recvs.pop_front()?;
+        let emptied = b.is_empty();
+        self.posted -= 1;
+        if emptied {
+            self.emptied();
+        }
+        Some((RecvId { seq, tag }, r))
     }
 
     /// The second half of [`Matcher::arrive`]: stores an unexpected message behind all
@@ -457,170 +578,221 @@ impl<R, U> Matcher<R, U> {
     pub fn add_unexpected(&mut self, tag: Tag, u: U) -> MsgId {
         let seq = self.next_msg;
         self.next_msg += 1;
-        self.unexp_by_tag.push(tag, seq);
-        self.unexp_order.push(seq, tag);
-        self.msgs.insert(seq, Unexpected { tag, payload: u });
-        MsgId(seq)
+        match self.buckets.entry(tag) {
+            Entry::Occupied(e) => {
+                let b = e.into_mut();
+                if b.is_empty() {
+                    self.empty -= 1;
+                }
+                b.msgs.push_back((seq, u));
+            }
+            Entry::Vacant(e) => {
+                let mut b = Bucket::new();
+                b.msgs.push_back((seq, u));
+                e.insert(b);
+            }
+        }
+        self.arrivals.push(seq, tag);
+        MsgId { seq, tag }
     }
 
     /// The unexpected message that a receive posted with `(tag, mask)` would take now,
     /// without removing it.
     pub fn probe(&self, tag: Tag, mask: Tag) -> Option<(MsgId, Tag, &U)> {
-        let seq = self.find_unexpected(tag, mask)?;
-        let m = self.msgs.get(&seq)?;
-        Some((MsgId(seq), m.tag, &m.payload))
+        if self.arrivals.live() == 0 {
+            return None;
+        }
+        let (seq, tag) = if mask == FULL_MASK {
+            (self.buckets.get(&tag)?.msgs.front()?.0, tag)
+        } else {
+            let (_, seq, tag) = self.arrivals.find(tag, mask)?;
+            (seq, tag)
+        };
+        let msgs = &self.buckets.get(&tag)?.msgs;
+        let u = &msgs[position(msgs, seq)?].1;
+        Some((MsgId { seq, tag }, tag, u))
     }
 
     /// Like [`Matcher::probe`], but removes the message (MPI's `mprobe`): the caller
     /// receives it later through the returned handle, and no posted receive can take it.
     pub fn probe_remove(&mut self, tag: Tag, mask: Tag) -> Option<(MsgId, Tag, U)> {
-        let seq = self.find_unexpected(tag, mask)?;
-        let (tag, u) = self.remove_unexpected(seq)?;
-        Some((MsgId(seq), tag, u))
+        if mask == FULL_MASK {
+            let b = self.buckets.get_mut(&tag)?;
+            let (seq, u) = b.msgs.pop_front()?;
+            let emptied = b.is_empty();
+            self.arrivals.remove(seq);
+            if emptied {
+                self.emptied();
+            }
+            return Some((MsgId { seq, tag }, tag, u));
+        }
+        let (i, seq, tag) = self.arrivals.find(tag, mask)?;
+        let u = self.take_msg(tag, seq, Some(i))?;
+        Some((MsgId { seq, tag }, tag, u))
     }
 
     /// The payload of an unexpected message still stored, to update it in place (e.g. as
     /// more fragments of it arrive).
     pub fn unexpected_mut(&mut self, id: MsgId) -> Option<&mut U> {
-        self.msgs.get_mut(&id.0).map(|m| &mut m.payload)
+        let msgs = &mut self.buckets.get_mut(&id.tag)?.msgs;
+        let i = position(msgs, id.seq)?;
+        Some(&mut msgs[i].1)
     }
 
     /// Removes an unexpected message by handle; `None` if it was already taken.
     pub fn take_unexpected(&mut self, id: MsgId) -> Option<(Tag, U)> {
-        self.remove_unexpected(id.0)
+        let u = self.take_msg(id.tag, id.seq, None)?;
+        Some((id.tag, u))
     }
 
     /// Cancels a posted receive that has not matched and returns its payload; `None` if the
     /// handle is unknown, already matched or already cancelled.
     pub fn cancel(&mut self, id: RecvId) -> Option<R> {
-        self.remove_posted(id.0).map(|p| p.payload)
+        // Sequence numbers are unique across both places, so looking in the wrong one
+        // finds nothing.
+        if let Ok(i) = self.wild.binary_search_by_key(&id.seq, |w| w.seq) {
+            let w = self.wild.remove(i)?;
+            self.posted -= 1;
+            return Some(w.payload);
+        }
+        let b = self.buckets.get_mut(&id.tag)?;
+        let i = position(&b.recvs, id.seq)?;
+        let (_, r) = b.recvs.remove(i)?;
+        let emptied = b.is_empty();
+        self.posted -= 1;
+        if emptied {
+            self.emptied();
+        }
+        Some(r)
     }
 
     /// Removes all unmatched receives and returns them in posting order (for destroying a
     /// worker, which completes them as cancelled). Unexpected messages are kept.
     pub fn drain_posted(&mut self) -> Vec<(RecvId, R)> {
-        let mut all: Vec<(RecvId, R)> = self
-            .recvs
-            .drain()
-            .map(|(seq, p)| (RecvId(seq), p.payload))
-            .collect();
-        all.sort_unstable_by_key(|(id, _)| id.0);
-        self.posted_exact.clear();
-        self.posted_wild.clear();
+        let mut all: Vec<(RecvId, R)> = Vec::with_capacity(self.posted);
+        all.extend(self.wild.drain(..).map(|w| {
+            let id = RecvId {
+                seq: w.seq,
+                tag: w.want,
+            };
+            (id, w.payload)
+        }));
+        self.buckets.retain(|&tag, b| {
+            all.extend(b.recvs.drain(..).map(|(seq, r)| (RecvId { seq, tag }, r)));
+            !b.is_empty()
+        });
+        self.empty = 0;
+        self.posted = 0;
+        all.sort_unstable_by_key(|(id, _)| id.seq);
         all
     }
 
     /// Number of posted receives waiting for a message.
     pub fn posted_len(&self) -> usize {
-        self.recvs.len()
+        self.posted
     }
 
     /// Number of unexpected messages waiting for a receive.
     pub fn unexpected_len(&self) -> usize {
-        self.msgs.len()
+        self.arrivals.live()
     }
 
-    /// The oldest live posted receive matching `tag`.
-    #[inline]
-    fn find_posted(&self, tag: Tag) -> Option<u64> {
-        let exact = self.posted_exact.front(tag);
-        // A wildcard receive wins only if posted before the exact bucket's head, so the
-        // scan stops there; with no wildcard receives posted this is free.
-        let bound = exact.unwrap_or(u64::MAX);
-        let recvs = &self.recvs;
-        let wild = self
-            .posted_wild
-            .iter()
-            .take_while(|&(seq, _)| seq < bound)
-            .find(|&(seq, (want, mask))| tag_matches(tag, want, mask) && recvs.contains_key(&seq))
-            .map(|(seq, _)| seq);
-        wild.or(exact)
-    }
-
-    /// The oldest live unexpected message matching `(want, mask)`.
-    #[inline]
-    fn find_unexpected(&self, want: Tag, mask: Tag) -> Option<u64> {
-        if mask == FULL_MASK {
-            return self.unexp_by_tag.front(want);
+    /// Removes the unexpected message `seq` from bucket `tag` and from the arrival order,
+    /// where it is at index `at` if the caller knows.
+    fn take_msg(&mut self, tag: Tag, seq: u64, at: Option<usize>) -> Option<U> {
+        let b = self.buckets.get_mut(&tag)?;
+        let (_, u) = b.msgs.remove(position(&b.msgs, seq)?)?;
+        let emptied = b.is_empty();
+        match at {
+            Some(i) => self.arrivals.remove_at(i),
+            None => self.arrivals.remove(seq),
         }
-        let msgs = &self.msgs;
-        self.unexp_order
-            .iter()
-            .find(|&(seq, tag)| tag_matches(tag, want, mask) && msgs.contains_key(&seq))
-            .map(|(seq, _)| seq)
-    }
-
-    fn remove_posted(&mut self, seq: u64) -> Option<PostedRecv<R>> {
-        // Store first, then the index, whose liveness test reads the store.
-        let p = self.recvs.remove(&seq)?;
-        let recvs = &self.recvs;
-        let live = |s: u64| recvs.contains_key(&s);
-        if p.mask == FULL_MASK {
-            self.posted_exact.remove(p.want, seq, live);
-        } else {
-            self.posted_wild.remove(seq, live);
+        if emptied {
+            self.emptied();
         }
-        Some(p)
+        Some(u)
     }
 
-    fn remove_unexpected(&mut self, seq: u64) -> Option<(Tag, U)> {
-        let m = self.msgs.remove(&seq)?;
-        let msgs = &self.msgs;
-        let live = |s: u64| msgs.contains_key(&s);
-        self.unexp_by_tag.remove(m.tag, seq, live);
-        self.unexp_order.remove(seq, live);
-        Some((m.tag, m.payload))
+    /// A bucket has just become empty.
+    #[inline]
+    fn emptied(&mut self) {
+        self.empty += 1;
+        if self.empty > EMPTY_BUCKETS_KEPT && self.empty * 2 > self.buckets.len() {
+            self.sweep();
+        }
+    }
+
+    /// Drops the empty buckets. Costs O(buckets) < O(2 * empty); each empty bucket was made
+    /// so by one removal since the last sweep, which pays for it.
+    #[cold]
+    fn sweep(&mut self) {
+        self.buckets.retain(|_, b| !b.is_empty());
+        self.empty = 0;
     }
 
     /// Checks every structural invariant; panics on violation.
     #[cfg(test)]
     fn check_invariants(&self) {
-        fn check_queue<K: Copy>(q: &SeqQueue<K>, live: impl Fn(u64) -> bool) -> usize {
-            let seqs: Vec<u64> = q.iter().map(|(s, _)| s).collect();
+        fn increasing(seqs: impl Iterator<Item = u64>, below: u64) -> Vec<u64> {
+            let seqs: Vec<u64> = seqs.collect();
             assert!(seqs.windows(2).all(|w| w[0] < w[1]), "queue out of order");
-            if let Some(front) = q.front() {
-                assert!(live(front), "dead front");
-            }
-            let dead = seqs.iter().filter(|&&s| !live(s)).count();
-            assert_eq!(dead, q.dead, "dead count");
-            assert!(dead * 2 <= seqs.len(), "too many dead entries");
-            seqs.len() - dead
-        }
-        fn check_buckets(b: &TagBuckets, live: impl Fn(u64) -> bool + Copy) -> usize {
-            let empty = b.map.values().filter(|q| q.is_empty()).count();
-            assert_eq!(empty, b.empty, "empty bucket count");
-            b.map.values().map(|q| check_queue(q, live)).sum()
-        }
-
-        let recv_live = |s: u64| self.recvs.contains_key(&s);
-        let exact = check_buckets(&self.posted_exact, recv_live);
-        let wild = check_queue(&self.posted_wild, recv_live);
-        assert_eq!(exact + wild, self.recvs.len(), "posted index size");
-        for (&seq, p) in &self.recvs {
-            assert!(seq < self.next_recv);
-            if p.mask == FULL_MASK {
-                let q = &self.posted_exact.map[&p.want];
-                assert!(q.iter().any(|(s, _)| s == seq), "exact receive not indexed");
-            } else {
-                assert!(
-                    self.posted_wild
-                        .iter()
-                        .any(|(s, k)| s == seq && k == (p.want, p.mask)),
-                    "wildcard receive not indexed"
-                );
-            }
-        }
-
-        let msg_live = |s: u64| self.msgs.contains_key(&s);
-        assert_eq!(check_buckets(&self.unexp_by_tag, msg_live), self.msgs.len());
-        assert_eq!(check_queue(&self.unexp_order, msg_live), self.msgs.len());
-        for (&seq, m) in &self.msgs {
-            assert!(seq < self.next_msg);
-            let q = &self.unexp_by_tag.map[&m.tag];
-            assert!(q.iter().any(|(s, _)| s == seq), "message not in its bucket");
             assert!(
-                self.unexp_order.iter().any(|(s, t)| s == seq && t == m.tag),
-                "message not in arrival order"
+                seqs.iter().all(|&s| s < below),
+                "sequence number from the future"
+            );
+            seqs
+        }
+
+        let mut recvs = Vec::new();
+        let mut msgs = Vec::new();
+        let mut empty = 0;
+        for (&tag, b) in &self.buckets {
+            empty += usize::from(b.is_empty());
+            assert!(
+                b.recvs.is_empty() || b.msgs.is_empty(),
+                "a bucket holds a receive and a message that match"
+            );
+            recvs.extend(increasing(b.recvs.iter().map(|e| e.0), self.next_recv));
+            let seqs = increasing(b.msgs.iter().map(|e| e.0), self.next_msg);
+            msgs.extend(seqs.into_iter().map(|s| (s, tag)));
+        }
+        assert_eq!(empty, self.empty, "empty bucket count");
+
+        assert!(
+            self.wild.iter().all(|w| w.mask != FULL_MASK),
+            "exact receive in wild"
+        );
+        recvs.extend(increasing(self.wild.iter().map(|w| w.seq), self.next_recv));
+        assert_eq!(recvs.len(), self.posted, "posted count");
+        recvs.sort_unstable();
+        recvs.dedup();
+        assert_eq!(
+            recvs.len(),
+            self.posted,
+            "receive sequence number used twice"
+        );
+
+        let a = &self.arrivals;
+        increasing(a.entries.iter().map(|e| e.0 & !DEAD), self.next_msg);
+        if let Some(&(first, _)) = a.entries.front() {
+            assert_eq!(first & DEAD, 0, "dead front");
+        }
+        let dead = a.entries.iter().filter(|e| e.0 & DEAD != 0).count();
+        assert_eq!(dead, a.dead, "dead count");
+        assert!(dead * 2 <= a.entries.len(), "too many dead entries");
+        let live: Vec<(u64, Tag)> = a
+            .entries
+            .iter()
+            .copied()
+            .filter(|e| e.0 & DEAD == 0)
+            .collect();
+        msgs.sort_unstable();
+        assert_eq!(live, msgs, "arrival order and buckets disagree");
+
+        for &(_, tag) in &msgs {
+            assert!(
+                !self.wild.iter().any(|w| tag_matches(tag, w.want, w.mask)),
+                "a wildcard receive and a message that match"
             );
         }
     }
@@ -781,7 +953,7 @@ mod tests {
             let id = queued(m.post(5, FULL_MASK, i));
             assert_eq!(m.cancel(id), Some(i));
         }
-        assert!(m.posted_exact.map[&5].entries.len() <= 3);
+        assert_eq!(m.buckets[&5].recvs.len(), 1);
         m.check_invariants();
         assert_eq!(m.arrive(5, 1), Arrived::Matched(old, 0, 1));
     }
@@ -794,7 +966,7 @@ mod tests {
             let id = unexpected(m.arrive(6, i));
             assert_eq!(m.post(0, 0x1, 9), Posted::Matched(id, i, 9));
         }
-        assert!(m.unexp_order.entries.len() <= 3);
+        assert!(m.arrivals.entries.len() <= 3);
         m.check_invariants();
         assert_eq!(m.take_unexpected(old), Some((5, 0)));
     }
@@ -809,8 +981,7 @@ mod tests {
             let msg = unexpected(m.arrive(tag | 1, 3));
             assert_eq!(m.post(tag | 1, FULL_MASK, 4), Posted::Matched(msg, 3, 4));
         }
-        assert!(m.posted_exact.map.len() <= 2 * EMPTY_BUCKETS_KEPT + 2);
-        assert!(m.unexp_by_tag.map.len() <= 2 * EMPTY_BUCKETS_KEPT + 2);
+        assert!(m.buckets.len() <= 2 * EMPTY_BUCKETS_KEPT + 2);
         m.check_invariants();
     }
 
@@ -823,22 +994,62 @@ mod tests {
             let msg = unexpected(m.arrive(4, i));
             assert_eq!(m.post(4, FULL_MASK, i), Posted::Matched(msg, i, i));
         }
-        assert_eq!(m.posted_exact.map.len(), 1);
-        assert_eq!(m.unexp_by_tag.map.len(), 1);
+        assert_eq!(m.buckets.len(), 2);
         m.check_invariants();
+
+        // Nothing grows any more: the steady path does not allocate.
+        let caps = |m: &M| {
+            let b = |t: Tag| {
+                (
+                    m.buckets[&t].recvs.capacity(),
+                    m.buckets[&t].msgs.capacity(),
+                )
+            };
+            (
+                m.buckets.capacity(),
+                b(3),
+                b(4),
+                m.arrivals.entries.capacity(),
+            )
+        };
+        let before = caps(&m);
+        for i in 0..1000 {
+            let id = queued(m.post(3, FULL_MASK, i));
+            assert_eq!(m.arrive(3, i), Arrived::Matched(id, i, i));
+            let msg = unexpected(m.arrive(4, i));
+            assert_eq!(m.post(4, FULL_MASK, i), Posted::Matched(msg, i, i));
+        }
+        assert_eq!(caps(&m), before);
     }
 
     // ---- property test against a linear-scan reference model ----
 
     #[derive(Clone, Debug)]
     enum Op {
-        Post { tag: usize, mask: usize },
-        Arrive { tag: usize },
-        Probe { tag: usize, mask: usize },
-        ProbeRemove { tag: usize, mask: usize },
+        Post {
+            tag: usize,
+            mask: usize,
+        },
+        Arrive {
+            tag: usize,
+        },
+        Probe {
+            tag: usize,
+            mask: usize,
+        },
+        ProbeRemove {
+            tag: usize,
+            mask: usize,
+        },
         Cancel(Index),
         Take(Index),
         Update(Index),
+        /// `match_posted`, then `add_unexpected` on a miss (the worker's eager path).
+        ArriveSplit {
+            tag: usize,
+        },
+        /// `drain_posted` in the middle of the traffic.
+        Drain,
     }
 
     /// Tags that differ in low bits, high bits and both, so that the partial masks below
@@ -878,6 +1089,25 @@ mod tests {
             1 => any::<Index>().prop_map(Op::Cancel),
             1 => any::<Index>().prop_map(Op::Take),
             1 => any::<Index>().prop_map(Op::Update),
+        ];
+        prop::collection::vec(op, 0..max_len)
+    }
+
+    /// [`ops`] plus the split arrival and draining, and more handle operations, so that
+    /// removals by handle interleave densely with wildcard matching.
+    fn ops_ext(n_tags: usize, max_len: usize) -> impl Strategy<Value = Vec<Op>> {
+        let tag = 0..n_tags;
+        let mask = 0..MASKS.len();
+        let op = prop_oneof![
+            4 => (tag.clone(), mask.clone()).prop_map(|(tag, mask)| Op::Post { tag, mask }),
+            2 => tag.clone().prop_map(|tag| Op::Arrive { tag }),
+            2 => tag.clone().prop_map(|tag| Op::ArriveSplit { tag }),
+            1 => (tag.clone(), mask.clone()).prop_map(|(tag, mask)| Op::Probe { tag, mask }),
+            2 => (tag, mask).prop_map(|(tag, mask)| Op::ProbeRemove { tag, mask }),
+            2 => any::<Index>().prop_map(Op::Cancel),
+            2 => any::<Index>().prop_map(Op::Take),
+            2 => any::<Index>().prop_map(Op::Update),
+            1 => Just(Op::Drain),
         ];
         prop::collection::vec(op, 0..max_len)
     }
@@ -940,6 +1170,33 @@ mod tests {
                             prop_assert!(false, "arrive: got {:?}, model {:?}", got, want)
                         }
                     }
+                }
+                Op::ArriveSplit { tag } => {
+                    let tag = tag_of(tag);
+                    let u = fresh();
+                    let want = posted
+                        .iter()
+                        .position(|&(_, w, mask, _)| tag_matches(tag, w, mask));
+                    match (m.match_posted(tag), want) {
+                        (Some((id, r)), Some(i)) => {
+                            let (eid, _, _, er) = posted.remove(i);
+                            prop_assert_eq!((id, r), (eid, er));
+                        }
+                        (None, None) => {
+                            let id = m.add_unexpected(tag, u);
+                            prop_assert!(!msg_ids.contains(&id), "MsgId reused");
+                            msg_ids.push(id);
+                            unexp.push((id, tag, u));
+                        }
+                        (got, want) => {
+                            prop_assert!(false, "match_posted: got {:?}, model {:?}", got, want)
+                        }
+                    }
+                }
+                Op::Drain => {
+                    let want: Vec<(RecvId, u32)> =
+                        posted.drain(..).map(|(id, _, _, r)| (id, r)).collect();
+                    prop_assert_eq!(m.drain_posted(), want);
                 }
                 Op::Probe { tag, mask } => {
                     let (tag, mask) = (tag_of(tag), MASKS[mask]);
@@ -1028,6 +1285,22 @@ mod tests {
         #[test]
         fn matches_reference_model_many_tags(ops in ops(64, 600)) {
             // Spread the index over high and low bits, as MPI's tag encoding does.
+            run(&ops, |i| ((i as u64 % 8) << 60) | (i as u64 / 8))?;
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        /// Few tags, with split arrivals, drains and dense removals by handle.
+        #[test]
+        fn matches_reference_model_ext(ops in ops_ext(TAGS.len(), 300)) {
+            run(&ops, |i| TAGS[i])?;
+        }
+
+        /// Many tags, with split arrivals, drains and dense removals by handle.
+        #[test]
+        fn matches_reference_model_ext_many_tags(ops in ops_ext(40, 400)) {
             run(&ops, |i| ((i as u64 % 8) << 60) | (i as u64 / 8))?;
         }
     }
