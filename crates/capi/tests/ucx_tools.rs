@@ -421,11 +421,21 @@ fn io_demo_starts_and_connects() {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let port = free_port();
     let mut server_cmd = on_rucx(IO_DEMO);
-    server_cmd.args(["-p", &port.to_string()]);
+    // -q: io_demo checks the data and the transactions.
+    server_cmd.args(["-p", &port.to_string(), "-q"]);
     let mut server = Proc::spawn("io_demo server", server_cmd);
     let up = wait_listening(port, &mut server, Duration::from_secs(20));
     let mut client_cmd = on_rucx(IO_DEMO);
-    client_cmd.args(["-p", &port.to_string(), "-i", "200", "-c", "1", "127.0.0.1"]);
+    client_cmd.args([
+        "-p",
+        &port.to_string(),
+        "-q",
+        "-i",
+        "200",
+        "-c",
+        "1",
+        "127.0.0.1",
+    ]);
     let client = up.then(|| Proc::spawn("io_demo client", client_cmd));
     let c = client.map(|c| c.finish(Duration::from_secs(30)));
     // The server runs until it is killed.
