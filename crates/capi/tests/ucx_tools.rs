@@ -394,6 +394,44 @@ fn ucx_perftest_ucp_tests_over_tcp() {
     run_all(&[("UCX_TLS", "tcp")], 500, 100);
 }
 
+/// Loopback (`-l`): one process, one worker, an endpoint to itself; every UCP test.
+#[test]
+fn ucx_perftest_ucp_tests_in_loopback() {
+    if !have_perftest() {
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let mut failures = Vec::new();
+    let tests = TWO_SIDED
+        .iter()
+        .chain(TWO_SIDED_POLLED)
+        .copied()
+        .chain(ONE_SIDED.iter().map(|t| (*t, &[] as &[&str])));
+    for (test, extra) in tests {
+        let mut cmd = on_rucx(PERFTEST);
+        cmd.args(["-l", "-t", test, "-n", "500", "-w", "10"])
+            .args(extra);
+        let r = Proc::spawn("ucx_perftest -l", cmd).finish(Duration::from_secs(60));
+        let checked = if !r.ok() {
+            Err(r.describe(test))
+        } else if !(r.stderr.contains("rucx") && r.stderr.contains("loaded")) {
+            Err(format!("{test}: rucx not loaded\n{}", r.describe(test)))
+        } else {
+            check_results(test, 500, (r.stdout.clone(), r.stdout.clone()))
+        };
+        match checked {
+            Ok(row) => eprintln!("-l {test} {extra:?}: {row:?}"),
+            Err(e) => failures.push(e),
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} loopback runs failed:\n{}",
+        failures.len(),
+        failures.join("\n==========\n")
+    );
+}
+
 #[test]
 fn final_row_parses_the_table() {
     let out = "\
