@@ -394,10 +394,10 @@ impl Wk {
     }
 
     /// Calls the C callbacks of completed requests and the C active-message handlers.
-    /// Never called with the worker borrowed.
+    /// Never called with the worker borrowed. Returns how many callbacks and handlers ran
+    /// (`ucp_worker_progress` counts them as progress, so that a caller that sleeps when it
+    /// returns 0 does not miss them).
     #[inline]
-    /// Returns how many callbacks and handlers ran (`ucp_worker_progress` counts them as
-    /// progress, so that a caller that sleeps when it returns 0 does not miss them).
     pub(crate) fn dispatch(&self) -> usize {
         let mut n = self.dispatch_requests();
         if self.evq.hint.load(Ordering::Acquire) && !IN_AM.with(Cell::get) {
