@@ -62,21 +62,11 @@ struct rucx_global_opts ucs_global_opts = {
  * is "try". */
 int ucs_arch_x86_enable_rdtsc = 2;
 
-/* Accessors for the Rust side, which must not hold a direct address of the objects
- * above (a program's copy may be the live one). */
+/* For the Rust side, which must not hold a direct address of the object above (a
+ * program's copy may be the live one): C code reaches it through the GOT. */
 int *rucx_ucs_arch_x86_enable_rdtsc_ptr(void)
 {
     return &ucs_arch_x86_enable_rdtsc;
-}
-
-void rucx_ucs_set_log_level(int level)
-{
-    ucs_global_opts.log_component.log_level = level;
-}
-
-int rucx_ucs_log_level(void)
-{
-    return ucs_global_opts.log_component.log_level;
 }
 
 /* UCX_LOG_LEVEL, read when the library is loaded so that the level is right before the

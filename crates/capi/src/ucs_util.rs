@@ -178,20 +178,23 @@ pub unsafe extern "C" fn ucs_sys_setaffinity(cpuset: *mut libc::cpu_set_t) -> c_
 /// `ucs_close_fd(int *)`: closes a descriptor that is not -1 and sets it to -1.
 #[no_mangle]
 pub unsafe extern "C" fn ucs_close_fd(fd_p: *mut c_int) {
-    if fd_p.is_null() {
-        return;
-    }
-    // SAFETY: the caller's int.
-    let fd = unsafe { *fd_p };
-    if fd == -1 {
-        return;
-    }
-    // SAFETY: the caller hands over ownership of `fd`.
-    if unsafe { libc::close(fd) } != 0 {
-        tracing::warn!("ucs_close_fd({fd}): {}", std::io::Error::last_os_error());
-    }
-    // SAFETY: as above.
-    unsafe { *fd_p = -1 };
+    crate::guard::void("ucs_close_fd", || {
+        if fd_p.is_null() {
+            return Ok(());
+        }
+        // SAFETY: the caller's int.
+        let fd = unsafe { *fd_p };
+        if fd == -1 {
+            return Ok(());
+        }
+        // SAFETY: the caller hands over ownership of `fd`.
+        if unsafe { libc::close(fd) } != 0 {
+            tracing::warn!("ucs_close_fd({fd}): {}", std::io::Error::last_os_error());
+        }
+        // SAFETY: as above.
+        unsafe { *fd_p = -1 };
+        Ok(())
+    })
 }
 
 /// `ucs_socket_setopt`: `setsockopt`, with errors as `UCS_ERR_IO_ERROR`.
@@ -203,16 +206,17 @@ pub unsafe extern "C" fn ucs_socket_setopt(
     optval: *const c_void,
     optlen: libc::socklen_t,
 ) -> ucs_status_t {
-    // SAFETY: the caller's option value of `optlen` bytes.
-    if unsafe { libc::setsockopt(fd, level, optname, optval, optlen) } == 0 {
-        Status::Ok.code()
-    } else {
+    crate::guard::status("ucs_socket_setopt", || {
+        // SAFETY: the caller's option value of `optlen` bytes.
+        if unsafe { libc::setsockopt(fd, level, optname, optval, optlen) } == 0 {
+            return Ok(());
+        }
         tracing::error!(
             "setsockopt(fd={fd} level={level} optname={optname}): {}",
             std::io::Error::last_os_error()
         );
-        Status::IoError.code()
-    }
+        Err(Status::IoError)
+    })
 }
 
 /// `ucs_strncpy_zero`: copies at most `max - 1` bytes of `src` and always terminates
@@ -319,6 +323,36 @@ pub unsafe extern "C" fn ucs_async_context_init(
 /// `ucs_async_context_cleanup`: nothing was registered, so nothing is released.
 #[no_mangle]
 pub extern "C" fn ucs_async_context_cleanup(_async: *mut AsyncContextHead) {}
+
+/// `ucs_async_context_create(mode, &async)`: a context of rucx's own memory, set up as
+/// `ucs_async_context_init` does (programs only pass it on, e.g. to `uct_worker_create`).
+#[no_mangle]
+pub unsafe extern "C" fn ucs_async_context_create(
+    mode: c_int,
+    async_p: *mut *mut AsyncContextHead,
+) -> ucs_status_t {
+    if async_p.is_null() {
+        return Status::InvalidParam.code();
+    }
+    let ctx = Box::into_raw(Box::new(AsyncContextHead {
+        lock: [0; 40],
+        mode,
+        num_handlers: 0,
+    }));
+    // SAFETY: the caller's output pointer.
+    unsafe { async_p.write(ctx) };
+    Status::Ok.code()
+}
+
+/// `ucs_async_context_destroy(async)`: frees a context made by `ucs_async_context_create`.
+#[no_mangle]
+pub unsafe extern "C" fn ucs_async_context_destroy(async_: *mut AsyncContextHead) {
+    if !async_.is_null() {
+        // SAFETY: by the API's contract, a context `ucs_async_context_create` made (a Box
+        // of ours), given back once.
+        drop(unsafe { Box::from_raw(async_) });
+    }
+}
 
 /// `ucs_load_modules(framework, module, init_once, flags)`: rucx is one library with no
 /// loadable modules; there is nothing to load.

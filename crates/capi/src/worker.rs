@@ -398,9 +398,9 @@ impl Wk {
     }
 
     /// Calls the C callbacks of completed requests and the C active-message handlers.
-    /// Never called with the worker borrowed.
-    /// Returns how many callbacks and handlers ran (`ucp_worker_progress` counts them as
-    /// progress, so that a caller that sleeps when it returns 0 does not miss them).
+    /// Never called with the worker borrowed. Returns how many callbacks and handlers ran
+    /// (`ucp_worker_progress` counts them as progress, so that a caller that sleeps when it
+    /// returns 0 does not miss them).
     #[inline]
     pub(crate) fn dispatch(&self) -> usize {
         let mut n = self.dispatch_requests();

@@ -16,40 +16,6 @@ use std::time::{Duration, Instant};
 const PERFTEST: &str = "/usr/bin/ucx_perftest";
 const IO_DEMO: &str = "/usr/bin/io_demo";
 
-/// `uct_*` functions the UCT C API (being added separately) will export; until then they
-/// may be missing. Empty this set once that work is merged.
-const UCT_ALLOWED_MISSING_FOR_NOW: &[&str] = &[
-    "uct_component_query",
-    "uct_config_release",
-    "uct_ep_connect_to_ep",
-    "uct_ep_create",
-    "uct_ep_destroy",
-    "uct_ep_get_address",
-    "uct_iface_close",
-    "uct_iface_get_address",
-    "uct_iface_get_device_address",
-    "uct_iface_is_reachable",
-    "uct_iface_mem_alloc",
-    "uct_iface_mem_free",
-    "uct_iface_open",
-    "uct_iface_query",
-    "uct_iface_set_am_handler",
-    "uct_md_close",
-    "uct_md_config_read",
-    "uct_md_iface_config_read",
-    "uct_md_mkey_pack",
-    "uct_md_open",
-    "uct_md_query",
-    "uct_md_query_tl_resources",
-    "uct_query_components",
-    "uct_release_component_list",
-    "uct_release_tl_resource_list",
-    "uct_rkey_release",
-    "uct_rkey_unpack",
-    "uct_worker_create",
-    "uct_worker_destroy",
-];
-
 // ----- processes -------------------------------------------------------------------------
 
 /// A child process in its own process group, killed (with its group) when dropped, whose
@@ -394,6 +360,44 @@ fn ucx_perftest_ucp_tests_over_tcp() {
     run_all(&[("UCX_TLS", "tcp")], 500, 100);
 }
 
+/// Loopback (`-l`): one process, one worker, an endpoint to itself; every UCP test.
+#[test]
+fn ucx_perftest_ucp_tests_in_loopback() {
+    if !have_perftest() {
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let mut failures = Vec::new();
+    let tests = TWO_SIDED
+        .iter()
+        .chain(TWO_SIDED_POLLED)
+        .copied()
+        .chain(ONE_SIDED.iter().map(|t| (*t, &[] as &[&str])));
+    for (test, extra) in tests {
+        let mut cmd = on_rucx(PERFTEST);
+        cmd.args(["-l", "-t", test, "-n", "500", "-w", "10"])
+            .args(extra);
+        let r = Proc::spawn("ucx_perftest -l", cmd).finish(Duration::from_secs(60));
+        let checked = if !r.ok() {
+            Err(r.describe(test))
+        } else if !(r.stderr.contains("rucx") && r.stderr.contains("loaded")) {
+            Err(format!("{test}: rucx not loaded\n{}", r.describe(test)))
+        } else {
+            check_results(test, 500, (r.stdout.clone(), r.stdout.clone()))
+        };
+        match checked {
+            Ok(row) => eprintln!("-l {test} {extra:?}: {row:?}"),
+            Err(e) => failures.push(e),
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} loopback runs failed:\n{}",
+        failures.len(),
+        failures.join("\n==========\n")
+    );
+}
+
 #[test]
 fn final_row_parses_the_table() {
     let out = "\
@@ -421,11 +425,21 @@ fn io_demo_starts_and_connects() {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let port = free_port();
     let mut server_cmd = on_rucx(IO_DEMO);
-    server_cmd.args(["-p", &port.to_string()]);
+    // -q: io_demo checks the data and the transactions.
+    server_cmd.args(["-p", &port.to_string(), "-q"]);
     let mut server = Proc::spawn("io_demo server", server_cmd);
     let up = wait_listening(port, &mut server, Duration::from_secs(20));
     let mut client_cmd = on_rucx(IO_DEMO);
-    client_cmd.args(["-p", &port.to_string(), "-i", "200", "-c", "1", "127.0.0.1"]);
+    client_cmd.args([
+        "-p",
+        &port.to_string(),
+        "-q",
+        "-i",
+        "200",
+        "-c",
+        "1",
+        "127.0.0.1",
+    ]);
     let client = up.then(|| Proc::spawn("io_demo client", client_cmd));
     let c = client.map(|c| c.finish(Duration::from_secs(30)));
     // The server runs until it is killed.
@@ -449,15 +463,6 @@ fn io_demo_starts_and_connects() {
         "{}",
         c.describe("client")
     );
-    if c.stdout
-        .contains("ucp_ep_query() failed: Unsupported operation")
-    {
-        // io_demo asks every new endpoint for its local and remote socket addresses; the
-        // local one is not supported yet (docs/c-abi.md), and io_demo gives up on the
-        // connection. Once it is, the exchange below is checked.
-        eprintln!("io_demo: ucp_ep_query(LOCAL_SOCKADDR) unsupported: exchange not checked");
-        return;
-    }
     assert!(
         c.ok() && c.stdout.contains("Client exit with status 'OK'"),
         "{}\n{}",
@@ -544,25 +549,15 @@ fn every_imported_ucx_symbol_is_exported() {
     let lib = common::cdylib().display().to_string();
     let ours = dynamic_symbols(&lib, true);
     let mut missing = Vec::new();
-    let mut allowed = Vec::new();
     for f in &importers {
         for (sym, _, _) in dynamic_symbols(f, false) {
             if !PREFIXES.iter().any(|p| sym.starts_with(p)) || ours.iter().any(|o| o.0 == sym) {
                 continue;
             }
-            if UCT_ALLOWED_MISSING_FOR_NOW.contains(&sym.as_str()) {
-                allowed.push(sym);
-            } else {
-                missing.push(format!("{sym} ({f})"));
-            }
+            missing.push(format!("{sym} ({f})"));
         }
     }
     eprintln!("checked {importers:?}");
-    if !allowed.is_empty() {
-        allowed.sort();
-        allowed.dedup();
-        eprintln!("uct_* still allowed to be missing: {allowed:?}");
-    }
     assert!(missing.is_empty(), "imported but not exported: {missing:?}");
 }
 
