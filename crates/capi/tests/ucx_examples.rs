@@ -46,9 +46,15 @@ fn build(name: &str) -> Option<PathBuf> {
     Some(out)
 }
 
-/// A port for this test process's `i`-th server.
+/// A port for this test process's `i`-th server: below the kernel's ephemeral range (so
+/// no outgoing connection takes it meanwhile) and free when chosen.
 fn port(i: u32) -> String {
-    (21000 + (std::process::id() * 7 + i * 13) % 30000).to_string()
+    let base = 10000 + (std::process::id() * 7 + i * 131) % 10000;
+    (0..10000u32)
+        .map(|k| 10000 + (base - 10000 + k * 17) % 10000)
+        .find(|&p| std::net::TcpListener::bind(("0.0.0.0", p as u16)).is_ok())
+        .expect("a free port")
+        .to_string()
 }
 
 /// A program on rucx's library, with stdout line-buffered (the examples print with

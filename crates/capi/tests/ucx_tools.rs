@@ -193,20 +193,30 @@ fn final_row(stdout: &str) -> Option<Row> {
 /// client's and the server's output, or a description of what went wrong.
 fn perftest(test: &str, args: &[&str], env: &[(&str, &str)]) -> Result<(String, String), String> {
     const LIMIT: Duration = Duration::from_secs(60);
-    let port = free_port().to_string();
-    let mut server_cmd = on_rucx(PERFTEST);
-    server_cmd
-        .args(["-p", &port])
-        .args(args)
-        .envs(env.iter().copied());
-    let mut server = Proc::spawn("ucx_perftest server", server_cmd);
-    if !wait_listening(port.parse().unwrap(), &mut server, Duration::from_secs(20)) {
+    // A port found free can be taken by another socket before the server binds it; then
+    // the server says so and exits, and another port is tried.
+    let mut attempt = 0;
+    let (port, server) = loop {
+        attempt += 1;
+        let port = free_port().to_string();
+        let mut server_cmd = on_rucx(PERFTEST);
+        server_cmd
+            .args(["-p", &port])
+            .args(args)
+            .envs(env.iter().copied());
+        let mut server = Proc::spawn("ucx_perftest server", server_cmd);
+        if wait_listening(port.parse().unwrap(), &mut server, Duration::from_secs(20)) {
+            break (port, server);
+        }
         let s = server.finish(Duration::from_secs(1));
+        if attempt < 3 && s.stderr.contains("Address already in use") {
+            continue;
+        }
         return Err(format!(
             "{test}: the server never listened\n{}",
             s.describe("server")
         ));
-    }
+    };
     let mut client_cmd = on_rucx(PERFTEST);
     client_cmd
         .args(["127.0.0.1", "-p", &port, "-t", test])
