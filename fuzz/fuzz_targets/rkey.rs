@@ -17,7 +17,11 @@ fuzz_target!(|data: &[u8]| {
     let Ok(key) = PackedRkey::decode(data) else {
         return;
     };
-    assert_eq!(found, Ok(data.len()), "encoded_len disagrees with the decoder");
+    assert_eq!(
+        found,
+        Ok(data.len()),
+        "encoded_len disagrees with the decoder"
+    );
     assert!(data.len() <= MAX_PACKED_LEN);
     let bytes = key.encode();
     assert_eq!(bytes, data, "packed rkey does not round-trip: {key:?}");

@@ -228,7 +228,11 @@ fn packed_key(data: &[u8]) {
     let Ok(k) = PackedKey::decode(data) else {
         return;
     };
-    assert_eq!(found, Ok(data.len()), "encoded_len disagrees with the decoder");
+    assert_eq!(
+        found,
+        Ok(data.len()),
+        "encoded_len disagrees with the decoder"
+    );
     if let PackedKey::Region(r) = k {
         assert!(r.base.checked_add(r.len).is_some(), "key range wraps");
         assert_ne!(r.kind, uct::rkey::RkeyKind::Wire, "a wire key as a ucp key");
