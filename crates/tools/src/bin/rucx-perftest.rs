@@ -1,6 +1,6 @@
 //! rucx-perftest: ucx_perftest's tests on rucx, between two processes.
 //!
-//! Three ways to run:
+//! Four ways to run:
 //!
 //! - no peer named (the default): the process starts its peer itself, running its own
 //!   executable again with a hidden `--peer-role responder`, talks to it over the child's
@@ -12,7 +12,11 @@
 //!   and runs the tests, printing the results. The two sides trade addresses and test
 //!   parameters over the TCP connection; the test traffic goes over whatever transport
 //!   the test uses (ucp picks one; today only shared memory exists, so the two sides must
-//!   be on one host, and a server on another host fails with "unreachable").
+//!   be on one host, and a server on another host fails with "unreachable");
+//! - `-l` (`--loopback`, as ucx_perftest's `-l`): one process, whose ucp endpoint leads to
+//!   its own worker (the `self` transport); each iteration is the send and the receive
+//!   (or the put, get, atomic) in this process. Protocol-layer tests only. This is the
+//!   mode in which instructions per operation are counted (`scripts/instr-count`).
 //!
 //! Every wait for the peer is bounded by `--timeout`.
 //!
@@ -43,6 +47,9 @@ use std::time::{Duration, Instant};
                   and UCX_RMA_PATH=auto|direct|cma|am chooses how put, get and atomics reach \
                   the peer's memory; results report it as rma_path). The JSON's \"api\" says \
                   which layer ran.\n\n\
+                  Loopback (-l): one process, the endpoint connected to its own worker \
+                  (ucp's self transport), for the protocol-layer tests; without -t, the \
+                  protocol-layer part of the suite.\n\n\
                   Server/client mode: run `rucx-perftest --server` on one side and \
                   `rucx-perftest --connect HOST [-t TEST ...]` (or `rucx-perftest HOST ...`) \
                   on the other; the client chooses the tests and prints the results."
@@ -103,6 +110,10 @@ struct Cli {
     /// TCP port of server/client mode [default: 13337].
     #[arg(short = 'p', long = "port", value_name = "PORT")]
     port: Option<u16>,
+    /// Loopback: one process, the endpoint connected to its own worker (protocol-layer
+    /// tests only).
+    #[arg(short = 'l', long, conflicts_with_all = ["server", "connect", "host", "port"])]
+    loopback: bool,
     /// Server to connect to, as in `ucx_perftest HOST` (same as --connect HOST).
     #[arg(value_name = "HOST")]
     host: Option<String>,
@@ -162,6 +173,8 @@ enum Mode {
     Server(u16),
     /// Connect to a server.
     Client { host: String, port: u16 },
+    /// No peer: the endpoint leads to this process's own worker.
+    Loopback,
 }
 
 /// What the program does, from the command line.
@@ -176,6 +189,9 @@ fn mode(cli: &Cli) -> Result<Mode, Failure> {
     let default_port = |given: Option<u16>| given.unwrap_or(perf::net::DEFAULT_PORT);
     if cli.port == Some(0) {
         return usage("-p: the port must be between 1 and 65535");
+    }
+    if cli.loopback {
+        return Ok(Mode::Loopback);
     }
     if cli.server {
         return Ok(Mode::Server(default_port(cli.port)));
@@ -247,6 +263,10 @@ fn plan(cli: &Cli) -> Result<Plan, Failure> {
         // (a ping-pong round trip becomes a time slice), so by default each gets its own.
         // A server and its client are started separately; they are pinned only on request.
         None if !matches!(mode, Mode::Local) => Vec::new(),
+        None if matches!(mode, Mode::Loopback) => {
+            // One process: the first CPU it may use.
+            perf::affinity::allowed_cpus().into_iter().take(1).collect()
+        }
         None => {
             let allowed = perf::affinity::allowed_cpus();
             if allowed.len() >= 2 {
@@ -313,9 +333,28 @@ fn plan(cli: &Cli) -> Result<Plan, Failure> {
             if cli.size.is_some() || layout.is_some() {
                 return usage("-s and -D need a test (-t); without -t the default suite runs");
             }
-            default_suite()
+            let mut suite = default_suite();
+            if matches!(mode, Mode::Loopback) {
+                suite.retain(|p| p.test.info().api == Api::Ucp);
+            }
+            suite
         }
     };
+    if matches!(mode, Mode::Loopback) {
+        if cli.transport.is_some() {
+            return usage(
+                "-l runs the protocol-layer tests, which take no -x (the loopback endpoint \
+                 uses ucp's self transport); transport-layer tests need two processes",
+            );
+        }
+        if let Some(p) = tests.iter().find(|p| p.test.info().api == Api::Uct) {
+            return usage(format!(
+                "-l does not run the transport-layer test {}; run it without -l (two \
+                 processes)",
+                p.test
+            ));
+        }
+    }
     for p in &mut tests {
         if p.test.info().api == Api::Uct {
             p.transport = tl.name().into();
@@ -473,7 +512,25 @@ fn initiator(cli: &Cli) -> Result<(), Failure> {
             run_tests(cli, &plan, chan, "server")
         }
         Mode::Server(port) => server(&plan, *port),
+        Mode::Loopback => loopback(cli, &plan),
     }
+}
+
+/// Runs the plan's tests in this process, on an endpoint to its own worker.
+fn loopback(cli: &Cli, plan: &Plan) -> Result<(), Failure> {
+    pin(&plan.cpus)?;
+    perf::clock::init();
+    let mut lb = perf::UcpPeer::loopback(plan.timeout)
+        .map_err(|e| Failure::Run(format!("cannot connect a worker to itself: {e}")))?;
+    for p in &plan.tests {
+        let r = lb
+            .run(p)
+            .map_err(|e| Failure::Run(format!("{} ({} bytes) failed: {e}", p.test, p.size)))?;
+        print_result(&r, cli);
+    }
+    lb.finish()
+        .map(drop)
+        .map_err(|e| Failure::Run(format!("closing the loopback worker: {e}")))
 }
 
 /// Serves one client, then exits.
