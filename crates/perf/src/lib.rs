@@ -3,7 +3,8 @@
 //!
 //! - [`registry`]: the tests by name ([`TESTS`]), their kind and data layouts;
 //! - [`params`]: what one run does ([`Params`]);
-//! - [`transport`]: the transport-layer (uct) tests between two processes ([`UctPeer`]);
+//! - [`transport`]: the transport-layer (uct) tests between two processes ([`UctPeer`]), or
+//!   in one process on an interface connected to itself ([`UctPeer::loopback`]);
 //! - [`protocol`]: the protocol-layer (ucp) tests between two processes ([`UcpPeer`]), or
 //!   in one process on an endpoint to its own worker ([`UcpPeer::loopback`]);
 //! - [`session`]: a run of tests of either layer over one channel ([`Initiator`],

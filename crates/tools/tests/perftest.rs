@@ -530,36 +530,87 @@ fn loopback_json_and_emulated_paths() {
     }
 }
 
-/// Without -t, loopback runs the protocol-layer part of the suite; it refuses the
-/// transport layer and the two-process modes with a message.
+/// The transport-layer tests in loopback: an interface whose endpoint leads to itself,
+/// over self by default and over shm when asked, every layout; the tests check their data.
+#[test]
+fn loopback_runs_transport_tests() {
+    for (test, size, tl, layout) in [
+        ("am_lat", "8", None, "short"),
+        ("am_lat", "2000", Some("shm"), "bcopy"),
+        ("am_bw", "8", None, "short"),
+        ("put_lat", "8", None, "short"),
+        ("put_lat", "5000", Some("shm"), "bcopy"),
+        ("put_bw", "65536", None, "zcopy"),
+        ("get_lat", "8", None, "bcopy"),
+        ("get_bw", "65536", None, "zcopy"),
+    ] {
+        let tl_args = tl.map(|t| ["-x", t]);
+        let mut args = vec!["-l", "-t", test, "-s", size, "-D", layout];
+        args.extend(["-n", "200", "-w", "10", "--json"]);
+        match tl_args {
+            Some(a) => args.extend(a),
+            // Without -x, the names both layers have are protocol-layer tests.
+            None => args.extend(["-x", "self"]),
+        }
+        let run = perftest(&args);
+        assert_eq!(run.code, Some(0), "{args:?}: stderr: {}", run.stderr);
+        let r = json_results(&run);
+        assert_eq!(r.len(), 1, "stdout: {}", run.stdout);
+        assert_eq!(r[0]["test"], test, "{}", r[0]);
+        assert_eq!(r[0]["api"], "uct", "{}", r[0]);
+        assert_eq!(r[0]["layout"], layout, "{}", r[0]);
+        assert_eq!(r[0]["transport"], tl.unwrap_or("self"), "{}", r[0]);
+        assert_eq!(r[0]["iterations"], 200, "{}", r[0]);
+        assert!(
+            r[0]["msg_rate"].as_f64().is_some_and(|x| x > 0.0),
+            "{}",
+            r[0]
+        );
+    }
+    // ucx_perftest's "get" is a transport-layer test: over self in loopback.
+    let run = perftest(&["-l", "-t", "get", "-s", "4096", "-n", "100", "-f"]);
+    assert_eq!(run.code, Some(0), "stderr: {}", run.stderr);
+    assert!(
+        run.stdout.contains("transport layer): self/"),
+        "{}",
+        run.stdout
+    );
+}
+
+/// Without -t, loopback runs the default suite in one process; it refuses the two-process
+/// modes with a message, and self without -l.
 #[test]
 fn loopback_suite_and_refusals() {
     let run = perftest(&["-l", "-f", "-n", "200", "-w", "10"]);
     assert_eq!(run.code, Some(0), "stderr: {}", run.stderr);
-    let names: Vec<&str> = run
-        .stdout
-        .lines()
-        .filter(|l| l.starts_with("# "))
+    let banners: Vec<&str> = run.stdout.lines().filter(|l| l.starts_with("# ")).collect();
+    let names: Vec<&str> = banners
+        .iter()
         .filter_map(|l| l[2..].split_whitespace().next())
         .collect();
     assert_eq!(
         names,
-        ["tag_lat", "tag_lat", "tag_bw", "tag_bw", "tag_mr"],
+        [
+            "tag_lat", "tag_lat", "tag_bw", "tag_bw", "tag_mr", "am_lat", "am_bw", "put_lat",
+            "put_bw", "get_bw"
+        ],
+        "{}",
+        run.stdout
+    );
+    assert!(
+        banners.iter().all(|b| b.contains(": self/")),
         "{}",
         run.stdout
     );
     for args in [
-        &["-l", "-t", "am_lat", "-x", "shm"][..],
-        &["-l", "-t", "get"],
-        &["-l", "--server"],
+        &["-l", "--server"][..],
         &["-l", "--connect", "localhost"],
         &["-l", "-p", "5000"],
+        &["-t", "am_lat", "-x", "self"],
     ] {
         let run = perftest(args);
         assert_eq!(run.code, Some(2), "{args:?}: stderr: {}", run.stderr);
         assert!(!run.stderr.trim().is_empty(), "{args:?}: no message");
         assert!(!run.stderr.contains("panicked"), "{args:?}: {}", run.stderr);
     }
-    let run = perftest(&["-l", "-t", "get"]);
-    assert!(run.stderr.contains("transport-layer"), "{}", run.stderr);
 }

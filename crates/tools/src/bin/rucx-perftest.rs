@@ -14,9 +14,10 @@
 //!   the test uses (ucp picks one; today only shared memory exists, so the two sides must
 //!   be on one host, and a server on another host fails with "unreachable");
 //! - `-l` (`--loopback`, as ucx_perftest's `-l`): one process, whose ucp endpoint leads to
-//!   its own worker (the `self` transport); each iteration is the send and the receive
-//!   (or the put, get, atomic) in this process. Protocol-layer tests only. This is the
-//!   mode in which instructions per operation are counted (`scripts/instr-count`).
+//!   its own worker (the `self` transport), and for transport-layer tests a uct interface
+//!   whose endpoint leads to itself (`self` unless `-x` names another); each iteration is
+//!   the send and the receive (or the put, get, atomic) in this process. This is the mode
+//!   in which instructions per operation are counted (`scripts/instr-count`).
 //!
 //! Every wait for the peer is bounded by `--timeout`.
 //!
@@ -48,8 +49,8 @@ use std::time::{Duration, Instant};
                   the peer's memory; results report it as rma_path). The JSON's \"api\" says \
                   which layer ran.\n\n\
                   Loopback (-l): one process, the endpoint connected to its own worker \
-                  (ucp's self transport), for the protocol-layer tests; without -t, the \
-                  protocol-layer part of the suite.\n\n\
+                  (ucp's self transport); transport-layer tests on an interface connected \
+                  to itself (-x, default self).\n\n\
                   Server/client mode: run `rucx-perftest --server` on one side and \
                   `rucx-perftest --connect HOST [-t TEST ...]` (or `rucx-perftest HOST ...`) \
                   on the other; the client chooses the tests and prints the results."
@@ -58,8 +59,8 @@ struct Cli {
     /// Test to run (the list comes from perf's test table at run time).
     #[arg(short = 't', long = "test", value_name = "TEST")]
     test: Option<String>,
-    /// Transport of transport-layer tests (shm; posix, sysv, mm and cma name it too)
-    /// [default: shm]. Selects the transport layer for the names both layers have
+    /// Transport of transport-layer tests (shm; posix, sysv, mm and cma name it too; self
+    /// with -l) [default: shm; with -l, self]. Selects the transport layer for the names both layers have
     /// (am_lat, am_bw, put_lat, put_bw, get_lat, get_bw); without it they are
     /// protocol-layer tests. Protocol-layer tests take their transport from UCX_TLS.
     #[arg(short = 'x', long = "tl", value_name = "TRANSPORT")]
@@ -110,8 +111,8 @@ struct Cli {
     /// TCP port of server/client mode [default: 13337].
     #[arg(short = 'p', long = "port", value_name = "PORT")]
     port: Option<u16>,
-    /// Loopback: one process, the endpoint connected to its own worker (protocol-layer
-    /// tests only).
+    /// Loopback: one process, the endpoint connected to its own worker (transport-layer
+    /// tests: to its own interface, over -x, default self).
     #[arg(short = 'l', long, conflicts_with_all = ["server", "connect", "host", "port"])]
     loopback: bool,
     /// Server to connect to, as in `ucx_perftest HOST` (same as --connect HOST).
@@ -219,7 +220,12 @@ fn mode(cli: &Cli) -> Result<Mode, Failure> {
 
 fn plan(cli: &Cli) -> Result<Plan, Failure> {
     let mode = mode(cli)?;
-    let tl_name = cli.transport.as_deref().unwrap_or("shm");
+    let loopback = matches!(mode, Mode::Loopback);
+    // Loopback reaches its own interface: the self transport unless -x says otherwise.
+    let tl_name = cli
+        .transport
+        .as_deref()
+        .unwrap_or(if loopback { "self" } else { "shm" });
     let Some(tl) = uct::Transport::from_name(tl_name) else {
         return usage(format!(
             "transport '{tl_name}' is not available (available: {}; posix, sysv, mm and cma \
@@ -232,8 +238,8 @@ fn plan(cli: &Cli) -> Result<Plan, Failure> {
                 .join(", ")
         ));
     };
-    if tl == uct::Transport::SelfTl {
-        return usage("transport 'self' only reaches its own process; use shm");
+    if tl == uct::Transport::SelfTl && !loopback {
+        return usage("transport 'self' only reaches its own process; use shm, or -l");
     }
     if let Some(dev) = &cli.device {
         // Both sides open the transport's first device; naming it is allowed.
@@ -333,28 +339,9 @@ fn plan(cli: &Cli) -> Result<Plan, Failure> {
             if cli.size.is_some() || layout.is_some() {
                 return usage("-s and -D need a test (-t); without -t the default suite runs");
             }
-            let mut suite = default_suite();
-            if matches!(mode, Mode::Loopback) {
-                suite.retain(|p| p.test.info().api == Api::Ucp);
-            }
-            suite
+            default_suite()
         }
     };
-    if matches!(mode, Mode::Loopback) {
-        if cli.transport.is_some() {
-            return usage(
-                "-l runs the protocol-layer tests, which take no -x (the loopback endpoint \
-                 uses ucp's self transport); transport-layer tests need two processes",
-            );
-        }
-        if let Some(p) = tests.iter().find(|p| p.test.info().api == Api::Uct) {
-            return usage(format!(
-                "-l does not run the transport-layer test {}; run it without -l (two \
-                 processes)",
-                p.test
-            ));
-        }
-    }
     for p in &mut tests {
         if p.test.info().api == Api::Uct {
             p.transport = tl.name().into();
@@ -516,21 +503,44 @@ fn initiator(cli: &Cli) -> Result<(), Failure> {
     }
 }
 
-/// Runs the plan's tests in this process, on an endpoint to its own worker.
+/// Runs the plan's tests in this process: protocol-layer tests on a worker with an
+/// endpoint to itself, transport-layer tests on an interface with an endpoint to itself
+/// (one per transport, opened when first needed).
 fn loopback(cli: &Cli, plan: &Plan) -> Result<(), Failure> {
     pin(&plan.cpus)?;
     perf::clock::init();
-    let mut lb = perf::UcpPeer::loopback(plan.timeout)
-        .map_err(|e| Failure::Run(format!("cannot connect a worker to itself: {e}")))?;
+    let mut ucp_lb: Option<perf::UcpPeer<perf::NoPeer>> = None;
+    let mut uct_lb: Option<perf::UctPeer<perf::NoPeer>> = None;
     for p in &plan.tests {
-        let r = lb
-            .run(p)
+        let r = match p.test.info().api {
+            Api::Ucp => {
+                if ucp_lb.is_none() {
+                    let lb = perf::UcpPeer::loopback(plan.timeout).map_err(|e| {
+                        Failure::Run(format!("cannot connect a worker to itself: {e}"))
+                    })?;
+                    ucp_lb = Some(lb);
+                }
+                ucp_lb.as_mut().map(|lb| lb.run(p))
+            }
+            Api::Uct => {
+                if !uct_lb
+                    .as_ref()
+                    .is_some_and(|lb| lb.transport() == p.transport)
+                {
+                    let lb = perf::UctPeer::loopback(&p.transport, plan.timeout).map_err(|e| {
+                        Failure::Run(format!("cannot connect {} to itself: {e}", p.transport))
+                    })?;
+                    uct_lb = Some(lb);
+                }
+                uct_lb.as_mut().map(|lb| lb.run(p))
+            }
+        };
+        let r = r
+            .unwrap_or(Err(ucs::Status::InvalidParam))
             .map_err(|e| Failure::Run(format!("{} ({} bytes) failed: {e}", p.test, p.size)))?;
         print_result(&r, cli);
     }
-    lb.finish()
-        .map(drop)
-        .map_err(|e| Failure::Run(format!("closing the loopback worker: {e}")))
+    Ok(())
 }
 
 /// Serves one client, then exits.
