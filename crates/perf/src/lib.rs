@@ -3,8 +3,10 @@
 //!
 //! - [`registry`]: the tests by name ([`TESTS`]), their kind and data layouts;
 //! - [`params`]: what one run does ([`Params`]);
-//! - [`transport`]: the transport-layer (uct) tests between two processes ([`UctPeer`]);
-//! - [`protocol`]: the protocol-layer (ucp) tests between two processes ([`UcpPeer`]);
+//! - [`transport`]: the transport-layer (uct) tests between two processes ([`UctPeer`]), or
+//!   in one process on an interface connected to itself ([`UctPeer::loopback`]);
+//! - [`protocol`]: the protocol-layer (ucp) tests between two processes ([`UcpPeer`]), or
+//!   in one process on an endpoint to its own worker ([`UcpPeer::loopback`]);
 //! - [`session`]: a run of tests of either layer over one channel ([`Initiator`],
 //!   [`respond`]);
 //! - [`channel`]: the out-of-band messages between the two sides ([`LineChannel`]);
@@ -35,7 +37,7 @@ pub mod transport;
 
 pub use channel::{Channel, LineChannel, Msg};
 pub use params::Params;
-pub use protocol::UcpPeer;
+pub use protocol::{NoPeer, UcpPeer};
 pub use registry::{lookup, Api, Kind, Layout, LookupError, TestId, TestInfo, TESTS};
 pub use session::{respond, Initiator};
 pub use stats::PerfResult;

@@ -443,3 +443,174 @@ fn default_suite_prints_every_table() {
         .count();
     assert_eq!(finals, 10, "{}", run.stdout);
 }
+
+/// The numbers of a table's `Final:` line (8 of them after the label), or a panic.
+fn final_numbers(stdout: &str) -> Vec<f64> {
+    let fin: Vec<&str> = stdout.lines().filter(|l| l.starts_with("Final:")).collect();
+    assert_eq!(fin.len(), 1, "{stdout}");
+    let nums: Vec<f64> = fin[0]
+        .split_whitespace()
+        .skip(1)
+        .map(|x| {
+            x.parse()
+                .unwrap_or_else(|e| panic!("'{x}' in {}: {e}", fin[0]))
+        })
+        .collect();
+    assert_eq!(nums.len(), 8, "{}", fin[0]);
+    nums
+}
+
+/// Loopback (-l): every protocol-layer test in one process, on an endpoint to its own
+/// worker, printed as the usual table. The tests check their data themselves (the last
+/// message byte by byte, the regions of puts, the bytes of a last get, every fetched value
+/// and the final word of atomics) and exit 1 on a mismatch, so exit 0 means verified.
+#[test]
+fn loopback_runs_every_protocol_test() {
+    for (test, size) in [
+        ("tag_lat", 8),
+        ("tag_lat", 100_000),
+        ("tag_sync_lat", 8),
+        ("tag_bw", 65536),
+        ("tag_mr", 8),
+        ("am_lat", 8),
+        ("am_bw", 300_000),
+        ("stream_lat", 8),
+        ("stream_bw", 4096),
+        ("put_lat", 8),
+        ("put_bw", 4096),
+        ("get_lat", 8),
+        ("ucp_get", 65536),
+        ("add_lat", 8),
+        ("fadd_lat", 8),
+        ("ucp_fadd", 4),
+        ("swap_lat", 8),
+        ("cswap_lat", 4),
+        ("add_mr", 8),
+        ("fadd_mr", 8),
+    ] {
+        let s = size.to_string();
+        let run = perftest(&["-l", "-t", test, "-s", &s, "-n", "300", "-w", "20"]);
+        assert_eq!(run.code, Some(0), "{test} {size}: stderr: {}", run.stderr);
+        assert!(!run.stderr.contains("ERROR"), "{test}: {}", run.stderr);
+        let banner = run
+            .stdout
+            .lines()
+            .find(|l| l.starts_with("# "))
+            .unwrap_or_else(|| panic!("{test}: no banner: {}", run.stdout));
+        assert!(banner.contains("protocol layer"), "{banner}");
+        assert!(banner.contains("self/"), "{banner}");
+        assert!(banner.contains(&format!("{size} bytes")), "{banner}");
+        let nums = final_numbers(&run.stdout);
+        assert_eq!(nums[0], 300.0, "{test}: {}", run.stdout);
+        for x in &nums[1..] {
+            assert!(x.is_finite() && *x >= 0.0, "{test}: {}", run.stdout);
+        }
+        // Average latency and message rate are positive whatever the machine's speed.
+        assert!(nums[2] > 0.0 && nums[6] > 0.0, "{test}: {}", run.stdout);
+    }
+}
+
+/// Loopback with JSON output and the RMA path ucp resolved for its own memory; and with
+/// the accesses emulated by active messages, which the same worker serves.
+#[test]
+fn loopback_json_and_emulated_paths() {
+    for (env, path) in [(None, "direct"), (Some("am"), "am")] {
+        for test in ["put_lat", "fadd_lat"] {
+            let env: Vec<(&str, &str)> = env.map(|e| ("UCX_RMA_PATH", e)).into_iter().collect();
+            let run = perftest_env(&["-l", "-t", test, "-n", "200", "--json"], &env);
+            assert_eq!(run.code, Some(0), "{test}: stderr: {}", run.stderr);
+            let r = json_results(&run);
+            assert_eq!(r.len(), 1, "stdout: {}", run.stdout);
+            assert_eq!(r[0]["test"], test, "{}", r[0]);
+            assert_eq!(r[0]["api"], "ucp", "{}", r[0]);
+            assert_eq!(r[0]["transport"], "self", "{}", r[0]);
+            assert_eq!(r[0]["iterations"], 200, "{}", r[0]);
+            assert_eq!(r[0]["rma_path"], path, "{}", r[0]);
+        }
+    }
+}
+
+/// The transport-layer tests in loopback: an interface whose endpoint leads to itself,
+/// over self by default and over shm when asked, every layout; the tests check their data.
+#[test]
+fn loopback_runs_transport_tests() {
+    for (test, size, tl, layout) in [
+        ("am_lat", "8", None, "short"),
+        ("am_lat", "2000", Some("shm"), "bcopy"),
+        ("am_bw", "8", None, "short"),
+        ("put_lat", "8", None, "short"),
+        ("put_lat", "5000", Some("shm"), "bcopy"),
+        ("put_bw", "65536", None, "zcopy"),
+        ("get_lat", "8", None, "bcopy"),
+        ("get_bw", "65536", None, "zcopy"),
+    ] {
+        let tl_args = tl.map(|t| ["-x", t]);
+        let mut args = vec!["-l", "-t", test, "-s", size, "-D", layout];
+        args.extend(["-n", "200", "-w", "10", "--json"]);
+        match tl_args {
+            Some(a) => args.extend(a),
+            // Without -x, the names both layers have are protocol-layer tests.
+            None => args.extend(["-x", "self"]),
+        }
+        let run = perftest(&args);
+        assert_eq!(run.code, Some(0), "{args:?}: stderr: {}", run.stderr);
+        let r = json_results(&run);
+        assert_eq!(r.len(), 1, "stdout: {}", run.stdout);
+        assert_eq!(r[0]["test"], test, "{}", r[0]);
+        assert_eq!(r[0]["api"], "uct", "{}", r[0]);
+        assert_eq!(r[0]["layout"], layout, "{}", r[0]);
+        assert_eq!(r[0]["transport"], tl.unwrap_or("self"), "{}", r[0]);
+        assert_eq!(r[0]["iterations"], 200, "{}", r[0]);
+        assert!(
+            r[0]["msg_rate"].as_f64().is_some_and(|x| x > 0.0),
+            "{}",
+            r[0]
+        );
+    }
+    // ucx_perftest's "get" is a transport-layer test: over self in loopback.
+    let run = perftest(&["-l", "-t", "get", "-s", "4096", "-n", "100", "-f"]);
+    assert_eq!(run.code, Some(0), "stderr: {}", run.stderr);
+    assert!(
+        run.stdout.contains("transport layer): self/"),
+        "{}",
+        run.stdout
+    );
+}
+
+/// Without -t, loopback runs the default suite in one process; it refuses the two-process
+/// modes with a message, and self without -l.
+#[test]
+fn loopback_suite_and_refusals() {
+    let run = perftest(&["-l", "-f", "-n", "200", "-w", "10"]);
+    assert_eq!(run.code, Some(0), "stderr: {}", run.stderr);
+    let banners: Vec<&str> = run.stdout.lines().filter(|l| l.starts_with("# ")).collect();
+    let names: Vec<&str> = banners
+        .iter()
+        .filter_map(|l| l[2..].split_whitespace().next())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "tag_lat", "tag_lat", "tag_bw", "tag_bw", "tag_mr", "am_lat", "am_bw", "put_lat",
+            "put_bw", "get_bw"
+        ],
+        "{}",
+        run.stdout
+    );
+    assert!(
+        banners.iter().all(|b| b.contains(": self/")),
+        "{}",
+        run.stdout
+    );
+    for args in [
+        &["-l", "--server"][..],
+        &["-l", "--connect", "localhost"],
+        &["-l", "-p", "5000"],
+        &["-t", "am_lat", "-x", "self"],
+    ] {
+        let run = perftest(args);
+        assert_eq!(run.code, Some(2), "{args:?}: stderr: {}", run.stderr);
+        assert!(!run.stderr.trim().is_empty(), "{args:?}: no message");
+        assert!(!run.stderr.contains("panicked"), "{args:?}: {}", run.stderr);
+    }
+}

@@ -33,7 +33,7 @@ use ucp::{AmAction, AmData, AmDesc, AmMsg, Ep, Request, Worker};
 use ucs::{Result, Status};
 
 /// Active-message ids of the tests.
-const AM_PING: u16 = 1;
+pub(super) const AM_PING: u16 = 1;
 const AM_PONG: u16 = 2;
 const AM_ACK: u16 = 3;
 
@@ -41,7 +41,7 @@ const AM_ACK: u16 = 3;
 /// relaxed atomics suffice; they are atomics (and the queue a mutex) because a handler
 /// must be `Send`.
 #[derive(Default)]
-struct AmRx {
+pub(super) struct AmRx {
     /// Messages that arrived (the handler ran).
     arrived: AtomicU64,
     /// Messages complete: eager ones when they arrive, rendezvous ones when pulled.
@@ -56,11 +56,11 @@ struct AmRx {
 
 impl AmRx {
     #[inline]
-    fn complete(&self) -> u64 {
+    pub(super) fn complete(&self) -> u64 {
         self.complete.load(Relaxed)
     }
 
-    fn verdict(&self, expected: u64) -> Option<String> {
+    pub(super) fn verdict(&self, expected: u64) -> Option<String> {
         let (n, bad) = (self.complete(), self.bad.load(Relaxed));
         if bad > 0 {
             Some(format!(
@@ -75,7 +75,7 @@ impl AmRx {
 
     /// Pulls the data of every queued rendezvous message into `rb` (each complete before
     /// the next; poisoned first and checked when it is message `check_at`).
-    fn pull<C: Channel>(
+    pub(super) fn pull<C: Channel>(
         &self,
         w: &mut Worker,
         chan: &mut C,
@@ -104,7 +104,7 @@ impl AmRx {
     }
 
     /// Progresses until `target` messages are complete, pulling rendezvous data.
-    fn wait_for<C: Channel>(
+    pub(super) fn wait_for<C: Channel>(
         &self,
         w: &mut Worker,
         chan: &mut C,
@@ -136,7 +136,7 @@ impl AmRx {
 
 /// Installs a handler for `id` that counts messages, checks their length against `len`
 /// (if given) and every byte of message number `check_at` (1-based) against the pattern.
-fn install(w: &mut Worker, id: u16, len: Option<usize>, check_at: u64) -> Arc<AmRx> {
+pub(super) fn install(w: &mut Worker, id: u16, len: Option<usize>, check_at: u64) -> Arc<AmRx> {
     let rx = Arc::new(AmRx::default());
     let seen = rx.clone();
     let expect = len.map(pattern_vec);
@@ -184,7 +184,12 @@ fn install(w: &mut Worker, id: u16, len: Option<usize>, check_at: u64) -> Arc<Am
 /// # Safety
 /// `buf` must stay valid and unmodified until the returned request (if any) completes.
 #[inline]
-unsafe fn send(w: &mut Worker, ep: Ep, id: u16, buf: &MsgBuf) -> Result<Option<Request>> {
+pub(super) unsafe fn send(
+    w: &mut Worker,
+    ep: Ep,
+    id: u16,
+    buf: &MsgBuf,
+) -> Result<Option<Request>> {
     // SAFETY: passed on to the caller.
     unsafe { w.am_send_nb(ep, id, &[], buf.ucp(), AmSendFlags::default(), None) }
 }

@@ -32,7 +32,7 @@ use ucp::{AtomicOp, AtomicSize, Request, RmaPath, Worker};
 use ucs::{Result, Status};
 
 /// The operand size of a test (validated: 4 or 8 bytes).
-fn atomic_size(size: usize) -> AtomicSize {
+pub(super) fn atomic_size(size: usize) -> AtomicSize {
     if size == 4 {
         AtomicSize::B32
     } else {
@@ -52,13 +52,13 @@ fn fetch_op(test: TestId, i: u64) -> (AtomicOp, u64, u64) {
 }
 
 /// Why a word does not hold `want`, or `None`.
-fn check_word(what: &str, got: u64, want: u64) -> Option<String> {
+pub(super) fn check_word(what: &str, got: u64, want: u64) -> Option<String> {
     (got != want).then(|| format!("{what} is {got}, expected {want}"))
 }
 
 /// The first wrong fetched value: operation number and what it fetched.
 #[derive(Default)]
-struct Fetched {
+pub(super) struct Fetched {
     bad: Option<(u64, u64)>,
 }
 
@@ -70,7 +70,7 @@ impl Fetched {
         }
     }
 
-    fn verdict(&self) -> Option<String> {
+    pub(super) fn verdict(&self) -> Option<String> {
         self.bad
             .map(|(i, got)| format!("operation {i} fetched {got}, expected {i}"))
     }
@@ -115,7 +115,7 @@ impl<C: Channel> UcpPeer<C> {
         Ok(timing)
     }
 
-    fn add_lat_initiator(&mut self, p: &Params) -> Result<Timing> {
+    pub(super) fn add_lat_initiator(&mut self, p: &Params) -> Result<Timing> {
         let (w, ep, chan, t) = (&mut self.worker, self.ep, &mut self.chan, self.timeout);
         let (Some(mine), Some((addr, rk))) = (&self.bufs.mine, &self.bufs.peer) else {
             return Err(Status::NoMemory);
@@ -137,7 +137,7 @@ impl<C: Channel> UcpPeer<C> {
         Ok(st.finish())
     }
 
-    fn add_mr_initiator(&mut self, p: &Params) -> Result<Timing> {
+    pub(super) fn add_mr_initiator(&mut self, p: &Params) -> Result<Timing> {
         let (w, ep, chan, t) = (&mut self.worker, self.ep, &mut self.chan, self.timeout);
         let Some((addr, rk)) = &self.bufs.peer else {
             return Err(Status::NoMemory);
@@ -173,7 +173,7 @@ impl<C: Channel> UcpPeer<C> {
     }
 
     /// fadd_lat, swap_lat, cswap_lat (one at a time) and fadd_mr (`window` in flight).
-    fn fetch_initiator(&mut self, p: &Params, fetched: &mut Fetched) -> Result<Timing> {
+    pub(super) fn fetch_initiator(&mut self, p: &Params, fetched: &mut Fetched) -> Result<Timing> {
         let (w, ep, chan, t) = (&mut self.worker, self.ep, &mut self.chan, self.timeout);
         let (Some(slots), Some((addr, rk))) = (&self.bufs.recv, &self.bufs.peer) else {
             return Err(Status::NoMemory);

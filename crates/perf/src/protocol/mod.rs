@@ -23,17 +23,20 @@
 
 mod am;
 mod amo;
+mod loopback;
 mod rma;
 mod runs;
 mod stream;
 mod wait;
+
+pub use loopback::NoPeer;
 
 use crate::channel::{Channel, Hex, Msg, RegionInfo};
 use crate::handshake::{self, Hello, UCP};
 use crate::mem::{pattern_mismatch, AlignedBuf};
 use crate::params::Params;
 use crate::registry::{Api, Layout, TestId};
-use crate::stats::{PerfResult, Subject};
+use crate::stats::{PerfResult, Subject, Timing};
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::time::Duration;
 use ucp::{Config, Context, Ep, Features, MemH, RemoteKey, RmaPath, ThreadMode, Worker};
@@ -299,6 +302,9 @@ pub struct UcpPeer<C: Channel> {
     transport: String,
     /// A test failed: requests may still be posted on the buffers, so no more tests.
     broken: bool,
+    /// The endpoint leads to this side's own worker ([`UcpPeer::loopback`]): tests run
+    /// whole in this process, with no peer behind the channel.
+    loopback: bool,
     /// How the current test reaches the peer's memory (RMA and atomic tests).
     path: Option<RmaPath>,
     /// Buffers of the current (or last) test. Declared after the worker, so dropped after
@@ -410,6 +416,7 @@ impl<C: Channel> UcpPeer<C> {
             timeout,
             transport,
             broken: false,
+            loopback: false,
             path: None,
             bufs: Buffers::default(),
         })
@@ -445,14 +452,10 @@ impl<C: Channel> UcpPeer<C> {
         }
         let p = Self::resolve(p)?;
         self.path = None;
-        let timing = match group(p.test) {
-            Some(Group::TagLat) => self.lat_initiator(&p),
-            Some(Group::TagBw) => self.bw_initiator(&p),
-            Some(Group::Rma) => self.rma_initiator(&p),
-            Some(Group::Amo) => self.amo_initiator(&p),
-            Some(Group::Am) => self.am_initiator(&p),
-            Some(Group::Stream) => self.stream_initiator(&p),
-            None => Err(Status::InvalidParam),
+        let timing = if self.loopback {
+            self.loopback_run(&p)
+        } else {
+            self.two_sided_run(&p)
         };
         let timing = match timing {
             Ok(t) => t,
@@ -476,6 +479,19 @@ impl<C: Channel> UcpPeer<C> {
         let mut r = PerfResult::compute(subject, p.test.info().kind, &timing)?;
         r.rma_path = self.path.map(path_name);
         Ok(r)
+    }
+
+    /// The initiator's side of a test with a peer in [`UcpPeer::serve`].
+    fn two_sided_run(&mut self, p: &Params) -> Result<Timing> {
+        match group(p.test) {
+            Some(Group::TagLat) => self.lat_initiator(p),
+            Some(Group::TagBw) => self.bw_initiator(p),
+            Some(Group::Rma) => self.rma_initiator(p),
+            Some(Group::Amo) => self.amo_initiator(p),
+            Some(Group::Am) => self.am_initiator(p),
+            Some(Group::Stream) => self.stream_initiator(p),
+            None => Err(Status::InvalidParam),
+        }
     }
 
     /// Initiator: tells the responder there are no more protocol-layer tests; returns the

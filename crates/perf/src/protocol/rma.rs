@@ -65,7 +65,7 @@ pub(super) fn check_region(region: &MsgBuf, last: Option<u8>) -> Option<String> 
 /// # Safety
 /// `buf` must stay valid and unchanged until the returned request (if any) completes.
 #[inline]
-unsafe fn put(
+pub(super) unsafe fn put(
     w: &mut Worker,
     ep: Ep,
     buf: &MsgBuf,
@@ -82,7 +82,7 @@ unsafe fn put(
 /// `buf` must stay valid, and not be accessed by this side, until the returned request
 /// (if any) completes.
 #[inline]
-unsafe fn get(
+pub(super) unsafe fn get(
     w: &mut Worker,
     ep: Ep,
     buf: &MsgBuf,
@@ -137,6 +137,25 @@ impl<C: Channel> UcpPeer<C> {
     }
 
     fn put_lat_initiator(&mut self, p: &Params) -> Result<Timing> {
+        let timing = self.put_lat_rounds(p)?;
+        let (w, ep, chan, t) = (&mut self.worker, self.ep, &mut self.chan, self.timeout);
+        flush(w, chan, t, ep)?;
+        done_and_verdict(w, chan, t, p.test)?;
+        let Some(mine) = &self.bufs.mine else {
+            return Err(Status::NoMemory);
+        };
+        // After the verdict: the responder's last put is complete.
+        if let Some(e) = check_region(mine, Some(seq(p.warmup + p.iterations - 1))) {
+            tracing::error!("{}: this side's region: {e}", p.test);
+            return Err(Status::IoError);
+        }
+        Ok(timing)
+    }
+
+    /// The rounds of put_lat: put this round's number (the last byte of the send buffer)
+    /// into the peer's region, then wait for it to show in this side's region (put there
+    /// by the peer; in loopback the two regions are one). Returns with every put complete.
+    pub(super) fn put_lat_rounds(&mut self, p: &Params) -> Result<Timing> {
         let (w, ep, chan, t) = (&mut self.worker, self.ep, &mut self.chan, self.timeout);
         let (Some(sb), Some(mine), Some((addr, rk))) =
             (&self.bufs.send, &self.bufs.mine, &self.bufs.peer)
@@ -172,19 +191,12 @@ impl<C: Channel> UcpPeer<C> {
         }
         let timing = st.finish();
         drain_to(w, chan, t, &mut inflight, 0)?;
-        flush(w, chan, t, ep)?;
-        done_and_verdict(w, chan, t, p.test)?;
-        // After the verdict: the responder's last put is complete.
-        if let Some(e) = check_region(mine, Some(seq(total - 1))) {
-            tracing::error!("{}: this side's region: {e}", p.test);
-            return Err(Status::IoError);
-        }
         Ok(timing)
     }
 
     /// put_bw, get_bw and get_lat: operations one after the other, at most `window` in
     /// flight (get_lat: each complete before the next), flushed at the end of each phase.
-    fn rma_stream(&mut self, p: &Params, put_op: bool) -> Result<Timing> {
+    pub(super) fn rma_stream(&mut self, p: &Params, put_op: bool) -> Result<Timing> {
         let (w, ep, chan, t) = (&mut self.worker, self.ep, &mut self.chan, self.timeout);
         let buf = if put_op {
             &self.bufs.send
@@ -243,6 +255,18 @@ impl<C: Channel> UcpPeer<C> {
     /// The end of a get test: one more get into the poisoned destination, checked, then
     /// the responder's verdict on its (unchanged) region.
     fn get_check(&mut self, p: &Params) -> Result<()> {
+        let error = self.last_get()?;
+        done_and_verdict(&mut self.worker, &mut self.chan, self.timeout, p.test)?;
+        if let Some(e) = error {
+            tracing::error!("{}: {e}", p.test);
+            return Err(Status::IoError);
+        }
+        Ok(())
+    }
+
+    /// One more get into the poisoned destination, waited for and flushed; what is wrong
+    /// with the bytes it brought (`None`: the data pattern, every byte).
+    pub(super) fn last_get(&mut self) -> Result<Option<String>> {
         let (w, ep, chan, t) = (&mut self.worker, self.ep, &mut self.chan, self.timeout);
         let (Some(rb), Some((addr, rk))) = (&self.bufs.recv, &self.bufs.peer) else {
             return Err(Status::NoMemory);
@@ -259,12 +283,7 @@ impl<C: Channel> UcpPeer<C> {
                 pattern(off)
             )
         });
-        done_and_verdict(w, chan, t, p.test)?;
-        if let Some(e) = error {
-            tracing::error!("{}: {e}", p.test);
-            return Err(Status::IoError);
-        }
-        Ok(())
+        Ok(error)
     }
 
     pub(super) fn rma_responder(&mut self, p: &Params, peer: Option<&RegionInfo>) -> Result<()> {

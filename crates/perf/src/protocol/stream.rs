@@ -32,7 +32,7 @@ use ucs::{Result, Status};
 /// Both buffers must stay valid until the requests complete (waited for here), `sb`
 /// unmodified, and `rb` untouched by this side meanwhile.
 #[inline]
-unsafe fn exchange<C: Channel>(
+pub(super) unsafe fn exchange<C: Channel>(
     w: &mut Worker,
     chan: &mut C,
     timeout: Duration,
@@ -56,7 +56,7 @@ unsafe fn exchange<C: Channel>(
 }
 
 /// Why a received message is wrong (length or content), or `None`.
-fn check(what: &str, buf: &MsgBuf, length: usize) -> Option<String> {
+pub(super) fn check(what: &str, buf: &MsgBuf, length: usize) -> Option<String> {
     if length != buf.len {
         return Some(format!(
             "{what}: received {length} bytes, expected {}",

@@ -1,5 +1,6 @@
 //! The transport-layer (`uct`) tests: am_lat, am_bw, put_lat, put_bw, get_lat, get_bw,
-//! between two processes, each with one interface and one endpoint to the other.
+//! between two processes, each with one interface and one endpoint to the other; or in
+//! one process on an interface whose endpoint leads to itself (`loopback.rs`).
 //!
 //! [`UctPeer::connect`] opens the interface and trades addresses over the [`Channel`].
 //! Then the initiator calls [`UctPeer::run`] once per test and the responder sits in
@@ -9,6 +10,7 @@
 //! the initiator sends `Done` and the responder checks what it received and answers with a
 //! `Verdict`. The initiator checks its side too; wrong data fails the run.
 
+mod loopback;
 mod ops;
 mod runs;
 pub(crate) mod wait;
@@ -128,6 +130,9 @@ pub struct UctPeer<C: Channel> {
     chan: C,
     timeout: Duration,
     transport: String,
+    /// The endpoint leads to this interface itself ([`UctPeer::loopback`]): tests run
+    /// whole in this process.
+    loopback: bool,
 }
 
 impl<C: Channel> UctPeer<C> {
@@ -172,6 +177,7 @@ impl<C: Channel> UctPeer<C> {
             chan,
             timeout,
             transport: tl.name().into(),
+            loopback: false,
         })
     }
 
@@ -189,6 +195,7 @@ impl<C: Channel> UctPeer<C> {
         p.layout = Some(layout);
         p.transport = self.transport.clone();
         let timing = match family(p.test) {
+            _ if self.loopback => self.loopback_run(&p, layout),
             Family::Am => self.am_initiator(&p, layout),
             Family::Put | Family::Get => self.rma_initiator(&p, layout),
             Family::None => Err(Status::Unsupported),

@@ -31,7 +31,7 @@ use ucs::{Result, Status};
 /// that reads these, so relaxed atomics suffice; they are atomics because a handler must
 /// be `Send`.
 #[derive(Default)]
-struct AmRx {
+pub(super) struct AmRx {
     count: AtomicU64,
     /// Messages with the wrong length, or a checked message with wrong content.
     bad: AtomicU64,
@@ -41,11 +41,11 @@ struct AmRx {
 
 impl AmRx {
     #[inline]
-    fn count(&self) -> u64 {
+    pub(super) fn count(&self) -> u64 {
         self.count.load(Relaxed)
     }
 
-    fn verdict(&self, expected: u64) -> Option<String> {
+    pub(super) fn verdict(&self, expected: u64) -> Option<String> {
         let (n, bad) = (self.count(), self.bad.load(Relaxed));
         if bad > 0 {
             Some(format!(
@@ -62,13 +62,13 @@ impl AmRx {
 /// Sequence number of round `i` of a put ping-pong: never 0 (the regions start zeroed)
 /// and different from the previous round's.
 #[inline]
-fn seq(i: u64) -> u8 {
+pub(super) fn seq(i: u64) -> u8 {
     (i % 255) as u8 + 1
 }
 
 /// Checks a region after a test: [`pattern`] everywhere, except the last byte which must
 /// be `last` when given.
-fn check_region(region: &Region, last: Option<u8>) -> Option<String> {
+pub(super) fn check_region(region: &Region, last: Option<u8>) -> Option<String> {
     let data = region.snapshot();
     if let Some(off) = pattern_mismatch(&data, last.is_some()) {
         return Some(format!(
@@ -89,7 +89,12 @@ fn check_region(region: &Region, last: Option<u8>) -> Option<String> {
 impl<C: Channel> UctPeer<C> {
     /// Installs a handler for `id` that counts messages, checks their length against
     /// `expect` and the content of message number `check_at` (1-based).
-    fn install_rx(&mut self, id: u8, expect: Option<Vec<u8>>, check_at: u64) -> Result<Arc<AmRx>> {
+    pub(super) fn install_rx(
+        &mut self,
+        id: u8,
+        expect: Option<Vec<u8>>,
+        check_at: u64,
+    ) -> Result<Arc<AmRx>> {
         let rx = Arc::new(AmRx::default());
         let seen = rx.clone();
         self.iface.set_am_handler(
@@ -112,7 +117,7 @@ impl<C: Channel> UctPeer<C> {
         Ok(rx)
     }
 
-    fn clear_handlers(&mut self, ids: &[u8]) {
+    pub(super) fn clear_handlers(&mut self, ids: &[u8]) {
         for &id in ids {
             let _ = self.iface.clear_am_handler(id);
         }
@@ -345,7 +350,7 @@ impl<C: Channel> UctPeer<C> {
         Ok(timing)
     }
 
-    fn put_lat_initiator<O: Op>(
+    pub(super) fn put_lat_initiator<O: Op>(
         &mut self,
         p: &Params,
         op: &mut O,
@@ -373,7 +378,7 @@ impl<C: Channel> UctPeer<C> {
     }
 
     /// put_bw, get_bw and get_lat: operations one after the other.
-    fn rma_stream<O: Op>(&mut self, p: &Params, op: &mut O) -> Result<Timing> {
+    pub(super) fn rma_stream<O: Op>(&mut self, p: &Params, op: &mut O) -> Result<Timing> {
         let (iface, chan, t, ep) = (&mut self.iface, &mut self.chan, self.timeout, self.ep);
         // get_lat waits for each get; a get that completed in place needs no flush.
         let latency = p.test == TestId::GetLat;

@@ -1,6 +1,6 @@
 //! rucx-perftest: ucx_perftest's tests on rucx, between two processes.
 //!
-//! Three ways to run:
+//! Four ways to run:
 //!
 //! - no peer named (the default): the process starts its peer itself, running its own
 //!   executable again with a hidden `--peer-role responder`, talks to it over the child's
@@ -12,7 +12,12 @@
 //!   and runs the tests, printing the results. The two sides trade addresses and test
 //!   parameters over the TCP connection; the test traffic goes over whatever transport
 //!   the test uses (ucp picks one; today only shared memory exists, so the two sides must
-//!   be on one host, and a server on another host fails with "unreachable").
+//!   be on one host, and a server on another host fails with "unreachable");
+//! - `-l` (`--loopback`, as ucx_perftest's `-l`): one process, whose ucp endpoint leads to
+//!   its own worker (the `self` transport), and for transport-layer tests a uct interface
+//!   whose endpoint leads to itself (`self` unless `-x` names another); each iteration is
+//!   the send and the receive (or the put, get, atomic) in this process. This is the mode
+//!   in which instructions per operation are counted (`scripts/instr-count`).
 //!
 //! Every wait for the peer is bounded by `--timeout`.
 //!
@@ -43,6 +48,9 @@ use std::time::{Duration, Instant};
                   and UCX_RMA_PATH=auto|direct|cma|am chooses how put, get and atomics reach \
                   the peer's memory; results report it as rma_path). The JSON's \"api\" says \
                   which layer ran.\n\n\
+                  Loopback (-l): one process, the endpoint connected to its own worker \
+                  (ucp's self transport); transport-layer tests on an interface connected \
+                  to itself (-x, default self).\n\n\
                   Server/client mode: run `rucx-perftest --server` on one side and \
                   `rucx-perftest --connect HOST [-t TEST ...]` (or `rucx-perftest HOST ...`) \
                   on the other; the client chooses the tests and prints the results."
@@ -51,8 +59,8 @@ struct Cli {
     /// Test to run (the list comes from perf's test table at run time).
     #[arg(short = 't', long = "test", value_name = "TEST")]
     test: Option<String>,
-    /// Transport of transport-layer tests (shm; posix, sysv, mm and cma name it too)
-    /// [default: shm]. Selects the transport layer for the names both layers have
+    /// Transport of transport-layer tests (shm; posix, sysv, mm and cma name it too; self
+    /// with -l) [default: shm; with -l, self]. Selects the transport layer for the names both layers have
     /// (am_lat, am_bw, put_lat, put_bw, get_lat, get_bw); without it they are
     /// protocol-layer tests. Protocol-layer tests take their transport from UCX_TLS.
     #[arg(short = 'x', long = "tl", value_name = "TRANSPORT")]
@@ -103,6 +111,10 @@ struct Cli {
     /// TCP port of server/client mode [default: 13337].
     #[arg(short = 'p', long = "port", value_name = "PORT")]
     port: Option<u16>,
+    /// Loopback: one process, the endpoint connected to its own worker (transport-layer
+    /// tests: to its own interface, over -x, default self).
+    #[arg(short = 'l', long, conflicts_with_all = ["server", "connect", "host", "port"])]
+    loopback: bool,
     /// Server to connect to, as in `ucx_perftest HOST` (same as --connect HOST).
     #[arg(value_name = "HOST")]
     host: Option<String>,
@@ -162,6 +174,8 @@ enum Mode {
     Server(u16),
     /// Connect to a server.
     Client { host: String, port: u16 },
+    /// No peer: the endpoint leads to this process's own worker.
+    Loopback,
 }
 
 /// What the program does, from the command line.
@@ -176,6 +190,9 @@ fn mode(cli: &Cli) -> Result<Mode, Failure> {
     let default_port = |given: Option<u16>| given.unwrap_or(perf::net::DEFAULT_PORT);
     if cli.port == Some(0) {
         return usage("-p: the port must be between 1 and 65535");
+    }
+    if cli.loopback {
+        return Ok(Mode::Loopback);
     }
     if cli.server {
         return Ok(Mode::Server(default_port(cli.port)));
@@ -203,7 +220,12 @@ fn mode(cli: &Cli) -> Result<Mode, Failure> {
 
 fn plan(cli: &Cli) -> Result<Plan, Failure> {
     let mode = mode(cli)?;
-    let tl_name = cli.transport.as_deref().unwrap_or("shm");
+    let loopback = matches!(mode, Mode::Loopback);
+    // Loopback reaches its own interface: the self transport unless -x says otherwise.
+    let tl_name = cli
+        .transport
+        .as_deref()
+        .unwrap_or(if loopback { "self" } else { "shm" });
     let Some(tl) = uct::Transport::from_name(tl_name) else {
         return usage(format!(
             "transport '{tl_name}' is not available (available: {}; posix, sysv, mm and cma \
@@ -216,8 +238,8 @@ fn plan(cli: &Cli) -> Result<Plan, Failure> {
                 .join(", ")
         ));
     };
-    if tl == uct::Transport::SelfTl {
-        return usage("transport 'self' only reaches its own process; use shm");
+    if tl == uct::Transport::SelfTl && !loopback {
+        return usage("transport 'self' only reaches its own process; use shm, or -l");
     }
     if let Some(dev) = &cli.device {
         // Both sides open the transport's first device; naming it is allowed.
@@ -247,6 +269,10 @@ fn plan(cli: &Cli) -> Result<Plan, Failure> {
         // (a ping-pong round trip becomes a time slice), so by default each gets its own.
         // A server and its client are started separately; they are pinned only on request.
         None if !matches!(mode, Mode::Local) => Vec::new(),
+        None if matches!(mode, Mode::Loopback) => {
+            // One process: the first CPU it may use.
+            perf::affinity::allowed_cpus().into_iter().take(1).collect()
+        }
         None => {
             let allowed = perf::affinity::allowed_cpus();
             if allowed.len() >= 2 {
@@ -473,7 +499,48 @@ fn initiator(cli: &Cli) -> Result<(), Failure> {
             run_tests(cli, &plan, chan, "server")
         }
         Mode::Server(port) => server(&plan, *port),
+        Mode::Loopback => loopback(cli, &plan),
     }
+}
+
+/// Runs the plan's tests in this process: protocol-layer tests on a worker with an
+/// endpoint to itself, transport-layer tests on an interface with an endpoint to itself
+/// (one per transport, opened when first needed).
+fn loopback(cli: &Cli, plan: &Plan) -> Result<(), Failure> {
+    pin(&plan.cpus)?;
+    perf::clock::init();
+    let mut ucp_lb: Option<perf::UcpPeer<perf::NoPeer>> = None;
+    let mut uct_lb: Option<perf::UctPeer<perf::NoPeer>> = None;
+    for p in &plan.tests {
+        let r = match p.test.info().api {
+            Api::Ucp => {
+                if ucp_lb.is_none() {
+                    let lb = perf::UcpPeer::loopback(plan.timeout).map_err(|e| {
+                        Failure::Run(format!("cannot connect a worker to itself: {e}"))
+                    })?;
+                    ucp_lb = Some(lb);
+                }
+                ucp_lb.as_mut().map(|lb| lb.run(p))
+            }
+            Api::Uct => {
+                if !uct_lb
+                    .as_ref()
+                    .is_some_and(|lb| lb.transport() == p.transport)
+                {
+                    let lb = perf::UctPeer::loopback(&p.transport, plan.timeout).map_err(|e| {
+                        Failure::Run(format!("cannot connect {} to itself: {e}", p.transport))
+                    })?;
+                    uct_lb = Some(lb);
+                }
+                uct_lb.as_mut().map(|lb| lb.run(p))
+            }
+        };
+        let r = r
+            .unwrap_or(Err(ucs::Status::InvalidParam))
+            .map_err(|e| Failure::Run(format!("{} ({} bytes) failed: {e}", p.test, p.size)))?;
+        print_result(&r, cli);
+    }
+    Ok(())
 }
 
 /// Serves one client, then exits.
