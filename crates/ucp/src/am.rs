@@ -143,7 +143,9 @@ struct PartialAm {
 
 #[derive(Default)]
 pub(crate) struct AmState {
-    handlers: HashMap<u16, AmHandler>,
+    /// Handlers indexed by id (ids are small and dense in practice; the table grows to the
+    /// largest id registered).
+    handlers: Vec<Option<AmHandler>>,
     kept: HashMap<u64, Kept>,
     next_desc: u64,
     partial: HashMap<(u64, u64), PartialAm>,
@@ -225,10 +227,15 @@ fn decode_rts(d: &[u8]) -> Result<Rts<'_>> {
 impl Worker {
     /// Installs (or with `None` removes) the handler of active-message id `id`.
     pub fn am_set_handler(&mut self, id: u16, h: Option<AmHandler>) {
-        match h {
-            Some(h) => self.st.am.handlers.insert(id, h),
-            None => self.st.am.handlers.remove(&id),
-        };
+        let t = &mut self.st.am.handlers;
+        let i = usize::from(id);
+        if t.len() <= i {
+            if h.is_none() {
+                return;
+            }
+            t.resize_with(i + 1, || None);
+        }
+        t[i] = h;
     }
 
     /// Sends active message `id` with `header` and `data`. `None`: complete.
@@ -605,7 +612,12 @@ impl State {
                 reply_ep,
                 desc,
             };
-            let action = match self.am.handlers.get_mut(&f.id) {
+            let action = match self
+                .am
+                .handlers
+                .get_mut(usize::from(f.id))
+                .and_then(Option::as_mut)
+            {
                 Some(h) => h(&msg),
                 None => {
                     tracing::debug!("active message id {} has no handler; dropped", f.id);
@@ -630,7 +642,12 @@ impl State {
             reply_ep,
             desc,
         };
-        let action = match self.am.handlers.get_mut(&rts.f.id) {
+        let action = match self
+            .am
+            .handlers
+            .get_mut(usize::from(rts.f.id))
+            .and_then(Option::as_mut)
+        {
             Some(h) => h(&msg),
             None => AmAction::Done,
         };
@@ -729,7 +746,12 @@ impl State {
             reply_ep,
             desc,
         };
-        let action = match self.am.handlers.get_mut(&p.id) {
+        let action = match self
+            .am
+            .handlers
+            .get_mut(usize::from(p.id))
+            .and_then(Option::as_mut)
+        {
             Some(h) => h(&msg),
             None => AmAction::Done,
         };

@@ -190,6 +190,8 @@ pub(crate) struct State {
     /// Endpoints with a non-empty queue.
     pub active: VecDeque<u32>,
     pub completed: Vec<Request>,
+    /// An empty list with capacity, swapped with `completed` when callbacks run.
+    pub completed_spare: Vec<Request>,
     /// Endpoints that failed since callbacks last ran.
     pub ep_errors: Vec<(u32, Status)>,
     /// Operations started on an endpoint that failed in the starting call: they complete
@@ -300,6 +302,7 @@ impl Worker {
                 rma_replies: VecDeque::new(),
                 active: VecDeque::new(),
                 completed: Vec::new(),
+                completed_spare: Vec::new(),
                 ep_errors: Vec::new(),
                 failed_ops: Vec::new(),
                 am: crate::am::AmState::default(),
@@ -613,8 +616,11 @@ impl Worker {
         for (r, s) in std::mem::take(&mut self.st.failed_ops) {
             self.st.complete(r, s);
         }
-        let done = std::mem::take(&mut self.st.completed);
-        for r in done {
+        // The list is swapped with a spare one that keeps its capacity, so completing
+        // requests does not allocate once both have grown.
+        let mut done = std::mem::take(&mut self.st.completed_spare);
+        std::mem::swap(&mut done, &mut self.st.completed);
+        for r in done.drain(..) {
             let Some(q) = self.st.reqs.get_mut(r.0) else {
                 continue;
             };
@@ -627,6 +633,7 @@ impl Worker {
                 cb(r, status, info);
             }
         }
+        self.st.completed_spare = done;
     }
 
     // ----- requests --------------------------------------------------------------------
