@@ -293,8 +293,23 @@ struct Server {
 }
 
 impl Server {
+    /// Starts a server on a free port and waits until it listens; returns the port too.
+    /// A port found free may be taken by another socket before the server binds it (tests
+    /// run in parallel): then the server exits, and another port is tried.
+    fn start_any() -> (u16, Server) {
+        let mut why = String::new();
+        for _ in 0..3 {
+            let port = free_port();
+            match Server::start(port) {
+                Ok(s) => return (port, s),
+                Err(e) => why = e,
+            }
+        }
+        panic!("the server did not start listening: {why}");
+    }
+
     /// Starts a server on `port` and waits until it listens.
-    fn start(port: u16) -> Server {
+    fn start(port: u16) -> Result<Server, String> {
         let mut child = Command::new(env!("CARGO_BIN_EXE_rucx-perftest"))
             .args(["--server", "-p", &port.to_string(), "--timeout", "30"])
             .stdin(Stdio::null())
@@ -313,12 +328,13 @@ impl Server {
         });
         let server = Server { child, stderr: rx };
         let deadline = Instant::now() + LIMIT;
+        let mut said = Vec::new();
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             match server.stderr.recv_timeout(left) {
-                Ok(l) if l.contains("waiting for a client") => return server,
-                Ok(_) => {}
-                Err(e) => panic!("the server did not start listening: {e}"),
+                Ok(l) if l.contains("waiting for a client") => return Ok(server),
+                Ok(l) => said.push(l),
+                Err(e) => return Err(format!("{e}: {}", said.join("\n"))),
             }
         }
     }
@@ -352,8 +368,7 @@ impl Drop for Server {
 #[test]
 fn server_and_client_over_tcp() {
     // --connect HOST:PORT
-    let port = free_port();
-    let server = Server::start(port);
+    let (port, server) = Server::start_any();
     let target = format!("127.0.0.1:{port}");
     let run = perftest(&[
         "--connect",
@@ -377,8 +392,7 @@ fn server_and_client_over_tcp() {
     assert_eq!(server.wait(), Some(0));
 
     // ucx_perftest's style: HOST -p PORT; a transport test after a protocol test.
-    let port = free_port();
-    let server = Server::start(port);
+    let (port, server) = Server::start_any();
     let p = port.to_string();
     let run = perftest(&[
         "127.0.0.1",

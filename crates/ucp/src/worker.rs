@@ -1005,7 +1005,10 @@ pub(crate) fn route(tls: &mut [Tl], st: &mut State, ep: u32) -> Result<Route> {
 pub(crate) fn enqueue(tls: &mut [Tl], st: &mut State, ep: u32, q: Queued) -> Result<()> {
     let e = st.ep_mut(ep)?;
     e.queue.push_back(q);
-    if e.queue.len() == 1 {
+    // An endpoint still waiting for its server has nothing to drain: it becomes active
+    // when it connects. (Listing it now would keep the worker busy: `arm` refuses to
+    // sleep while endpoints are active.)
+    if e.queue.len() == 1 && e.lane.is_some() {
         st.active.push_back(ep);
     }
     crate::tag::api::drain_queue(tls, st, ep);
