@@ -185,11 +185,11 @@ impl Worker {
         });
         match CmClient::connect(server, &me) {
             Ok(client) => {
-                self.cm.sockaddrs.insert(idx, (client.local_addr(), server));
                 if let Err(s) = self.add_wakeup_fd(client.fd()) {
                     self.st.eps[idx as usize] = None;
                     return Err(s);
                 }
+                self.cm.sockaddrs.insert(idx, (client.local_addr(), server));
                 if let Ok(e) = self.st.ep_mut(idx) {
                     e.status = crate::worker::EpStatus::Connecting;
                 }
