@@ -708,6 +708,12 @@ impl TcpIface {
         if let EpState::Failed(s) = e.state {
             return Err(s);
         }
+        if e.state != EpState::Connected {
+            // Not connected yet: the caller keeps its data (pending) rather than our
+            // buffer, so a send reported done has reached the kernel, and survives this
+            // process, as soon as the connection exists.
+            return Ok(Outcome::NoResource);
+        }
         let mut sent = 0;
         if e.pending() == 0 && e.state == EpState::Connected {
             let mut iov: [IoSlice<'_>; MAX_PARTS + 1] = [IoSlice::new(&[]); MAX_PARTS + 1];
