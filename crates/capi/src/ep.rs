@@ -22,8 +22,6 @@ pub(crate) struct EpH {
     pub name: Cell<[c_char; UCP_ENTITY_NAME_MAX]>,
     /// Made by rucx for a reply endpoint rather than by `ucp_ep_create`.
     pub implicit: Cell<bool>,
-    /// The peer's socket address (client–server endpoints).
-    pub remote: Cell<Option<SocketAddr>>,
     /// The application's error handler. It is called with `user_data` as its argument:
     /// the handler's own `arg` is only the starting value of `user_data` (UCX's rule:
     /// `ucp_ep_params_t::user_data` overrides `err_handler.arg`).
@@ -71,7 +69,6 @@ pub(crate) fn handle_for(wk: &Wk, side: &mut Side, ep: ucp::Ep) -> *mut Handle<E
         user_data: Cell::new(std::ptr::null_mut()),
         name: Cell::new(name),
         implicit: Cell::new(true),
-        remote: Cell::new(None),
         err: Cell::new(None),
     });
     side.eps.insert(ep, h);
@@ -207,13 +204,12 @@ pub unsafe extern "C" fn ucp_ep_create(
         let mut request = request;
         let r_handle = request.as_ref().map(|(r, _)| *r);
         let h = wk.run(|w, side| -> Result<*mut Handle<EpH>> {
-            let (ep, remote) = match (&target, bytes, request.take()) {
-                (_, Some(b), _) => (w.ep_create(b)?, None),
-                (_, _, Some((_, taken))) => {
-                    let client = taken.client;
-                    (w.ep_create_accept(taken)?, Some(client))
-                }
-                (Target::Server(a), _, _) => (w.ep_create_sockaddr(*a, CONNECT_TIMEOUT)?, Some(*a)),
+            // The socket addresses of client–server endpoints stay with the protocol layer
+            // (`Worker::ep_sockaddrs`, for `ucp_ep_query`).
+            let ep = match (&target, bytes, request.take()) {
+                (_, Some(b), _) => w.ep_create(b)?,
+                (_, _, Some((_, taken))) => w.ep_create_accept(taken)?,
+                (Target::Server(a), _, _) => w.ep_create_sockaddr(*a, CONNECT_TIMEOUT)?,
                 _ => return Err(Status::InvalidParam),
             };
             if err.is_some() {
@@ -229,7 +225,6 @@ pub unsafe extern "C" fn ucp_ep_create(
                     e.implicit.set(false);
                     e.user_data.set(user_data);
                     e.name.set(ename);
-                    e.remote.set(remote);
                     e.err.set(err);
                     return Ok(h);
                 }
@@ -242,7 +237,6 @@ pub unsafe extern "C" fn ucp_ep_create(
                 user_data: Cell::new(user_data),
                 name: Cell::new(ename),
                 implicit: Cell::new(false),
-                remote: Cell::new(remote),
                 err: Cell::new(err),
             });
             side.eps.insert(ep, h);
@@ -388,10 +382,7 @@ pub unsafe extern "C" fn ucp_ep_query(
         if mask & (UCP_EP_ATTR_FIELD_LOCAL_SOCKADDR | UCP_EP_ATTR_FIELD_REMOTE_SOCKADDR) != 0 {
             // Only endpoints made through a listener or to a socket address have them.
             let rep = e.ep;
-            let (local, remote) = match wk.with(|w, _| w.ep_sockaddrs(rep))? {
-                Ok(a) => a,
-                Err(s) => (None, e.remote.get().ok_or(s)?),
-            };
+            let (local, remote) = wk.with(|w, _| w.ep_sockaddrs(rep))??;
             if mask & UCP_EP_ATTR_FIELD_LOCAL_SOCKADDR != 0 {
                 let l = local.ok_or(Status::NotConnected)?;
                 // SAFETY: as above.

@@ -356,7 +356,6 @@ pub(crate) fn deliver(wk: &Wk, r: Ready) {
                 // SAFETY: the handle just made or found for this worker's endpoint.
                 if let Ok(eh) = unsafe { Handle::get(h) } {
                     eh.implicit.set(false);
-                    eh.remote.set(Some(r.client));
                 }
                 Ok(h)
             }) else {
