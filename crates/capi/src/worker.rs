@@ -48,7 +48,7 @@ impl Drop for ResetAm {
 /// allocate.
 #[inline]
 pub(crate) fn rust_cb() -> ucp::Callback {
-    Box::new(|r: Request, s: Status, i: RecvInfo| {
+    ucp::Callback::new(|r: Request, s: Status, i: RecvInfo| {
         RAW.with(|q| q.borrow_mut().push((r, s, i)));
     })
 }

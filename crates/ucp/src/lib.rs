@@ -26,7 +26,7 @@ pub use config::RmaPath;
 pub use context::{Context, Features, Resource};
 pub use listener::{ConnReqId, ListenerId};
 pub use mem::MemH;
-pub use request::{Buf, Callback, GenericDt, RecvInfo, Request};
+pub use request::{Buf, Callback, Completed, GenericDt, RecvInfo, Request};
 pub use rma::RemoteKey;
 pub use shared::SharedWorker;
 pub use uct::cm::ConnRequest;

@@ -30,9 +30,40 @@ pub struct RecvInfo {
     pub length: usize,
 }
 
-/// Called once when a request completes, after the worker finished its own work (so it
-/// may use the worker again through whatever handle it captured).
-pub type Callback = Box<dyn FnOnce(Request, Status, RecvInfo) + Send>;
+/// How the completion of a request is reported.
+pub enum Callback {
+    /// Called once when the request completes, after the worker finished its own work (so
+    /// it may use the worker again through whatever handle it captured).
+    Fn(Box<dyn FnOnce(Request, Status, RecvInfo) + Send>),
+    /// Reported through [`crate::Worker::drain_completed`] with this word (a layer above,
+    /// such as the C ABI, keeps its own request there and needs no closure per request).
+    Word(u64),
+}
+
+impl Callback {
+    /// A closure called at completion.
+    pub fn new(f: impl FnOnce(Request, Status, RecvInfo) + Send + 'static) -> Callback {
+        Callback::Fn(Box::new(f))
+    }
+}
+
+impl std::fmt::Debug for Callback {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Callback::Fn(_) => f.write_str("Callback::Fn"),
+            Callback::Word(w) => write!(f, "Callback::Word({w:#x})"),
+        }
+    }
+}
+
+/// A completion reported by word (see [`Callback::Word`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Completed {
+    pub request: Request,
+    pub word: u64,
+    pub status: Status,
+    pub info: RecvInfo,
+}
 
 /// A datatype whose packing the application does (UCX's generic datatypes): the library
 /// asks for the packed stream in pieces when sending and hands pieces back when receiving.

@@ -192,6 +192,8 @@ pub(crate) struct State {
     pub completed: Vec<Request>,
     /// An empty list with capacity, swapped with `completed` when callbacks run.
     pub completed_spare: Vec<Request>,
+    /// Completions reported by word, waiting for [`Worker::drain_completed`].
+    pub words: Vec<Completed>,
     /// Endpoints that failed since callbacks last ran.
     pub ep_errors: Vec<(u32, Status)>,
     /// Operations started on an endpoint that failed in the starting call: they complete
@@ -303,6 +305,7 @@ impl Worker {
                 active: VecDeque::new(),
                 completed: Vec::new(),
                 completed_spare: Vec::new(),
+                words: Vec::new(),
                 ep_errors: Vec::new(),
                 failed_ops: Vec::new(),
                 am: crate::am::AmState::default(),
@@ -629,14 +632,37 @@ impl Worker {
             if released {
                 self.st.reqs.remove(r.0);
             }
-            if let Some(cb) = cb {
-                cb(r, status, info);
+            match cb {
+                Some(Callback::Fn(f)) => f(r, status, info),
+                Some(Callback::Word(word)) => self.st.words.push(Completed {
+                    request: r,
+                    word,
+                    status,
+                    info,
+                }),
+                None => {}
             }
         }
         self.st.completed_spare = done;
     }
 
     // ----- requests --------------------------------------------------------------------
+
+    /// Hands the completions of requests started with [`Callback::Word`] to `f`, in
+    /// completion order; returns how many. They are collected by [`Worker::progress`] (and
+    /// the calls that progress); a released request is already freed when `f` sees it.
+    pub fn drain_completed(&mut self, mut f: impl FnMut(Completed)) -> usize {
+        let n = self.st.words.len();
+        for c in self.st.words.drain(..) {
+            f(c);
+        }
+        n
+    }
+
+    /// True when [`Worker::drain_completed`] has something to hand out.
+    pub fn has_completed(&self) -> bool {
+        !self.st.words.is_empty()
+    }
 
     /// The status of a request: `None` while in progress.
     pub fn request_test(&self, r: Request) -> Result<Option<Status>> {

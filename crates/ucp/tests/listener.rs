@@ -209,7 +209,9 @@ fn closing_a_connecting_endpoint_cancels_its_operations() {
             ucp::Buf::contig(data.as_ptr().cast_mut(), data.len()),
             1,
             false,
-            Some(Box::new(move |_, s, _| *g2.lock().unwrap() = Some(s))),
+            Some(ucp::Callback::new(move |_, s, _| {
+                *g2.lock().unwrap() = Some(s)
+            })),
         )
     }
     .unwrap();

@@ -335,7 +335,9 @@ fn cancel_posted_receive() {
             Buf::contig(buf.as_mut_ptr(), 64),
             5,
             u64::MAX,
-            Some(Box::new(move |_, st, _| *s2.lock().unwrap() = Some(st))),
+            Some(ucp::Callback::new(move |_, st, _| {
+                *s2.lock().unwrap() = Some(st)
+            })),
         )
         .unwrap()
     };
@@ -366,7 +368,9 @@ fn destroying_a_worker_cancels_unmatched_receives() {
                 Buf::contig(b.as_mut_ptr(), 32),
                 i as u64,
                 u64::MAX,
-                Some(Box::new(move |_, st, _| s.lock().unwrap().push(st))),
+                Some(ucp::Callback::new(move |_, st, _| {
+                    s.lock().unwrap().push(st)
+                })),
             )
             .unwrap();
         }

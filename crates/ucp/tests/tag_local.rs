@@ -349,3 +349,67 @@ fn generic_datatypes_across_protocols() {
         }
     }
 }
+
+/// Requests started with `Callback::Word` report through `drain_completed`, once each,
+/// with their word, status and receive information, and need no closure.
+#[test]
+fn word_completions_are_drained_once() {
+    let c = ctx();
+    let mut w = Worker::new(&c, ThreadMode::Single).unwrap();
+    let addr = w.address();
+    let ep = w.ep_create(&addr).unwrap();
+    let n = 20usize;
+    let mut outs: Vec<Vec<u8>> = (0..n).map(|i| vec![0u8; 64 + i]).collect();
+    let ins: Vec<Vec<u8>> = (0..n).map(|i| pattern(64 + i, i as u64)).collect();
+    let mut words = std::collections::HashMap::new();
+    for (i, out) in outs.iter_mut().enumerate() {
+        // SAFETY: `outs` outlives the receives: every one is drained below.
+        let r = unsafe {
+            w.tag_recv_nb(
+                Buf::contig(out.as_mut_ptr(), out.len()),
+                100 + i as u64,
+                u64::MAX,
+                Some(ucp::Callback::Word(1000 + i as u64)),
+            )
+            .unwrap()
+        };
+        w.request_free(r).unwrap();
+        words.insert(1000 + i as u64, i);
+    }
+    for (i, d) in ins.iter().enumerate().rev() {
+        // SAFETY: `ins` outlives the sends (waited for below through their words).
+        let r = unsafe {
+            w.tag_send_nb(
+                ep,
+                Buf::contig(d.as_ptr().cast_mut(), d.len()),
+                100 + i as u64,
+                false,
+                Some(ucp::Callback::Word(5000 + i as u64)),
+            )
+            .unwrap()
+        };
+        if let Some(r) = r {
+            w.request_free(r).unwrap();
+            words.insert(5000 + i as u64, i);
+        }
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let mut seen = std::collections::HashSet::new();
+    while seen.len() < words.len() {
+        assert!(std::time::Instant::now() < deadline, "timeout");
+        w.progress();
+        w.drain_completed(|c| {
+            assert_eq!(c.status, Status::Ok);
+            assert!(seen.insert(c.word), "word {} reported twice", c.word);
+            let i = words[&c.word];
+            if c.word < 5000 {
+                assert_eq!(c.info.sender_tag, 100 + i as u64);
+                assert_eq!(c.info.length, 64 + i);
+            }
+        });
+    }
+    assert!(!w.has_completed());
+    for (o, i) in outs.iter().zip(&ins) {
+        assert_eq!(o, i);
+    }
+}
