@@ -5,30 +5,56 @@
 //! The Rust API is in [`Worker`]; nonblocking calls that borrow user memory beyond the
 //! call are `unsafe` with their contract spelled out, and every one has a safe blocking
 //! counterpart. The C ABI (crate capi) is a thin layer over this.
+//!
+//! Module map, bottom to top (no module imports one above it, and none imports a module
+//! that imports it back; `crates/ucs/tests/module_cycles.rs` checks it):
+//! - `address`, `config`, `context`, `mem`, `matcher`: the worker address, configuration,
+//!   the context with its resources and memory regions, the tag matching structure;
+//! - `core`: requests and their pool, buffers, the endpoint table with each endpoint's
+//!   lane, the transports, connecting, completion; knows no protocol;
+//! - `proto`: the one `AmId` table, the wire codecs, protocol selection;
+//! - `rndv`: the rendezvous data movers shared by tag and am;
+//! - `tag`, `am`, `stream`, `rma`: one module per protocol (API, send step, receive
+//!   handlers, state); none imports another;
+//! - `engine`: send queues, receive dispatch, deferred work, endpoint events;
+//! - `cm`: the client–server connection state;
+//! - `worker`: lifecycle, progress, flush, close, wakeup, and the public API of each
+//!   protocol; `shared`: the worker for several threads.
 
 pub mod address;
 pub mod am;
+pub mod cm;
 pub mod config;
 pub mod context;
-pub mod listener;
+pub(crate) mod core;
+pub(crate) mod engine;
+pub mod matcher;
 pub mod mem;
 pub mod proto;
-pub mod request;
 pub mod rma;
+pub(crate) mod rndv;
 pub mod shared;
 pub mod stream;
 pub mod tag;
 pub mod worker;
 
-pub use am::{AmAction, AmData, AmDesc, AmMsg};
+pub use am::{AmAction, AmData, AmDesc, AmMsg, AmSendFlags};
+pub use cm::{ConnReqId, ListenerId};
 pub use config::Config;
 pub use config::RmaPath;
 pub use context::{Context, Features, Resource};
-pub use listener::{ConnReqId, ListenerId};
+pub use core::ep::{Ep, EpStatus, Proto, Thresholds};
+pub use core::request::{Buf, Callback, Completed, GenericDt, RecvInfo, Request};
 pub use mem::MemH;
-pub use request::{Buf, Callback, Completed, GenericDt, RecvInfo, Request};
 pub use rma::RemoteKey;
 pub use shared::SharedWorker;
+pub use stream::StreamRecv;
+pub use tag::Message;
 pub use uct::cm::ConnRequest;
 pub use uct::{AtomicOp, AtomicSize};
-pub use worker::{Ep, EpStatus, Message, ThreadMode, Worker};
+pub use worker::{ThreadMode, Worker};
+
+/// Request types (kept for paths used before the module split).
+pub mod request {
+    pub use crate::core::request::{Buf, Callback, Completed, GenericDt, RecvInfo, Request};
+}

@@ -413,3 +413,70 @@ fn word_completions_are_drained_once() {
         assert_eq!(o, i);
     }
 }
+
+/// Messages to the worker itself keep their order when a small one (handed over in the
+/// call) follows a large one still queued in fragments, and when they arrive before their
+/// receives (unexpected, from pooled buffers) or after.
+#[test]
+fn loopback_order_and_unexpected_pool() {
+    let c = ctx();
+    let mut w = Worker::new(&c, ThreadMode::Single).unwrap();
+    let addr = w.address();
+    let ep = w.ep_create(&addr).unwrap();
+    let big = pattern(100_000, 7);
+    let small = pattern(8, 9);
+    for round in 0..50u64 {
+        let (mut a, mut b) = (vec![0u8; big.len()], vec![0u8; big.len()]);
+        // SAFETY: the buffers outlive the requests, waited for below.
+        let (s1, s2) = unsafe {
+            (
+                w.tag_send_nb(
+                    ep,
+                    Buf::contig(big.as_ptr().cast_mut(), big.len()),
+                    5,
+                    false,
+                    None,
+                )
+                .unwrap(),
+                w.tag_send_nb(
+                    ep,
+                    Buf::contig(small.as_ptr().cast_mut(), 8),
+                    5,
+                    false,
+                    None,
+                )
+                .unwrap(),
+            )
+        };
+        if round % 2 == 0 {
+            // Let both arrive first: they wait as unexpected messages.
+            for _ in 0..100 {
+                w.progress();
+            }
+        }
+        // SAFETY: as above.
+        let (r1, r2) = unsafe {
+            (
+                w.tag_recv_nb(Buf::contig(a.as_mut_ptr(), a.len()), 5, u64::MAX, None)
+                    .unwrap(),
+                w.tag_recv_nb(Buf::contig(b.as_mut_ptr(), b.len()), 5, u64::MAX, None)
+                    .unwrap(),
+            )
+        };
+        for r in [s1, s2].into_iter().flatten() {
+            assert_eq!(
+                w.wait_request(r, Duration::from_secs(30)).unwrap(),
+                Status::Ok
+            );
+        }
+        for r in [r1, r2] {
+            assert_eq!(w.wait_done(r, Duration::from_secs(30)).unwrap(), Status::Ok);
+        }
+        assert_eq!(w.request_info(r1).unwrap().length, big.len());
+        assert_eq!(w.request_info(r2).unwrap().length, 8);
+        w.request_free(r1).unwrap();
+        w.request_free(r2).unwrap();
+        assert_eq!(&a[..], &big[..], "round {round}");
+        assert_eq!(&b[..8], &small[..], "round {round}");
+    }
+}

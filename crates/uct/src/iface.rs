@@ -268,6 +268,18 @@ impl Iface {
         }
     }
 
+    /// True for the self transport when it holds no message: a message to this very
+    /// interface may then be handed to the receiver directly without overtaking one
+    /// (the protocol layer's loopback shortcut, as UCX's self transport delivers inside
+    /// the send). False for every other transport.
+    #[inline]
+    pub fn loopback_idle(&self) -> bool {
+        match &self.tl {
+            Tl::SelfTl(t) => t.is_empty(),
+            _ => false,
+        }
+    }
+
     /// True when [`Iface::take_events`] has something.
     #[inline]
     pub fn has_events(&self) -> bool {

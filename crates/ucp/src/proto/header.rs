@@ -20,21 +20,11 @@
 //! read, i.e. tcp): the receiver answers an Rts whose key is a wire key with an Rtr naming
 //! its buffer, the sender puts the data there and sends RndvFin behind it.
 //! ```
+//! Stream bytes (id 17) carry the sender's worker id (u64) in front of the bytes.
 //! Decoders check lengths and never trust a length field beyond the bytes present.
 
 use ucs::{Result, Status};
 use uct::wire::Reader;
-
-pub const AM_EAGER_ONLY: u8 = 1;
-pub const AM_EAGER_SYNC: u8 = 2;
-pub const AM_EAGER_FIRST: u8 = 3;
-pub const AM_EAGER_MIDDLE: u8 = 4;
-pub const AM_RTS: u8 = 5;
-pub const AM_ATS: u8 = 6;
-pub const AM_SYNC_ACK: u8 = 7;
-pub const AM_WIREUP: u8 = 8;
-pub const AM_RTR: u8 = 20;
-pub const AM_RNDV_FIN: u8 = 21;
 
 pub const EAGER_ONLY_LEN: usize = 8;
 pub const EAGER_SYNC_LEN: usize = 24;
@@ -43,8 +33,9 @@ pub const EAGER_MIDDLE_LEN: usize = 24;
 pub const RTS_FIXED_LEN: usize = 42;
 pub const ATS_LEN: usize = 9;
 pub const SYNC_ACK_LEN: usize = 8;
-pub const WIREUP_LEN: usize = 8;
 pub const RTR_FIXED_LEN: usize = 34;
+/// Bytes of a stream message's header (the sender's worker id).
+pub const STREAM_HDR: usize = 8;
 
 fn put(buf: &mut [u8], off: &mut usize, v: u64) {
     buf[*off..*off + 8].copy_from_slice(&v.to_le_bytes());
@@ -283,12 +274,6 @@ pub fn decode_sync_ack(b: &[u8]) -> Result<u64> {
     Ok(v)
 }
 
-/// Decodes a Wireup into (uuid, address bytes).
-pub fn decode_wireup(b: &[u8]) -> Result<(u64, &[u8])> {
-    let uuid = short(Reader::new(b).u64())?;
-    Ok((uuid, &b[WIREUP_LEN..]))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -342,7 +327,6 @@ mod tests {
             let _ = Rts::decode(&b);
             let _ = decode_ats(&b);
             let _ = decode_sync_ack(&b);
-            let _ = decode_wireup(&b);
             let _ = Rtr::decode(&b);
             let _ = decode_rndv_fin(&b);
         }

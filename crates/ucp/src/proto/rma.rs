@@ -17,13 +17,6 @@
 use ucs::{Result, Status};
 use uct::{AtomicOp, AtomicSize};
 
-pub const AM_PUT: u8 = 9;
-pub const AM_GET_REQ: u8 = 10;
-pub const AM_GET_REP: u8 = 11;
-pub const AM_AMO_REQ: u8 = 12;
-pub const AM_AMO_REP: u8 = 13;
-pub const AM_ACK: u8 = 14;
-
 /// Header bytes of a Put.
 pub const PUT_HDR: usize = 32;
 /// Header bytes of a GetRep.

@@ -1,96 +1,75 @@
-//! Protocol selection: the size thresholds of an endpoint's lane, computed once when the
-//! endpoint connects, so that a send only compares its length against them.
+//! Protocol selection: the size thresholds of an interface's lanes, computed once when the
+//! worker opens it, and the choice of protocol of each kind of send.
 
+use super::am::{EAGER_HDR, FIRST_HDR};
 use super::header::{EAGER_FIRST_LEN, EAGER_MIDDLE_LEN, EAGER_ONLY_LEN, EAGER_SYNC_LEN};
 use crate::config::{Config, Thresh};
+pub use crate::core::ep::{Proto, Thresholds};
+use crate::core::request::{AmSendFlags, Buf};
+use ucs::{Result, Status};
 use uct::IfaceAttr;
 
-/// How a message of a given size is sent.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Proto {
-    /// One `am_short`: the tag travels as the transport header.
-    Short,
-    /// One `am_bcopy` with the header packed in front of the data.
-    Bcopy,
-    /// A first fragment and middle fragments.
-    Multi,
-    /// Rendezvous: the receiver pulls the data in one copy.
-    Rndv,
+/// The thresholds of lanes on an interface with attributes `attr` under `cfg`. `rma`
+/// tells whether the interface moves data in one copy (rendezvous by get possible).
+pub fn thresholds(attr: &IfaceAttr, cfg: &Config, rma: bool) -> Thresholds {
+    let max_short = attr.max_am_short;
+    let max_bcopy = attr.max_am_bcopy.saturating_sub(EAGER_ONLY_LEN);
+    let put = !rma && attr.caps.contains(uct::Caps::PUT_ZCOPY);
+    let rndv = match cfg.rndv_thresh {
+        Thresh::Bytes(n) => n,
+        Thresh::Auto if !rma && !put => usize::MAX,
+        Thresh::Auto => auto_rndv(attr),
+    };
+    let zcopy = match cfg.zcopy_thresh {
+        Thresh::Bytes(n) => n,
+        Thresh::Auto => 16 << 10,
+    };
+    Thresholds {
+        max_short,
+        max_bcopy,
+        max_sync_bcopy: attr.max_am_bcopy.saturating_sub(EAGER_SYNC_LEN),
+        first_frag: attr.max_am_bcopy.saturating_sub(EAGER_FIRST_LEN),
+        mid_frag: attr.max_am_bcopy.saturating_sub(EAGER_MIDDLE_LEN),
+        rndv: if rma || put { rndv.max(1) } else { usize::MAX },
+        zcopy,
+        rma,
+        put,
+    }
 }
 
-/// Thresholds of one lane.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Thresholds {
-    /// Largest message sent by `Short`.
-    pub max_short: usize,
-    /// Largest message sent by `Bcopy`.
-    pub max_bcopy: usize,
-    /// Largest synchronous message sent in one `Bcopy`.
-    pub max_sync_bcopy: usize,
-    /// Payload bytes of a first fragment.
-    pub first_frag: usize,
-    /// Payload bytes of a middle fragment.
-    pub mid_frag: usize,
-    /// Messages of at least this size use rendezvous.
-    pub rndv: usize,
-    /// Fragments of messages of at least this size are gathered with `am_zcopy`.
-    pub zcopy: usize,
-    /// The lane can read the peer's memory in one copy (rendezvous possible).
-    pub rma: bool,
-    /// The lane cannot read but can put into the peer's memory: rendezvous where the
-    /// receiver asks for the data and the sender puts it (tcp).
-    pub put: bool,
+/// The protocol of a tag send of `buf` on a lane with thresholds `th`.
+#[inline]
+pub fn tag_proto(th: &Thresholds, buf: &Buf, sync: bool) -> Proto {
+    let proto = th.select(buf.len(), sync);
+    if proto == Proto::Rndv && (buf.contig_ptr().is_none() || buf.is_empty()) {
+        Proto::Multi
+    } else {
+        proto
+    }
 }
 
-impl Thresholds {
-    /// Computes the thresholds of a lane from its transport attributes and the
-    /// configuration. `rma` tells whether the lane can move data in one copy (rendezvous
-    /// possible).
-    pub fn new(attr: &IfaceAttr, cfg: &Config, rma: bool) -> Thresholds {
-        let max_short = attr.max_am_short;
-        let max_bcopy = attr.max_am_bcopy.saturating_sub(EAGER_ONLY_LEN);
-        let put = !rma && attr.caps.contains(uct::Caps::PUT_ZCOPY);
-        let rndv = match cfg.rndv_thresh {
-            Thresh::Bytes(n) => n,
-            Thresh::Auto if !rma && !put => usize::MAX,
-            Thresh::Auto => auto_rndv(attr),
-        };
-        let zcopy = match cfg.zcopy_thresh {
-            Thresh::Bytes(n) => n,
-            Thresh::Auto => 16 << 10,
-        };
-        Thresholds {
-            max_short,
-            max_bcopy,
-            max_sync_bcopy: attr.max_am_bcopy.saturating_sub(EAGER_SYNC_LEN),
-            first_frag: attr.max_am_bcopy.saturating_sub(EAGER_FIRST_LEN),
-            mid_frag: attr.max_am_bcopy.saturating_sub(EAGER_MIDDLE_LEN),
-            rndv: if rma || put { rndv.max(1) } else { usize::MAX },
-            zcopy,
-            rma,
-            put,
-        }
+/// The protocol of an active message with a `hdr_len`-byte header and `data` on a lane
+/// with thresholds `th`; `InvalidParam` when it cannot go as asked.
+pub fn am_proto(th: &Thresholds, hdr_len: usize, data: &Buf, flags: AmSendFlags) -> Result<Proto> {
+    let len = data.len();
+    let fits = EAGER_HDR + hdr_len + len <= th.max_bcopy + 8;
+    // Rendezvous needs a lane that reads remote memory and a contiguous buffer; other
+    // large messages go in fragments.
+    let can_rndv = th.rma && data.contig_ptr().is_some();
+    let want_rndv = flags.rndv || (!flags.eager && (!fits || (len >= th.rndv && len > 0)));
+    if flags.eager && !fits {
+        return Err(Status::InvalidParam);
     }
-
-    /// The protocol for a message of `len` bytes.
-    #[inline]
-    pub fn select(&self, len: usize, sync: bool) -> Proto {
-        if len >= self.rndv {
-            Proto::Rndv
-        } else if !sync && len <= self.max_short {
-            Proto::Short
-        } else if len
-            <= if sync {
-                self.max_sync_bcopy
-            } else {
-                self.max_bcopy
-            }
-        {
-            Proto::Bcopy
-        } else {
-            Proto::Multi
-        }
+    if want_rndv && can_rndv {
+        return Ok(Proto::Rndv);
     }
+    if fits {
+        return Ok(Proto::Bcopy);
+    }
+    if FIRST_HDR + hdr_len > th.max_bcopy {
+        return Err(Status::InvalidParam);
+    }
+    Ok(Proto::Multi)
 }
 
 /// The size where a rendezvous (round trip plus one copy at the RMA bandwidth) becomes

@@ -112,6 +112,12 @@ impl SelfIface {
         })
     }
 
+    /// True when no message waits for progress.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.queue.is_empty()
+    }
+
     pub fn attr(&self) -> &IfaceAttr {
         &self.attr
     }

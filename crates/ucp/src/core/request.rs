@@ -1,8 +1,13 @@
 //! Requests: the state of an operation that did not complete inside the call that started
 //! it, kept in a pool and named by a generation-checked handle.
+//!
+//! The states here are plain data: a send (tag, active message or stream bytes), a
+//! receive, an emulated remote access, a flush. The protocol modules own what these
+//! states mean; the core only stores them and completes them.
 
-use crate::tag::matcher::RecvId;
+use crate::matcher::RecvId;
 use ucs::{PoolIdx, Status};
+use uct::{AtomicOp, AtomicSize};
 
 /// A handle to an outstanding operation. A stale handle (freed, or from another worker)
 /// is detected and reported as `InvalidParam`, never dereferenced.
@@ -259,7 +264,7 @@ pub(crate) struct AmInfo {
     pub id: u16,
     pub header: Vec<u8>,
     /// How the application asked to send it (reply endpoint, eager or rendezvous).
-    pub flags: crate::am::AmSendFlags,
+    pub flags: AmSendFlags,
 }
 
 /// What a send carries.
@@ -281,8 +286,8 @@ pub(crate) struct SendState {
     /// Bytes handed to the transport so far (eager) or whether the RTS went out (rndv).
     pub offset: usize,
     pub msg_id: u64,
-    pub proto: crate::proto::select::Proto,
-    /// Queued before the endpoint had a lane: `proto` is chosen when it connects.
+    pub proto: crate::core::lane::Proto,
+    /// Queued before the endpoint had a lane: `proto` is chosen by the first send step.
     pub select: bool,
     /// Registration of the buffer while a rendezvous is in flight.
     pub mem: Option<Box<uct::MemHandle>>,
@@ -302,7 +307,7 @@ impl SendState {
             sync: false,
             offset: 0,
             msg_id: 0,
-            proto: crate::proto::select::Proto::Bcopy,
+            proto: crate::core::lane::Proto::Bcopy,
             select: false,
             mem: None,
             remote_pending: false,
@@ -325,7 +330,7 @@ pub(crate) enum ReqKind {
     Send(SendState),
     Recv(RecvState),
     /// An emulated remote access or atomic.
-    Rma(Box<crate::rma::RmaState>),
+    Rma(Box<RmaState>),
     /// Completes when the endpoint (or, with `None`, every endpoint) has nothing in flight.
     Flush(Option<u32>),
     /// Like Flush, then destroys the endpoint.
@@ -341,4 +346,47 @@ pub(crate) struct Req {
     /// The user released the handle before completion: free the request when it
     /// completes.
     pub released: bool,
+}
+
+/// How to send an active message.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AmSendFlags {
+    /// Give the receiver an endpoint to reply on.
+    pub reply: bool,
+    /// Use the eager protocol (the message must fit one transport message).
+    pub eager: bool,
+    /// Use the rendezvous protocol.
+    pub rndv: bool,
+}
+
+/// The kinds of emulated remote access.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RmaOp {
+    Put,
+    Get,
+    Amo {
+        op: AtomicOp,
+        size: AtomicSize,
+        fetch: bool,
+    },
+}
+
+/// State of an emulated remote access.
+pub(crate) struct RmaState {
+    pub ep: u32,
+    pub op: RmaOp,
+    pub key_id: u64,
+    pub addr: u64,
+    /// Put: the source; get: the destination; fetching atomic: the 8-byte result.
+    pub local: Buf,
+    /// Put data copied when the caller's buffer may not outlive the call (nbi).
+    pub owned: Option<Vec<u8>>,
+    pub len: usize,
+    pub value: u64,
+    pub compare: u64,
+    /// Bytes sent (put) or whether the request went out (get, atomic: 0 or 1).
+    pub sent: usize,
+    /// Put: acknowledgements still due; get: bytes received.
+    pub progress: usize,
+    pub error: Option<Status>,
 }

@@ -8,14 +8,16 @@
 //! every byte was written.
 //!
 //! Invariants: the receiver's registration lives exactly as long as its entry in
-//! `State::rndv_rx`, so once a receive completed or was aborted, late puts to it are
+//! `RndvState::rx`, so once a receive completed or was aborted, late puts to it are
 //! refused by the transport instead of writing freed memory. The sender puts a piece only
 //! when its endpoint's send buffer is empty, so that pieces go from the user's buffer to
 //! the socket without a copy (only a piece the socket took partly is copied, its rest).
 
-use crate::proto::header::{encode_rndv_fin, Rtr, AM_RNDV_FIN, AM_RTR};
-use crate::request::{Buf, Req, ReqKind, Request};
-use crate::worker::{connect, Deferred, State, Tl};
+use super::{RndvState, Work};
+use crate::core::request::{Buf, Req, ReqKind, Request};
+use crate::core::{connect, Core, Tl};
+use crate::proto::header::{encode_rndv_fin, Rtr};
+use crate::proto::AmId;
 use ucs::{Result, Status};
 use uct::{Outcome, Transport};
 
@@ -37,14 +39,16 @@ pub(crate) struct RndvRx {
 /// Receiver: `req` matched an Rts of `len` bytes from request `sreq` of worker `uuid`.
 /// Registers the destination, records it and asks the sender for the data. Returns the
 /// retry of the Rtr when the lane has no room now.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn start(
     tls: &mut [Tl],
-    st: &mut State,
+    core: &mut Core,
+    st: &mut RndvState,
     req: Request,
     uuid: u64,
     sreq: u64,
     len: u64,
-) -> Result<Option<Deferred>> {
+) -> Result<Option<Work>> {
     let md = tls
         .iter()
         .find(|t| t.transport == Transport::Tcp)
@@ -53,7 +57,7 @@ pub(crate) fn start(
     let Some(Req {
         kind: ReqKind::Recv(rs),
         ..
-    }) = st.reqs.get_mut(req.0)
+    }) = core.reqs.get_mut(req.0)
     else {
         return Err(Status::InvalidParam);
     };
@@ -67,8 +71,8 @@ pub(crate) fn start(
         } else {
             Status::Ok
         };
-        st.complete(req, status);
-        return Ok(Some(Deferred::Ats {
+        core.complete(req, status);
+        return Ok(Some(Work::Ats {
             uuid,
             sreq,
             status: Status::Ok,
@@ -82,7 +86,7 @@ pub(crate) fn start(
         }
     };
     let rreq = req.to_u64();
-    st.rndv_rx.insert(
+    st.rx.insert(
         rreq,
         RndvRx {
             req,
@@ -94,12 +98,12 @@ pub(crate) fn start(
             bounce,
         },
     );
-    Ok(send_rtr(tls, st, rreq)?.then_some(Deferred::Rtr { rreq }))
+    Ok(send_rtr(tls, core, st, rreq)?.then_some(Work::Rtr { rreq }))
 }
 
 /// Sends the Rtr of receive `rreq`; `Ok(true)` when the lane had no room (retry).
-pub(crate) fn send_rtr(tls: &mut [Tl], st: &mut State, rreq: u64) -> Result<bool> {
-    let Some(rx) = st.rndv_rx.get(&rreq) else {
+pub(crate) fn send_rtr(tls: &mut [Tl], core: &mut Core, st: &RndvState, rreq: u64) -> Result<bool> {
+    let Some(rx) = st.rx.get(&rreq) else {
         // Completed or aborted meanwhile.
         return Ok(false);
     };
@@ -112,9 +116,9 @@ pub(crate) fn send_rtr(tls: &mut [Tl], st: &mut State, rreq: u64) -> Result<bool
         len: rx.len,
         rkey: &rkey,
     };
-    let ep = *st.by_uuid.get(&uuid).ok_or(Status::Unreachable)?;
-    let lane = connect(tls, st, ep)?;
-    let out = tls[lane.tl].iface.am_bcopy(lane.ep, AM_RTR, |b| {
+    let ep = core.ep_of(uuid).ok_or(Status::Unreachable)?;
+    let lane = connect(tls, core, ep)?;
+    let out = tls[lane.tl].iface.am_bcopy(lane.ep, AmId::Rtr.id(), |b| {
         if b.len() < rtr.encoded_len() {
             return usize::MAX;
         }
@@ -125,8 +129,8 @@ pub(crate) fn send_rtr(tls: &mut [Tl], st: &mut State, rreq: u64) -> Result<bool
 
 /// Sender: puts what is left of the data an Rtr asked for, then the RndvFin, then
 /// completes the send. Returns itself while the lane has no room.
-pub(crate) fn put_data(tls: &mut [Tl], st: &mut State, d: Deferred) -> Result<Option<Deferred>> {
-    let Deferred::RndvPut {
+pub(crate) fn put_data(tls: &mut [Tl], core: &mut Core, d: Work) -> Result<Option<Work>> {
+    let Work::Put {
         sreq,
         rreq,
         addr,
@@ -138,7 +142,7 @@ pub(crate) fn put_data(tls: &mut [Tl], st: &mut State, d: Deferred) -> Result<Op
         return Err(Status::InvalidParam);
     };
     let r = Request::from_u64(sreq);
-    let (ep, ptr) = match st.reqs.get_ref(r.0) {
+    let (ep, ptr) = match core.reqs.get_ref(r.0) {
         Some(Req {
             kind: ReqKind::Send(s),
             status: None,
@@ -149,7 +153,7 @@ pub(crate) fn put_data(tls: &mut [Tl], st: &mut State, d: Deferred) -> Result<Op
     };
     let res = (|| -> Result<bool> {
         let ptr = ptr.ok_or(Status::InvalidParam)?;
-        let lane = connect(tls, st, ep)?;
+        let lane = connect(tls, core, ep)?;
         let t = &mut tls[lane.tl];
         let rk = t.md.rkey_unpack(&rkey)?;
         let max = t.iface.attr().max_put_zcopy;
@@ -174,14 +178,14 @@ pub(crate) fn put_data(tls: &mut [Tl], st: &mut State, d: Deferred) -> Result<Op
             }
         }
         // am_short's header travels in native order: its bytes are the message's first 8.
-        let fin = encode_rndv_fin(rreq, st.uuid);
+        let fin = encode_rndv_fin(rreq, core.uuid);
         let (hdr, rest) = fin.split_at(8);
         let hdr = u64::from_ne_bytes(hdr.try_into().map_err(|_| Status::InvalidParam)?);
-        let out = t.iface.am_short(lane.ep, AM_RNDV_FIN, hdr, rest)?;
+        let out = t.iface.am_short(lane.ep, AmId::RndvFin.id(), hdr, rest)?;
         Ok(out.is_done())
     })();
     match res {
-        Ok(false) => Ok(Some(Deferred::RndvPut {
+        Ok(false) => Ok(Some(Work::Put {
             sreq,
             rreq,
             addr,
@@ -190,22 +194,22 @@ pub(crate) fn put_data(tls: &mut [Tl], st: &mut State, d: Deferred) -> Result<Op
             off,
         })),
         Ok(true) => {
-            st.complete(r, Status::Ok);
+            core.complete(r, Status::Ok);
             Ok(None)
         }
         Err(s) => {
             tracing::debug!("rendezvous put failed: {s}");
-            st.complete(r, s);
+            core.complete(r, s);
             Ok(None)
         }
     }
 }
 
-impl State {
+impl RndvState {
     /// Sender: the receiver is ready for the data of request `h.sreq`.
-    pub(crate) fn on_rtr(&mut self, h: Rtr<'_>) -> Result<()> {
+    pub(crate) fn on_rtr(&mut self, core: &Core, h: Rtr<'_>) -> Result<()> {
         let r = Request::from_u64(h.sreq);
-        let fits = match self.reqs.get_ref(r.0) {
+        let fits = match core.reqs.get_ref(r.0) {
             Some(Req {
                 kind: ReqKind::Send(s),
                 status: None,
@@ -216,7 +220,7 @@ impl State {
         if !fits {
             return Err(Status::InvalidParam);
         }
-        self.deferred.push_back(Deferred::RndvPut {
+        self.work.push_back(Work::Put {
             sreq: h.sreq,
             rreq: h.rreq,
             addr: h.addr,
@@ -228,11 +232,11 @@ impl State {
     }
 
     /// Receiver: every byte of receive `rreq` was written; `uuid` is the sender.
-    pub(crate) fn on_rndv_fin(&mut self, rreq: u64, uuid: u64) -> Result<()> {
-        if self.rndv_rx.get(&rreq).map(|x| x.uuid) != Some(uuid) {
+    pub(crate) fn on_rndv_fin(&mut self, core: &mut Core, rreq: u64, uuid: u64) -> Result<()> {
+        if self.rx.get(&rreq).map(|x| x.uuid) != Some(uuid) {
             return Err(Status::InvalidParam);
         }
-        let Some(rx) = self.rndv_rx.remove(&rreq) else {
+        let Some(rx) = self.rx.remove(&rreq) else {
             return Err(Status::InvalidParam);
         };
         let mut status = if rx.truncated {
@@ -244,7 +248,7 @@ impl State {
             kind: ReqKind::Recv(rs),
             status: None,
             ..
-        }) = self.reqs.get_mut(rx.req.0)
+        }) = core.reqs.get_mut(rx.req.0)
         {
             if let Some(b) = &rx.bounce {
                 // SAFETY: the receive is still posted, so its buffer is valid (the
@@ -253,23 +257,8 @@ impl State {
                     status = Status::IoError;
                 }
             }
-            self.complete(rx.req, status);
+            core.complete(rx.req, status);
         }
         Ok(())
-    }
-
-    /// The sender `uuid` is gone: its rendezvous receives fail with `status`.
-    pub(crate) fn fail_rndv_from(&mut self, uuid: u64, status: Status) {
-        let gone: Vec<u64> = self
-            .rndv_rx
-            .iter()
-            .filter(|(_, x)| x.uuid == uuid)
-            .map(|(&k, _)| k)
-            .collect();
-        for k in gone {
-            if let Some(rx) = self.rndv_rx.remove(&k) {
-                self.complete(rx.req, status);
-            }
-        }
     }
 }

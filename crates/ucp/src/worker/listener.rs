@@ -3,66 +3,13 @@
 //! The two exchange worker addresses over the connection (see `uct::cm`), then talk over
 //! the normal transports (shm on one host, tcp between hosts).
 
-use crate::worker::{Ep, Worker};
+use super::Worker;
+use crate::cm::*;
+use crate::core::ep::{Ep, EpStatus};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 use ucs::{Result, Status};
 use uct::cm::{CmClient, ConnRequest, Listener, Verdict};
-
-/// A listener of a worker.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct ListenerId(pub(crate) u32);
-
-/// A connection request waiting for the application's accept or reject.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct ConnReqId(pub(crate) u64);
-
-/// Called (from progress) for each connection request: its id and the client's address.
-pub type ConnHandler = Box<dyn FnMut(ConnReqId, SocketAddr) + Send>;
-
-pub(crate) struct ListenerSlot {
-    pub listener: Listener,
-    pub handler: ConnHandler,
-}
-
-/// An endpoint made from a server's socket address, waiting for the server's answer.
-pub(crate) struct Connecting {
-    pub ep: u32,
-    pub client: CmClient,
-    pub deadline: Instant,
-}
-
-#[derive(Default)]
-pub(crate) struct CmState {
-    pub listeners: Vec<Option<ListenerSlot>>,
-    /// Client connections in progress.
-    pub connecting: Vec<Connecting>,
-    /// Local and remote socket addresses of the endpoints made through a listener or to
-    /// a server, by endpoint.
-    pub sockaddrs: std::collections::HashMap<u32, (Option<SocketAddr>, SocketAddr)>,
-    pub requests: std::collections::HashMap<u64, (u32, ConnRequest)>,
-    pub next_req: u64,
-    /// Requests whose handler has not run yet.
-    pub new_requests: Vec<(u32, u64, SocketAddr)>,
-}
-
-impl CmState {
-    /// Accepts connections on every listener; returns true when requests arrived.
-    pub fn poll(&mut self) -> bool {
-        let mut any = false;
-        for (i, slot) in self.listeners.iter_mut().enumerate() {
-            let Some(slot) = slot else { continue };
-            for req in slot.listener.poll() {
-                self.next_req += 1;
-                let id = self.next_req;
-                self.new_requests.push((i as u32, id, req.client));
-                self.requests.insert(id, (i as u32, req));
-                any = true;
-            }
-        }
-        any
-    }
-}
 
 impl Worker {
     /// Listens on `addr` (port 0: any free port; [`Worker::listener_addr`] tells which).
@@ -178,7 +125,7 @@ impl Worker {
     /// runs.
     pub fn ep_create_sockaddr(&mut self, server: SocketAddr, timeout: Duration) -> Result<Ep> {
         let me = self.address();
-        let idx = self.st.insert_ep(crate::address::WorkerAddress {
+        let idx = self.core.insert_ep(crate::address::WorkerAddress {
             uuid: 0,
             host_id: 0,
             ifaces: Vec::new(),
@@ -186,12 +133,12 @@ impl Worker {
         match CmClient::connect(server, &me) {
             Ok(client) => {
                 if let Err(s) = self.add_wakeup_fd(client.fd()) {
-                    self.st.eps[idx as usize] = None;
+                    self.core.eps[idx as usize] = None;
                     return Err(s);
                 }
                 self.cm.sockaddrs.insert(idx, (client.local_addr(), server));
-                if let Ok(e) = self.st.ep_mut(idx) {
-                    e.status = crate::worker::EpStatus::Connecting;
+                if let Ok(e) = self.core.ep_mut(idx) {
+                    e.status = EpStatus::Connecting;
                 }
                 self.cm.connecting.push(Connecting {
                     ep: idx,
@@ -199,7 +146,7 @@ impl Worker {
                     deadline: Instant::now() + timeout,
                 });
             }
-            Err(s) => crate::worker::fail_ep(&mut self.st, idx, s),
+            Err(s) => crate::core::fail_ep(&mut self.core, idx, s),
         }
         Ok(Ep(idx))
     }
@@ -207,7 +154,7 @@ impl Worker {
     /// The local and remote socket addresses of an endpoint made through a listener or
     /// to a server's socket address (`NotConnected` for other endpoints).
     pub fn ep_sockaddrs(&self, ep: Ep) -> Result<(Option<SocketAddr>, SocketAddr)> {
-        self.st.ep(ep.0)?;
+        self.core.ep(ep.0)?;
         self.cm
             .sockaddrs
             .get(&ep.0)
@@ -242,7 +189,7 @@ impl Worker {
             };
             if let Err(s) = result {
                 tracing::debug!("connection to a server failed: {s}");
-                crate::worker::fail_ep(&mut self.st, ep, s);
+                crate::core::fail_ep(&mut self.core, ep, s);
             }
         }
         done
@@ -253,28 +200,27 @@ impl Worker {
     fn resolve_connecting(&mut self, ep: u32, blob: &[u8]) -> Result<()> {
         let remote = crate::address::WorkerAddress::decode(blob)?;
         let uuid = remote.uuid;
-        if let Some(&other) = self.st.by_uuid.get(&uuid) {
+        if let Some(&other) = self.core.by_uuid.get(&uuid) {
             // The server reached us first (its wireup made an endpoint here): this
             // endpoint takes over that one's connection and received data.
-            self.st.adopt_implicit(ep, other);
+            crate::engine::adopt_implicit(&mut self.core, &mut self.p, ep, other);
         }
-        let e = self.st.ep_mut(ep)?;
+        let e = self.core.ep_mut(ep)?;
         e.remote = remote;
-        if e.status == crate::worker::EpStatus::Connecting {
-            e.status = crate::worker::EpStatus::Created;
+        if e.status == EpStatus::Connecting {
+            e.status = EpStatus::Created;
         }
         let lane = e.lane;
         let queued = !e.queue.is_empty();
-        self.st.by_uuid.insert(uuid, ep);
+        self.core.by_uuid.insert(uuid, ep);
         match lane {
-            Some(l) => {
-                crate::worker::select_queued(&mut self.st, ep, &l.th);
+            Some(_) => {
                 if queued {
-                    self.st.active.push_back(ep);
+                    self.core.active.push_back(ep);
                 }
                 Ok(())
             }
-            None => crate::worker::connect(&mut self.tls, &mut self.st, ep).map(drop),
+            None => crate::core::connect(&mut self.tls, &mut self.core, ep).map(drop),
         }
     }
 }

@@ -1,0 +1,518 @@
+//! Active messages: handlers by id, sends of a user header plus data, eagerly in one
+//! transport message, in fragments, or by rendezvous (the receiver pulls the data when
+//! the application asks for it with [`crate::Worker::am_recv_data_nb`]), an optional reply
+//! endpoint, and data a handler keeps after it returns. The wire format is in
+//! `proto::am`.
+//!
+//! Lanes that cannot read remote memory (tcp, udp) send large messages as AmFirst and
+//! AmMiddle fragments; the receiver calls the handler once the message is whole.
+//! Handlers run inside progress and get the data in place; they may return
+//! [`AmAction::Keep`], and the data (or the rendezvous descriptor) then stays available
+//! under the message's [`AmDesc`] until released.
+
+use crate::core::ep::{Ep, Lane, Proto};
+pub use crate::core::request::AmSendFlags;
+use crate::core::request::*;
+use crate::core::{route, Core, Post, Route, Tl};
+use crate::proto::am::*;
+use crate::proto::select::am_proto;
+use crate::proto::AmId;
+use crate::rndv::RndvState;
+use std::collections::HashMap;
+use ucs::{Result, Status};
+
+/// Largest active message sent through the transports' inline (short) path.
+const SHORT_MAX: usize = 256;
+
+/// Names a received message's data for `am_data`, `am_data_release` and
+/// `am_recv_data_nb`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct AmDesc(pub u64);
+
+/// The data of a received active message.
+#[derive(Debug)]
+pub enum AmData<'a> {
+    /// All of it, in place.
+    Eager(&'a [u8]),
+    /// Announced by rendezvous: `length` bytes to pull with `am_recv_data_nb` (return
+    /// `Keep` to do so after the handler).
+    Rndv { length: usize },
+}
+
+/// A received active message, as its handler sees it.
+#[derive(Debug)]
+pub struct AmMsg<'a> {
+    pub id: u16,
+    pub header: &'a [u8],
+    pub data: AmData<'a>,
+    /// The endpoint to the sender, when it asked for replies.
+    pub reply_ep: Option<Ep>,
+    pub desc: AmDesc,
+}
+
+/// What a handler does with the data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AmAction {
+    /// Done with it: the data may go.
+    Done,
+    /// Keep it under the message's descriptor until `am_data_release` (eager) or
+    /// `am_recv_data_nb` (rendezvous).
+    Keep,
+}
+
+/// A handler. It runs inside progress, so it cannot call the worker; it records what it
+/// needs and the application acts after progress returns.
+pub type AmHandler = Box<dyn FnMut(&AmMsg<'_>) -> AmAction + Send>;
+
+enum Kept {
+    Data(Vec<u8>),
+    Rndv {
+        uuid: u64,
+        sreq: u64,
+        len: u64,
+        addr: u64,
+        rkey: Vec<u8>,
+    },
+}
+
+/// A fragmented active message being reassembled.
+struct PartialAm {
+    id: u16,
+    flags: u16,
+    header: Vec<u8>,
+    data: Vec<u8>,
+    received: usize,
+}
+
+/// The active-message protocol's state in a worker.
+#[derive(Default)]
+pub(crate) struct AmState {
+    /// Handlers indexed by id (ids are small and dense in practice; the table grows to the
+    /// largest id registered).
+    handlers: Vec<Option<AmHandler>>,
+    kept: HashMap<u64, Kept>,
+    next_desc: u64,
+    partial: HashMap<(u64, u64), PartialAm>,
+}
+
+impl AmState {
+    /// Installs (or with `None` removes) the handler of active-message id `id`.
+    pub(crate) fn set_handler(&mut self, id: u16, h: Option<AmHandler>) {
+        let t = &mut self.handlers;
+        let i = usize::from(id);
+        if t.len() <= i {
+            if h.is_none() {
+                return;
+            }
+            t.resize_with(i + 1, || None);
+        }
+        t[i] = h;
+    }
+
+    /// The data a handler kept (eager messages).
+    pub(crate) fn data(&self, desc: AmDesc) -> Option<&[u8]> {
+        match self.kept.get(&desc.0) {
+            Some(Kept::Data(v)) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// Releases kept data. For a kept rendezvous message that will not be received, the
+    /// sender is told it is done.
+    pub(crate) fn data_release(&mut self, rndv: &mut RndvState, desc: AmDesc) -> Result<()> {
+        match self.kept.remove(&desc.0) {
+            Some(Kept::Data(_)) => Ok(()),
+            Some(Kept::Rndv { uuid, sreq, .. }) => {
+                rndv.decline(uuid, sreq);
+                Ok(())
+            }
+            None => Err(Status::InvalidParam),
+        }
+    }
+
+    /// Forgets the partly received messages of a peer that failed.
+    pub(crate) fn peer_failed(&mut self, uuid: u64) {
+        self.partial.retain(|k, _| k.0 != uuid);
+    }
+
+    fn next_desc(&mut self) -> AmDesc {
+        let d = AmDesc(self.next_desc);
+        self.next_desc += 1;
+        d
+    }
+
+    fn call(&mut self, msg: &AmMsg<'_>) -> AmAction {
+        match self
+            .handlers
+            .get_mut(usize::from(msg.id))
+            .and_then(Option::as_mut)
+        {
+            Some(h) => h(msg),
+            None => {
+                tracing::debug!("active message id {} has no handler; dropped", msg.id);
+                AmAction::Done
+            }
+        }
+    }
+}
+
+/// Pulls the data of a kept rendezvous message into `buf` (or copies kept eager data).
+/// Completes with `MessageTruncated` when `buf` is too small.
+///
+/// # Safety
+/// `buf` must stay writable and unaliased until the request completes.
+pub(crate) unsafe fn recv_data_nb(
+    core: &mut Core,
+    st: &mut AmState,
+    rndv: &mut RndvState,
+    desc: AmDesc,
+    buf: Buf,
+    cb: Option<Callback>,
+) -> Result<Request> {
+    let kept = st.kept.remove(&desc.0).ok_or(Status::InvalidParam)?;
+    let r = core.new_req(
+        ReqKind::Recv(RecvState {
+            buf,
+            recv_id: None,
+            received: 0,
+            truncated: false,
+            waitall: false,
+        }),
+        cb,
+    );
+    match kept {
+        Kept::Data(v) => core.recv_whole(r, 0, &v),
+        Kept::Rndv {
+            uuid,
+            sreq,
+            len,
+            addr,
+            rkey,
+        } => {
+            core.recv_set_info(r, 0, len as usize);
+            rndv.accept(r, uuid, sreq, len, addr, rkey);
+        }
+    }
+    Ok(r)
+}
+
+/// Sends active message `id` with `header` and `data`.
+///
+/// # Safety
+/// `data` must stay readable and unchanged until the send completes.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn send_nb(
+    tls: &mut [Tl],
+    core: &mut Core,
+    st: &mut AmState,
+    ep: u32,
+    id: u16,
+    header: &[u8],
+    data: Buf,
+    flags: AmSendFlags,
+    cb: Option<Callback>,
+) -> Result<Post> {
+    if flags.eager && flags.rndv {
+        return Err(Status::InvalidParam);
+    }
+    let info = Box::new(AmInfo {
+        id,
+        header: header.to_vec(),
+        flags,
+    });
+    let lane = match route(tls, core, ep)? {
+        Route::Lane(l) => l,
+        Route::Queue => {
+            // Connecting: the protocol is chosen once the lane is known.
+            let mut s = SendState::new(SendKind::Am(info), ep, data);
+            s.select = true;
+            return Ok(Post::Queue(core.new_req(ReqKind::Send(s), cb)));
+        }
+        Route::Fail(s) => {
+            let r = core.new_req(
+                ReqKind::Send(SendState::new(SendKind::Am(info), ep, data)),
+                cb,
+            );
+            core.failed_ops.push((r, s));
+            return Ok(Post::Started(r));
+        }
+    };
+    let th = tls[lane.tl].th;
+    let len = data.len();
+    let proto = am_proto(&th, header.len(), &data, flags)?;
+    let (rndv, multi) = (proto == Proto::Rndv, proto == Proto::Multi);
+    let f = Fields {
+        id,
+        flags: if flags.reply { FLAG_REPLY } else { 0 },
+        hdr_len: header.len(),
+        uuid: core.uuid,
+    };
+    let total = EAGER_HDR + header.len() + len;
+    let idle = core.ep(ep)?.queue.is_empty();
+    if !rndv && idle && total <= (th.max_short + 8).min(SHORT_MAX) {
+        // Small enough for the transport's inline path: the first 8 header bytes are
+        // its header word, the rest its payload.
+        let mut b = [0u8; SHORT_MAX];
+        let h = put_fields(&mut b, &f);
+        b[h..h + header.len()].copy_from_slice(header);
+        let o = h + header.len();
+        // SAFETY: the caller promised `data` is readable until completion.
+        let n = o + unsafe { data.read_at(0, &mut b[o..o + len]) };
+        if tls[lane.tl].iface.loopback_idle() {
+            // To this very worker with nothing queued before it: the handler runs now, as
+            // it would in progress.
+            on_eager(core, st, &b[..n])?;
+            return Ok(Post::Done);
+        }
+        let word = u64::from_ne_bytes(b[..8].try_into().map_err(|_| Status::InvalidParam)?);
+        if tls[lane.tl]
+            .iface
+            .am_short(lane.ep, AmId::AmEager.id(), word, &b[8..n])?
+            .is_done()
+        {
+            return Ok(Post::Done);
+        }
+    } else if !rndv && !multi && idle {
+        let out = tls[lane.tl]
+            .iface
+            .am_bcopy(lane.ep, AmId::AmEager.id(), |b| {
+                let h = put_fields(b, &f);
+                b[h..h + header.len()].copy_from_slice(header);
+                let o = h + header.len();
+                // SAFETY: the caller promised `data` is readable until completion.
+                o + unsafe { data.read_at(0, &mut b[o..o + len]) }
+            })?;
+        if out.is_done() {
+            return Ok(Post::Done);
+        }
+    }
+    let mut s = SendState::new(SendKind::Am(info), ep, data);
+    s.proto = proto;
+    Ok(Post::Queue(core.new_req(ReqKind::Send(s), cb)))
+}
+
+/// Sends a queued active message (eager, fragments, or the rendezvous announcement).
+/// `Ok(true)`: nothing more to send for it.
+pub(crate) fn send_step(tls: &mut [Tl], core: &mut Core, lane: Lane, r: Request) -> Result<bool> {
+    let uuid = core.uuid;
+    let sreq = r.to_u64();
+    let Some(Req {
+        kind: ReqKind::Send(s),
+        ..
+    }) = core.reqs.get_mut(r.0)
+    else {
+        return Ok(true);
+    };
+    let SendKind::Am(am) = &s.kind else {
+        return Ok(true);
+    };
+    let t = &mut tls[lane.tl];
+    let th = t.th;
+    if s.select {
+        // Queued before the endpoint had a lane: the protocol is chosen now; a message
+        // that cannot go on this lane fails as the call would have.
+        s.select = false;
+        s.proto = am_proto(&th, am.header.len(), &s.buf, am.flags)?;
+    }
+    let header = &am.header;
+    let f = Fields {
+        id: am.id,
+        flags: if am.flags.reply { FLAG_REPLY } else { 0 },
+        hdr_len: header.len(),
+        uuid,
+    };
+    let len = s.buf.len();
+    if s.proto == Proto::Multi {
+        if s.msg_id == 0 {
+            s.msg_id = core.next_msg_id;
+            core.next_msg_id += 1;
+        }
+        let room = th.max_bcopy + 8;
+        while s.offset < len {
+            let off = s.offset;
+            let first = off == 0;
+            let (buf, msg_id) = (&s.buf, s.msg_id);
+            let n = if first {
+                room - FIRST_HDR - header.len()
+            } else {
+                room - MIDDLE_HDR
+            }
+            .min(len - off);
+            let id = if first { AmId::AmFirst } else { AmId::AmMiddle };
+            let out = t.iface.am_bcopy(lane.ep, id.id(), |b| {
+                let o = if first {
+                    First::encode_header(&f, msg_id, len as u64, header, b)
+                } else {
+                    Middle::encode_header(uuid, msg_id, off as u64, b)
+                };
+                // SAFETY: the sender promised the data stays readable until completion.
+                o + unsafe { buf.read_at(off, &mut b[o..o + n]) }
+            })?;
+            if !out.is_done() {
+                return Ok(false);
+            }
+            s.offset += n;
+        }
+        core.complete(r, Status::Ok);
+        return Ok(true);
+    }
+    if s.proto != Proto::Rndv {
+        let buf = &s.buf;
+        let out = t.iface.am_bcopy(lane.ep, AmId::AmEager.id(), |b| {
+            let h = put_fields(b, &f);
+            b[h..h + header.len()].copy_from_slice(header);
+            let o = h + header.len();
+            // SAFETY: the sender promised the data stays readable until completion.
+            o + unsafe { buf.read_at(0, &mut b[o..o + len]) }
+        })?;
+        if !out.is_done() {
+            return Ok(false);
+        }
+        core.complete(r, Status::Ok);
+        return Ok(true);
+    }
+    if s.mem.is_none() {
+        let ptr = s.buf.contig_ptr().ok_or(Status::InvalidParam)?;
+        s.mem = Some(Box::new(t.md.mem_reg(ptr, len.max(1))?));
+    }
+    let (rkey, addr) = match &s.mem {
+        Some(m) => (m.pack_rkey_compact(), m.address() as u64),
+        None => return Err(Status::NoMemory),
+    };
+    let rts = Rts {
+        f,
+        sreq,
+        len: len as u64,
+        addr,
+        header,
+        rkey: &rkey,
+    };
+    let out = t.iface.am_bcopy(lane.ep, AmId::AmRts.id(), |b| {
+        if b.len() < rts.encoded_len() {
+            return usize::MAX;
+        }
+        rts.encode_into(b)
+    })?;
+    if !out.is_done() {
+        return Ok(false);
+    }
+    s.remote_pending = true;
+    let ep = s.ep;
+    if let Ok(e) = core.ep_mut(ep) {
+        e.outstanding += 1;
+    }
+    Ok(true)
+}
+
+fn reply_ep(core: &Core, flags: u16, uuid: u64) -> Option<Ep> {
+    (flags & FLAG_REPLY != 0)
+        .then(|| core.ep_of(uuid).map(Ep))
+        .flatten()
+}
+
+/// An AmEager arrived: its handler runs.
+pub(crate) fn on_eager(core: &Core, st: &mut AmState, d: &[u8]) -> Result<()> {
+    let (f, header, data) = decode_eager(d)?;
+    let desc = st.next_desc();
+    let msg = AmMsg {
+        id: f.id,
+        header,
+        data: AmData::Eager(data),
+        reply_ep: reply_ep(core, f.flags, f.uuid),
+        desc,
+    };
+    if st.call(&msg) == AmAction::Keep {
+        st.kept.insert(desc.0, Kept::Data(data.to_vec()));
+    }
+    Ok(())
+}
+
+/// An AmRts arrived: its handler runs; a message it does not keep is declined.
+pub(crate) fn on_rts(core: &Core, st: &mut AmState, rndv: &mut RndvState, d: &[u8]) -> Result<()> {
+    let rts = Rts::decode(d)?;
+    let desc = st.next_desc();
+    let msg = AmMsg {
+        id: rts.f.id,
+        header: rts.header,
+        data: AmData::Rndv {
+            length: rts.len as usize,
+        },
+        reply_ep: reply_ep(core, rts.f.flags, rts.f.uuid),
+        desc,
+    };
+    match st.call(&msg) {
+        AmAction::Keep => {
+            st.kept.insert(
+                desc.0,
+                Kept::Rndv {
+                    uuid: rts.f.uuid,
+                    sreq: rts.sreq,
+                    len: rts.len,
+                    addr: rts.addr,
+                    rkey: rts.rkey.to_vec(),
+                },
+            );
+        }
+        // Not wanted: the sender may let go of its buffer.
+        AmAction::Done => rndv.decline(rts.f.uuid, rts.sreq),
+    }
+    Ok(())
+}
+
+/// Reassembles a fragmented active message; the handler runs once it is whole.
+pub(crate) fn on_fragment(core: &Core, st: &mut AmState, first: bool, d: &[u8]) -> Result<()> {
+    let bad = Status::InvalidParam;
+    let (key, done) = if first {
+        let m = First::decode(d)?;
+        let total = usize::try_from(m.total).map_err(|_| bad)?;
+        if m.data.len() > total {
+            return Err(bad);
+        }
+        let mut data = Vec::new();
+        // The whole message is kept, so bound what a header may make us reserve.
+        data.try_reserve_exact(total)
+            .map_err(|_| Status::NoMemory)?;
+        data.resize(total, 0);
+        data[..m.data.len()].copy_from_slice(m.data);
+        let p = PartialAm {
+            id: m.f.id,
+            flags: m.f.flags,
+            header: m.header.to_vec(),
+            data,
+            received: m.data.len(),
+        };
+        let key = (m.f.uuid, m.msg_id);
+        let done = p.received == total;
+        st.partial.insert(key, p);
+        (key, done)
+    } else {
+        let m = Middle::decode(d)?;
+        let off = usize::try_from(m.offset).map_err(|_| bad)?;
+        let key = (m.uuid, m.msg_id);
+        let p = st.partial.get_mut(&key).ok_or(bad)?;
+        if off != p.received || off + m.data.len() > p.data.len() {
+            return Err(bad);
+        }
+        p.data[off..off + m.data.len()].copy_from_slice(m.data);
+        p.received += m.data.len();
+        (key, p.received == p.data.len())
+    };
+    if !done {
+        return Ok(());
+    }
+    let Some(p) = st.partial.remove(&key) else {
+        return Ok(());
+    };
+    let desc = st.next_desc();
+    let msg = AmMsg {
+        id: p.id,
+        header: &p.header,
+        data: AmData::Eager(&p.data),
+        reply_ep: reply_ep(core, p.flags, key.0),
+        desc,
+    };
+    if st.call(&msg) == AmAction::Keep {
+        st.kept.insert(desc.0, Kept::Data(p.data));
+    }
+    Ok(())
+}

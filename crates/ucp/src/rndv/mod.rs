@@ -1,0 +1,265 @@
+//! The rendezvous data movers shared by the tag and active-message protocols: once a
+//! receive accepted an announced message, the receiver pulls the data in one copy
+//! (`get`), or, on lanes that cannot read the peer's memory, asks the sender to put it
+//! (`put`); then the sender hears that it may let go of its buffer (Ats / RndvFin).
+//!
+//! The protocols hand their matched announcements here as [`Work`]; everything that needs
+//! a transport runs from [`run`] in the worker's progress, never inside a receive
+//! handler. Invariant: every announcement handed here ends with exactly one answer to the
+//! sender (Ats, or the puts and RndvFin) unless the sender's endpoint failed.
+
+pub(crate) mod put;
+
+use crate::core::request::{Buf, Req, ReqKind, Request};
+use crate::core::{connect, lane_owner, send_ctrl, Core, Tl};
+use crate::proto::header::{encode_ats, ATS_LEN};
+use crate::proto::AmId;
+use std::collections::{HashMap, VecDeque};
+use ucs::{Result, Status};
+
+/// Rendezvous work found while receiving.
+pub(crate) enum Work {
+    /// Tell the sender `uuid` that its send `sreq` finished with `status`.
+    Ats {
+        uuid: u64,
+        sreq: u64,
+        status: Status,
+    },
+    /// A rendezvous matched receive `req`: read the data (get), or ask for it (Rtr) when
+    /// the announcement carries no key.
+    Get {
+        req: Request,
+        uuid: u64,
+        sreq: u64,
+        len: u64,
+        addr: u64,
+        rkey: Vec<u8>,
+    },
+    /// Send (again) the Rtr of this rendezvous receive.
+    Rtr { rreq: u64 },
+    /// Put the data of send `sreq` from `off` on into the receiver's buffer.
+    Put {
+        sreq: u64,
+        rreq: u64,
+        addr: u64,
+        len: usize,
+        rkey: Vec<u8>,
+        off: usize,
+    },
+}
+
+/// The rendezvous state of a worker.
+#[derive(Default)]
+pub(crate) struct RndvState {
+    /// Work waiting for a transport, in order.
+    pub work: VecDeque<Work>,
+    /// Rendezvous receives waiting for the sender's puts, by receive request.
+    pub rx: HashMap<u64, put::RndvRx>,
+}
+
+impl RndvState {
+    /// Receive `req` accepted an announcement: its data is fetched in progress.
+    pub(crate) fn accept(
+        &mut self,
+        req: Request,
+        uuid: u64,
+        sreq: u64,
+        len: u64,
+        addr: u64,
+        rkey: Vec<u8>,
+    ) {
+        self.work.push_back(Work::Get {
+            req,
+            uuid,
+            sreq,
+            len,
+            addr,
+            rkey,
+        });
+    }
+
+    /// The sender `uuid` is told its send `sreq` is over (the receiver declined it).
+    pub(crate) fn decline(&mut self, uuid: u64, sreq: u64) {
+        self.work.push_back(Work::Ats {
+            uuid,
+            sreq,
+            status: Status::Canceled,
+        });
+    }
+
+    /// Forgets a receive that was aborted: late puts are refused, not written.
+    pub(crate) fn forget_recv(&mut self, r: Request) {
+        self.work
+            .retain(|d| !matches!(d, Work::Get { req, .. } if *req == r));
+        self.rx.retain(|_, x| x.req != r);
+    }
+
+    /// The sender `uuid` is gone: its rendezvous receives fail with `status`.
+    pub(crate) fn fail_from(&mut self, core: &mut Core, uuid: u64, status: Status) {
+        let gone: Vec<u64> = self
+            .rx
+            .iter()
+            .filter(|(_, x)| x.uuid == uuid)
+            .map(|(&k, _)| k)
+            .collect();
+        for k in gone {
+            if let Some(rx) = self.rx.remove(&k) {
+                core.complete(rx.req, status);
+            }
+        }
+    }
+}
+
+/// Runs the queued work; returns how many items finished.
+pub(crate) fn run(tls: &mut [Tl], core: &mut Core, st: &mut RndvState) -> usize {
+    let mut n = 0;
+    for _ in 0..st.work.len() {
+        let Some(d) = st.work.pop_front() else {
+            break;
+        };
+        match step(tls, core, st, d) {
+            Ok(None) => n += 1,
+            Ok(Some(again)) => st.work.push_back(again),
+            Err(s) => tracing::debug!("rendezvous work failed: {s}"),
+        }
+    }
+    n
+}
+
+/// Performs one item. `Ok(Some(d))`: not possible yet, retry later.
+fn step(tls: &mut [Tl], core: &mut Core, st: &mut RndvState, d: Work) -> Result<Option<Work>> {
+    match d {
+        Work::Ats { uuid, sreq, status } => {
+            let mut b = [0u8; ATS_LEN];
+            encode_ats(&mut b, sreq, status);
+            let sent = send_ctrl(tls, core, uuid, AmId::Ats.id(), &b)?;
+            Ok((!sent).then_some(Work::Ats { uuid, sreq, status }))
+        }
+        Work::Rtr { rreq } => Ok(put::send_rtr(tls, core, st, rreq)?.then_some(Work::Rtr { rreq })),
+        d @ Work::Put { .. } => put::put_data(tls, core, d),
+        Work::Get {
+            req,
+            uuid,
+            sreq,
+            len,
+            addr,
+            rkey,
+        } => {
+            // A receive aborted meanwhile must not be written; the sender still gets its
+            // completion.
+            let live = core.reqs.get_ref(req.0).is_some_and(|q| q.status.is_none());
+            if live && rkey.is_empty() {
+                match put::start(tls, core, st, req, uuid, sreq, len) {
+                    Ok(None) => return Ok(None),
+                    Ok(Some(again)) => return step(tls, core, st, again),
+                    Err(s) => {
+                        tracing::debug!("rendezvous receive by put failed: {s}");
+                        core.complete(req, s);
+                        return step(
+                            tls,
+                            core,
+                            st,
+                            Work::Ats {
+                                uuid,
+                                sreq,
+                                status: Status::IoError,
+                            },
+                        );
+                    }
+                }
+            }
+            let status = if live {
+                get(tls, core, req, uuid, len, addr, &rkey)
+            } else {
+                Err(Status::Canceled)
+            };
+            if live {
+                core.complete(req, status.unwrap_or_else(|s| s));
+            }
+            let ats = if status.is_ok() {
+                Status::Ok
+            } else {
+                Status::IoError
+            };
+            step(
+                tls,
+                core,
+                st,
+                Work::Ats {
+                    uuid,
+                    sreq,
+                    status: ats,
+                },
+            )
+        }
+    }
+}
+
+/// Pulls a rendezvous message into the receive buffer of `req`; returns the receive's
+/// final status.
+fn get(
+    tls: &mut [Tl],
+    core: &mut Core,
+    req: Request,
+    uuid: u64,
+    len: u64,
+    addr: u64,
+    rkey: &[u8],
+) -> Result<Status> {
+    let ep = core.ep_of(uuid).ok_or(Status::Unreachable)?;
+    let lane = connect(tls, core, ep)?;
+    let owner = lane_owner(tls, core, ep, lane);
+    let rk = tls[lane.tl].md.rkey_unpack_from(rkey, owner)?;
+    let Some(Req {
+        kind: ReqKind::Recv(rs),
+        ..
+    }) = core.reqs.get_mut(req.0)
+    else {
+        return Err(Status::InvalidParam);
+    };
+    let mut want = usize::try_from(len).map_err(|_| Status::InvalidParam)?;
+    let truncated = want > rs.buf.len();
+    if let Buf::Generic(_) = rs.buf {
+        // The application unpacks: pull into a bounce buffer, then hand it over.
+        let n = want.min(rs.buf.len());
+        let mut tmp = vec![0u8; n];
+        let out = tls[lane.tl]
+            .iface
+            .get_zcopy(lane.ep, &mut [&mut tmp[..]], addr, &rk, 0)?;
+        if !out.is_done() {
+            return Err(Status::IoError);
+        }
+        // SAFETY: a generic buffer has no memory of ours to be valid; unpack is safe.
+        if unsafe { rs.buf.write_at(0, &tmp) } < n {
+            return Err(Status::IoError);
+        }
+        return Ok(if truncated {
+            Status::MessageTruncated
+        } else {
+            Status::Ok
+        });
+    }
+    // SAFETY: the receiver promised the buffer is writable and ours until completion;
+    // the slices are dropped before the request completes.
+    let mut slices = unsafe { rs.buf.slices_mut() };
+    let mut iov: Vec<&mut [u8]> = Vec::with_capacity(slices.len());
+    for s in slices.iter_mut() {
+        if want == 0 {
+            break;
+        }
+        let n = s.len().min(want);
+        want -= n;
+        iov.push(&mut s[..n]);
+    }
+    let out = tls[lane.tl]
+        .iface
+        .get_zcopy(lane.ep, &mut iov, addr, &rk, 0)?;
+    if !out.is_done() {
+        return Err(Status::IoError);
+    }
+    Ok(if truncated {
+        Status::MessageTruncated
+    } else {
+        Status::Ok
+    })
+}

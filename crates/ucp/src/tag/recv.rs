@@ -1,0 +1,200 @@
+//! The receiving side of the tag protocols: each arriving protocol message is matched
+//! (or kept as unexpected) and delivered; matched rendezvous announcements go to `rndv`.
+
+use super::{FragDest, TagState, Unexp};
+use crate::core::request::*;
+use crate::core::Core;
+use crate::matcher::Arrived;
+use crate::proto::header::*;
+use crate::rndv::RndvState;
+use ucs::{Result, Status};
+
+/// A whole message (EagerOnly, or EagerSync with `sync` = (sender, its request)).
+#[inline]
+pub(crate) fn eager(
+    core: &mut Core,
+    st: &mut TagState,
+    tag: u64,
+    p: &[u8],
+    sync: Option<(u64, u64)>,
+) {
+    match st.matcher.match_posted(tag) {
+        Some((_, r)) => {
+            core.recv_whole(r, tag, p);
+            if let Some(ack) = sync {
+                st.acks.push_back(ack);
+            }
+        }
+        None => {
+            let u = Unexp::Eager {
+                data: st.keep(p),
+                sync,
+            };
+            st.matcher.add_unexpected(tag, (tag, u));
+        }
+    }
+}
+
+/// The first fragment of a message.
+pub(crate) fn first(core: &mut Core, st: &mut TagState, h: EagerFirst, p: &[u8]) -> Result<()> {
+    let total = usize::try_from(h.total).map_err(|_| Status::InvalidParam)?;
+    let key = (h.uuid, h.msg_id);
+    let sync = (h.sreq != 0).then_some((h.uuid, h.sreq));
+    let u = Unexp::Partial {
+        data: Vec::new(),
+        received: 0,
+        sync,
+        key,
+    };
+    match st.matcher.arrive(h.tag, (h.tag, u)) {
+        Arrived::Matched(_, r, _) => {
+            core.recv_set_info(r, h.tag, total);
+            core.recv_write(r, 0, p);
+            if let Some(ack) = sync {
+                st.acks.push_back(ack);
+            }
+            if p.len() == total {
+                core.recv_finish(r);
+            } else {
+                st.frags.insert(key, FragDest::Req(r));
+            }
+        }
+        Arrived::Unexpected(m) => {
+            if let Some((_, Unexp::Partial { data, received, .. })) = st.matcher.unexpected_mut(m) {
+                // The whole message is kept, so bound what a header may make us reserve.
+                data.try_reserve_exact(total)
+                    .map_err(|_| Status::NoMemory)?;
+                data.resize(total, 0);
+                data[..p.len()].copy_from_slice(p);
+                *received = p.len();
+            }
+            if p.len() == total {
+                settle_partial(st, FragDest::Unexp(m));
+            } else {
+                st.frags.insert(key, FragDest::Unexp(m));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A later fragment of a message.
+pub(crate) fn middle(core: &mut Core, st: &mut TagState, h: EagerMiddle, p: &[u8]) -> Result<()> {
+    let key = (h.uuid, h.msg_id);
+    let dest = *st.frags.get(&key).ok_or(Status::InvalidParam)?;
+    let off = usize::try_from(h.offset).map_err(|_| Status::InvalidParam)?;
+    match dest {
+        FragDest::Req(r) => {
+            let total = core.reqs.get_ref(r.0).map_or(0, |q| q.info.length);
+            let received = core.recv_state(r).map_or(0, |rs| rs.received);
+            if off != received || off + p.len() > total {
+                return Err(Status::InvalidParam);
+            }
+            core.recv_write(r, off, p);
+            if off + p.len() == total {
+                st.frags.remove(&key);
+                core.recv_finish(r);
+            }
+        }
+        FragDest::Unexp(_) | FragDest::Probed(_) => {
+            let u = match dest {
+                FragDest::Unexp(m) => st.matcher.unexpected_mut(m).map(|x| &mut x.1),
+                FragDest::Probed(id) => st.probed.get_mut(&id).map(|x| &mut x.1),
+                FragDest::Req(_) => None,
+            };
+            let Some(Unexp::Partial { data, received, .. }) = u else {
+                return Err(Status::InvalidParam);
+            };
+            if off != *received || off + p.len() > data.len() {
+                return Err(Status::InvalidParam);
+            }
+            data[off..off + p.len()].copy_from_slice(p);
+            *received += p.len();
+            if *received == data.len() {
+                st.frags.remove(&key);
+                settle_partial(st, dest);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A fragmented unexpected message is complete: it becomes an ordinary eager one.
+fn settle_partial(st: &mut TagState, dest: FragDest) {
+    let u = match dest {
+        FragDest::Unexp(m) => st.matcher.unexpected_mut(m).map(|x| &mut x.1),
+        FragDest::Probed(id) => st.probed.get_mut(&id).map(|x| &mut x.1),
+        FragDest::Req(_) => None,
+    };
+    if let Some(u) = u {
+        if let Unexp::Partial { data, sync, .. } = u {
+            let data = std::mem::take(data);
+            *u = Unexp::Eager { data, sync: *sync };
+        }
+    }
+}
+
+/// A rendezvous announcement.
+pub(crate) fn rts(core: &mut Core, st: &mut TagState, rndv: &mut RndvState, h: Rts<'_>) {
+    let u = Unexp::Rts {
+        uuid: h.uuid,
+        sreq: h.sreq,
+        len: h.len,
+        addr: h.addr,
+        rkey: Vec::new(),
+    };
+    match st.matcher.arrive(h.tag, (h.tag, u)) {
+        Arrived::Matched(_, r, _) => {
+            core.recv_set_info(r, h.tag, h.len as usize);
+            rndv.accept(r, h.uuid, h.sreq, h.len, h.addr, h.rkey.to_vec());
+        }
+        Arrived::Unexpected(m) => {
+            if let Some((_, Unexp::Rts { rkey, .. })) = st.matcher.unexpected_mut(m) {
+                rkey.extend_from_slice(h.rkey);
+            }
+        }
+    }
+}
+
+/// Hands an unexpected message to the receive `r` that matched it.
+pub(crate) fn consume_unexp(
+    core: &mut Core,
+    st: &mut TagState,
+    rndv: &mut RndvState,
+    r: Request,
+    tag: u64,
+    u: Unexp,
+) {
+    match u {
+        Unexp::Eager { data, sync } => {
+            core.recv_whole(r, tag, &data);
+            st.recycle(data);
+            if let Some(ack) = sync {
+                st.acks.push_back(ack);
+            }
+        }
+        Unexp::Partial {
+            data,
+            received,
+            sync,
+            key,
+        } => {
+            core.recv_set_info(r, tag, data.len());
+            core.recv_write(r, 0, &data[..received]);
+            st.frags.insert(key, FragDest::Req(r));
+            if let Some(ack) = sync {
+                st.acks.push_back(ack);
+            }
+        }
+        Unexp::Rts {
+            uuid,
+            sreq,
+            len,
+            addr,
+            rkey,
+        } => {
+            core.recv_set_info(r, tag, len as usize);
+            rndv.accept(r, uuid, sreq, len, addr, rkey);
+        }
+    }
+}

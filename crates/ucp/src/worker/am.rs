@@ -1,0 +1,115 @@
+//! The active-message API of the worker (the protocol is in `crate::am`).
+
+use super::{posted, Worker};
+use crate::am::{self, AmDesc, AmHandler, AmSendFlags};
+use crate::core::ep::Ep;
+use crate::core::request::*;
+use ucs::{Result, Status};
+
+impl Worker {
+    /// Installs (or with `None` removes) the handler of active-message id `id`.
+    pub fn am_set_handler(&mut self, id: u16, h: Option<AmHandler>) {
+        self.p.am.set_handler(id, h);
+    }
+
+    /// Sends active message `id` with `header` and `data`. `None`: complete.
+    ///
+    /// # Safety
+    /// `data` must stay readable and unchanged until the send completes.
+    pub unsafe fn am_send_nb(
+        &mut self,
+        ep: Ep,
+        id: u16,
+        header: &[u8],
+        data: Buf,
+        flags: AmSendFlags,
+        cb: Option<Callback>,
+    ) -> Result<Option<Request>> {
+        // SAFETY: forwarded contract.
+        let post = unsafe {
+            am::send_nb(
+                &mut self.tls,
+                &mut self.core,
+                &mut self.p.am,
+                ep.0,
+                id,
+                header,
+                data,
+                flags,
+                cb,
+            )?
+        };
+        posted(&mut self.tls, &mut self.core, ep.0, post, false)
+    }
+
+    /// Sends and waits for completion.
+    pub fn am_send(
+        &mut self,
+        ep: Ep,
+        id: u16,
+        header: &[u8],
+        data: &[u8],
+        flags: AmSendFlags,
+    ) -> Result<()> {
+        // SAFETY: `data` is borrowed for the whole call; the request completes or is
+        // aborted before returning.
+        let r = unsafe {
+            self.am_send_nb(
+                ep,
+                id,
+                header,
+                Buf::contig(data.as_ptr().cast_mut(), data.len()),
+                flags,
+                None,
+            )?
+        };
+        match self.block_on(r)? {
+            Status::Ok => Ok(()),
+            s => Err(s),
+        }
+    }
+
+    /// The data a handler kept (eager messages).
+    pub fn am_data(&self, desc: AmDesc) -> Option<&[u8]> {
+        self.p.am.data(desc)
+    }
+
+    /// Releases kept data. For a kept rendezvous message that will not be received, the
+    /// sender is told it is done.
+    pub fn am_data_release(&mut self, desc: AmDesc) -> Result<()> {
+        let p = &mut self.p;
+        p.am.data_release(&mut p.rndv, desc)
+    }
+
+    /// Pulls the data of a kept rendezvous message into `buf` (or copies kept eager
+    /// data). Completes with `MessageTruncated` when `buf` is too small.
+    ///
+    /// # Safety
+    /// `buf` must stay writable and unaliased until the request completes.
+    pub unsafe fn am_recv_data_nb(
+        &mut self,
+        desc: AmDesc,
+        buf: Buf,
+        cb: Option<Callback>,
+    ) -> Result<Request> {
+        let p = &mut self.p;
+        // SAFETY: forwarded contract.
+        let r = unsafe { am::recv_data_nb(&mut self.core, &mut p.am, &mut p.rndv, desc, buf, cb)? };
+        self.progress();
+        Ok(r)
+    }
+
+    /// Blocking `am_recv_data_nb`; returns the message length.
+    pub fn am_recv_data(&mut self, desc: AmDesc, buf: &mut [u8]) -> Result<usize> {
+        // SAFETY: `buf` is borrowed for the whole call; the request completes or is
+        // aborted before returning.
+        let r =
+            unsafe { self.am_recv_data_nb(desc, Buf::contig(buf.as_mut_ptr(), buf.len()), None)? };
+        let (s, info) = self.finish_recv(r)?;
+        if s == Status::Ok {
+            Ok(info.length)
+        } else {
+            Err(s)
+        }
+    }
+}

@@ -1,0 +1,661 @@
+//! The worker: its transport interfaces, its core (requests, endpoints) and protocol
+//! state, progress, flush and close, and the wakeup descriptor. The public API of each
+//! protocol is in a file of its own here (`tag`, `am`, `stream`, `rma`, `listener`); the
+//! work is done by the protocol modules and the engine below.
+//!
+//! Structure. `Worker` keeps its interfaces (`tls`) apart from the rest of its state, so
+//! progress can lend the core and the protocols to an interface's receive callback
+//! without boxed handlers. Anything a receive callback would need an interface for (a
+//! reply, a rendezvous read) is queued by the protocol and done right after; user
+//! callbacks are collected and run last, when the worker is consistent again.
+//!
+//! Endpoints connect lazily: creating one only decodes the address; the first operation
+//! picks the lane, creates the transport endpoint and queues a wireup message that tells
+//! the peer who we are (so it can answer synchronous sends and rendezvous).
+
+mod am;
+mod listener;
+mod rma;
+mod stream;
+mod tag;
+
+use crate::address::{tl_id, WorkerAddress};
+use crate::context::Context;
+pub use crate::core::ep::{Ep, EpStatus, ErrHandler};
+use crate::core::ep::{EpState, Thresholds};
+use crate::core::request::*;
+use crate::core::{connect, fail_ep, Core, Post, Tl};
+use crate::engine::{self, destroy_ep, Protocols};
+pub use crate::tag::Message;
+use std::os::fd::{AsFd, BorrowedFd};
+use ucs::sys::EventFd;
+use ucs::{EventSet, Events, Result, Status};
+use uct::{Iface, Transport};
+
+/// How the application will call the worker (UCS_THREAD_MODE_* of UCX).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ThreadMode {
+    /// Only the thread that created the worker uses it.
+    Single,
+    /// Several threads, never at the same time.
+    Serialized,
+    /// Several threads at once: use [`crate::SharedWorker`].
+    Multi,
+}
+
+/// A worker.
+pub struct Worker {
+    ctx: Context,
+    tick: u32,
+    /// Listeners and their pending connection requests.
+    pub(crate) cm: crate::cm::CmState,
+    mode: ThreadMode,
+    pub(crate) tls: Vec<Tl>,
+    pub(crate) core: Core,
+    pub(crate) p: Protocols,
+    events: EventSet,
+    signal: EventFd,
+}
+
+/// Event-set token of the descriptors that report dead peers.
+const PEERS_TOKEN: u64 = u64::MAX - 2;
+
+fn new_uuid() -> u64 {
+    // Odd, so that no worker has id 0 (0 means "no request" in some headers).
+    ucs::sys::host::random_u64() | 1
+}
+
+impl Worker {
+    /// Creates a worker with an interface for each transport of the context.
+    pub fn new(ctx: &Context, mode: ThreadMode) -> Result<Worker> {
+        let mut tls = Vec::new();
+        for (i, r) in ctx.resources().iter().enumerate() {
+            let iface = Iface::open_device(r.transport, &r.device, ctx.iface_config())?;
+            let attr = iface.attr();
+            let rma = attr.caps.contains(uct::Caps::GET_ZCOPY);
+            let th = crate::proto::select::thresholds(attr, ctx.config(), rma);
+            tls.push(Tl {
+                transport: r.transport,
+                iface,
+                md: ctx.md(i).clone(),
+                th,
+                live: false,
+            });
+        }
+        let events = EventSet::new()?;
+        let signal = EventFd::new()?;
+        events.add(&signal, Events::READABLE, u64::MAX)?;
+        for (i, t) in tls.iter().enumerate() {
+            if let Some(fd) = t.iface.event_fd() {
+                events.add(fd, Events::READABLE, i as u64)?;
+            }
+            if let Some(fd) = t.iface.peers_fd() {
+                events.add(fd, Events::READABLE, PEERS_TOKEN)?;
+            }
+        }
+        let uuid = new_uuid();
+        let my_address = WorkerAddress {
+            uuid,
+            host_id: ucs::sys::host::host_id(),
+            ifaces: tls
+                .iter()
+                .map(|t| crate::address::IfaceEntry {
+                    transport: Some(t.transport),
+                    tl_id: tl_id(t.transport),
+                    caps: t.iface.attr().caps,
+                    addr: t.iface.address(),
+                })
+                .collect(),
+        }
+        .encode();
+        tracing::debug!("worker {uuid:#x} created with {} transports", tls.len());
+        Ok(Worker {
+            ctx: ctx.clone(),
+            tick: 0,
+            cm: crate::cm::CmState::default(),
+            mode,
+            tls,
+            core: Core::new(ctx, uuid, my_address),
+            p: Protocols::default(),
+            events,
+            signal,
+        })
+    }
+
+    pub fn context(&self) -> &Context {
+        &self.ctx
+    }
+
+    pub fn thread_mode(&self) -> ThreadMode {
+        self.mode
+    }
+
+    /// This worker's unique id.
+    pub fn uuid(&self) -> u64 {
+        self.core.uuid
+    }
+
+    /// Malformed protocol messages dropped so far.
+    pub fn dropped(&self) -> u64 {
+        self.core.dropped
+    }
+
+    /// The worker's address. Handing it out means peers may send at any time, so every
+    /// interface that can receive from another process is progressed from now on.
+    pub fn address(&mut self) -> Vec<u8> {
+        for (i, t) in self.tls.iter_mut().enumerate() {
+            if t.transport != Transport::SelfTl {
+                t.live = true;
+                if !t.iface.is_idle() && !self.core.hot.contains(&i) {
+                    self.core.hot.push(i);
+                }
+            }
+        }
+        self.core.my_address.clone()
+    }
+
+    // ----- endpoints -------------------------------------------------------------------
+
+    /// Creates an endpoint to the worker at `address`. Nothing is sent and no transport
+    /// resource is taken until the first operation.
+    pub fn ep_create(&mut self, address: &[u8]) -> Result<Ep> {
+        let remote = WorkerAddress::decode(address)?;
+        let uuid = remote.uuid;
+        // A peer that connected to us first already has an endpoint (made on its wireup,
+        // holding whatever it sent, e.g. stream bytes): that one becomes the application's.
+        if let Some(&idx) = self.core.by_uuid.get(&uuid) {
+            if let Ok(e) = self.core.ep_mut(idx) {
+                if e.implicit {
+                    e.implicit = false;
+                    return Ok(Ep(idx));
+                }
+            }
+        }
+        let idx = self.core.insert_ep(remote);
+        self.core.by_uuid.entry(uuid).or_insert(idx);
+        Ok(Ep(idx))
+    }
+
+    /// The endpoint's state.
+    pub fn ep_status(&self, ep: Ep) -> Result<EpStatus> {
+        self.core.ep(ep.0).map(|e| e.status)
+    }
+
+    /// The transport an endpoint uses once connected.
+    pub fn ep_transport(&self, ep: Ep) -> Result<Option<Transport>> {
+        let e = self.core.ep(ep.0)?;
+        Ok(e.lane.map(|l| self.tls[l.tl].transport))
+    }
+
+    /// The protocol thresholds of a connected endpoint (`None` before it connects).
+    pub fn ep_thresholds(&self, ep: Ep) -> Result<Option<Thresholds>> {
+        Ok(self.core.ep(ep.0)?.lane.map(|l| self.tls[l.tl].th))
+    }
+
+    /// Progresses until `ep` is no longer waiting for its server's answer (endpoints made
+    /// from a socket address), or `timeout` passes (`TimedOut`).
+    pub fn wait_connecting(&mut self, ep: Ep, timeout: std::time::Duration) -> Result<()> {
+        let deadline = std::time::Instant::now() + timeout;
+        while self.core.ep(ep.0)?.status == EpStatus::Connecting {
+            if std::time::Instant::now() > deadline {
+                return Err(Status::TimedOut);
+            }
+            if self.progress() == 0 {
+                self.wait(1)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Connects `ep` now (normally done by the first operation).
+    pub fn ep_connect(&mut self, ep: Ep) -> Result<()> {
+        connect(&mut self.tls, &mut self.core, ep.0).map(|_| ())
+    }
+
+    // ----- progress --------------------------------------------------------------------
+
+    /// Makes progress on everything outstanding; returns the number of events handled.
+    pub fn progress(&mut self) -> usize {
+        let mut n = 0;
+        let (core, p) = (&mut self.core, &mut self.p);
+        self.tick = self.tick.wrapping_add(1);
+        let idle_turn = self.tick % 256 == 0;
+        let mut events = false;
+        if idle_turn {
+            // Every live interface, and the list of those to poll on every call: a
+            // connection-based interface without connections only waits for new ones, so
+            // it is polled on these turns only.
+            core.hot.clear();
+            for (i, t) in self.tls.iter_mut().enumerate() {
+                if t.live {
+                    n += t
+                        .iface
+                        .progress_with(|id, d| engine::dispatch(core, p, id, d));
+                    t.iface.check_peers();
+                    events |= t.iface.has_events();
+                    if !t.iface.is_idle() {
+                        core.hot.push(i);
+                    }
+                }
+            }
+        } else {
+            for k in 0..core.hot.len() {
+                let t = &mut self.tls[core.hot[k]];
+                n += t
+                    .iface
+                    .progress_with(|id, d| engine::dispatch(core, p, id, d));
+                events |= t.iface.has_events();
+            }
+        }
+        if events {
+            self.handle_iface_events();
+        }
+        if !self.cm.connecting.is_empty() {
+            n += self.poll_connecting();
+        }
+        if idle_turn && !self.cm.listeners.is_empty() && self.cm.poll() {
+            n += 1;
+        }
+        if !self.p.idle() {
+            n += engine::run_work(&mut self.tls, &mut self.core, &mut self.p);
+        }
+        if !self.core.active.is_empty() {
+            n += engine::run_queues(&mut self.tls, &mut self.core);
+        }
+        if !self.core.flushes.is_empty() {
+            self.check_flushes();
+        }
+        if !self.core.completed.is_empty()
+            || !self.core.ep_errors.is_empty()
+            || !self.core.failed_ops.is_empty()
+            || !self.cm.new_requests.is_empty()
+        {
+            self.run_callbacks();
+        }
+        n
+    }
+
+    /// Fails the endpoints whose connections broke.
+    #[cold]
+    fn handle_iface_events(&mut self) {
+        for tl in 0..self.tls.len() {
+            for ev in self.tls[tl].iface.take_events() {
+                let victims: Vec<u32> = self
+                    .core
+                    .eps
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, e)| {
+                        let e = e.as_ref()?;
+                        let l = e.lane?;
+                        let hit = l.tl == tl
+                            && match &ev {
+                                uct::IfaceEvent::EpFailed(uep, _) => l.ep == *uep,
+                                uct::IfaceEvent::PeerClosed(addr) => e
+                                    .remote
+                                    .ifaces
+                                    .get(l.entry)
+                                    .is_some_and(|x| x.addr == *addr),
+                            };
+                        hit.then_some(i as u32)
+                    })
+                    .collect();
+                let status = match ev {
+                    uct::IfaceEvent::EpFailed(_, s) => s,
+                    uct::IfaceEvent::PeerClosed(_) => Status::ConnectionReset,
+                };
+                for ep in victims {
+                    fail_ep(&mut self.core, ep, status);
+                }
+            }
+        }
+    }
+
+    /// Installs the handler called once if `ep` fails (UCP's error handling mode "peer").
+    pub fn ep_set_err_handler(&mut self, ep: Ep, h: Option<ErrHandler>) -> Result<()> {
+        self.core.ep_mut(ep.0)?.err_handler = h;
+        Ok(())
+    }
+
+    fn check_flushes(&mut self) {
+        let mut i = 0;
+        while i < self.core.flushes.len() {
+            let r = self.core.flushes[i];
+            let target = match self.core.reqs.get_ref(r.0).map(|q| &q.kind) {
+                Some(ReqKind::Flush(t)) => (*t, false),
+                Some(ReqKind::Close(e)) => (Some(*e), true),
+                _ => {
+                    self.core.flushes.swap_remove(i);
+                    continue;
+                }
+            };
+            if self.drained(target.0) && self.lanes_flushed(target.0) {
+                self.core.flushes.swap_remove(i);
+                if let (Some(e), true) = target {
+                    destroy_ep(
+                        &mut self.tls,
+                        &mut self.core,
+                        &mut self.p,
+                        e,
+                        Status::Canceled,
+                    );
+                }
+                self.core.complete(r, Status::Ok);
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    /// True when the transports hold nothing of `ep` (or any endpoint) that has not left.
+    fn lanes_flushed(&self, ep: Option<u32>) -> bool {
+        let flushed = |e: &EpState| {
+            e.lane.map_or(true, |l| {
+                self.tls[l.tl].iface.ep_is_flushed(l.ep).unwrap_or(true)
+            })
+        };
+        match ep {
+            Some(i) => self.core.ep(i).map_or(true, flushed),
+            None => self.core.eps.iter().flatten().all(flushed),
+        }
+    }
+
+    fn run_callbacks(&mut self) {
+        if !self.core.failed_peers.is_empty() {
+            engine::forget_failed_peers(&mut self.core, &mut self.p);
+        }
+        for (l, id, client) in std::mem::take(&mut self.cm.new_requests) {
+            if let Some(Some(slot)) = self.cm.listeners.get_mut(l as usize) {
+                (slot.handler)(crate::cm::ConnReqId(id), client);
+            }
+        }
+        for (ep, s) in std::mem::take(&mut self.core.ep_errors) {
+            let h = self.core.ep_mut(ep).ok().and_then(|e| e.err_handler.take());
+            if let Some(mut h) = h {
+                h(Ep(ep), s);
+            }
+        }
+        engine::run_completions(&mut self.core);
+    }
+
+    /// True when `ep` (or every endpoint) has nothing queued or unacknowledged, and (for
+    /// the whole worker) no protocol has work waiting.
+    fn drained(&self, ep: Option<u32>) -> bool {
+        self.core.is_drained(ep) && (ep.is_some() || self.p.idle())
+    }
+
+    // ----- requests --------------------------------------------------------------------
+
+    /// Hands the completions of requests started with [`Callback::Word`] to `f`, in
+    /// completion order; returns how many. They are collected by [`Worker::progress`] (and
+    /// the calls that progress); a released request is already freed when `f` sees it.
+    pub fn drain_completed(&mut self, mut f: impl FnMut(Completed)) -> usize {
+        let n = self.core.words.len();
+        for c in self.core.words.drain(..) {
+            f(c);
+        }
+        n
+    }
+
+    /// True when [`Worker::drain_completed`] has something to hand out.
+    pub fn has_completed(&self) -> bool {
+        !self.core.words.is_empty()
+    }
+
+    /// The status of a request: `None` while in progress.
+    pub fn request_test(&self, r: Request) -> Result<Option<Status>> {
+        self.core
+            .reqs
+            .get_ref(r.0)
+            .map(|q| q.status)
+            .ok_or(Status::InvalidParam)
+    }
+
+    /// The receive information of a completed receive request.
+    pub fn request_info(&self, r: Request) -> Result<RecvInfo> {
+        self.core
+            .reqs
+            .get_ref(r.0)
+            .map(|q| q.info)
+            .ok_or(Status::InvalidParam)
+    }
+
+    /// Releases a request: now if it completed, else when it completes (its callback
+    /// still runs).
+    pub fn request_free(&mut self, r: Request) -> Result<()> {
+        let q = self.core.reqs.get_mut(r.0).ok_or(Status::InvalidParam)?;
+        if q.status.is_some() && q.cb.is_none() {
+            self.core.reqs.remove(r.0);
+        } else {
+            q.released = true;
+        }
+        Ok(())
+    }
+
+    /// Cancels a posted receive that has not matched: it completes with `Canceled`.
+    /// Other requests cannot be canceled; that is not an error (as in UCX).
+    pub fn request_cancel(&mut self, r: Request) -> Result<()> {
+        engine::cancel(&mut self.core, &mut self.p, r)
+    }
+
+    /// Progresses until `r` completes or `timeout` passes; returns its status and frees
+    /// it. On timeout the request is left as it is (abort it before its buffer goes).
+    pub fn wait_request(&mut self, r: Request, timeout: std::time::Duration) -> Result<Status> {
+        let s = self.wait_done(r, timeout)?;
+        self.request_free(r)?;
+        Ok(s)
+    }
+
+    /// Progresses until `r` completes or `timeout` passes; returns its status.
+    pub fn wait_done(&mut self, r: Request, timeout: std::time::Duration) -> Result<Status> {
+        let deadline = std::time::Instant::now() + timeout;
+        let mut spins = 0u32;
+        loop {
+            if let Some(s) = self.request_test(r)? {
+                return Ok(s);
+            }
+            if self.progress() == 0 {
+                spins += 1;
+                if spins > 1000 {
+                    if std::time::Instant::now() > deadline {
+                        return Err(Status::TimedOut);
+                    }
+                    spins = 0;
+                    self.wait(1)?;
+                }
+            }
+        }
+    }
+
+    // ----- flush and close -------------------------------------------------------------
+
+    /// Flushes `ep`: completes when every operation issued on it so far has completed at
+    /// the peer. `None` when that is already so.
+    pub fn ep_flush_nb(&mut self, ep: Ep, cb: Option<Callback>) -> Result<Option<Request>> {
+        self.core.ep(ep.0)?;
+        self.flush_req(ReqKind::Flush(Some(ep.0)), Some(ep.0), cb)
+    }
+
+    /// Flushes every endpoint of the worker.
+    pub fn flush_nb(&mut self, cb: Option<Callback>) -> Result<Option<Request>> {
+        self.flush_req(ReqKind::Flush(None), None, cb)
+    }
+
+    fn flush_req(
+        &mut self,
+        kind: ReqKind,
+        target: Option<u32>,
+        cb: Option<Callback>,
+    ) -> Result<Option<Request>> {
+        self.progress();
+        if self.drained(target) && self.lanes_flushed(target) {
+            return Ok(None);
+        }
+        let r = self.core.new_req(kind, cb);
+        self.core.flushes.push(r);
+        Ok(Some(r))
+    }
+
+    /// Closes `ep`. With `force`, outstanding operations complete with `Canceled` and the
+    /// endpoint is gone at once; otherwise it is flushed first and the returned request
+    /// completes when it is gone.
+    pub fn ep_close_nb(&mut self, ep: Ep, force: bool) -> Result<Option<Request>> {
+        self.core.ep(ep.0)?;
+        self.cm.sockaddrs.remove(&ep.0);
+        if let Some(i) = self.cm.connecting.iter().position(|c| c.ep == ep.0) {
+            // Still waiting for its server: closing gives the connection up, whatever
+            // was queued on the endpoint completes with Canceled.
+            let c = self.cm.connecting.swap_remove(i);
+            self.remove_wakeup_fd(c.client.fd());
+            destroy_ep(
+                &mut self.tls,
+                &mut self.core,
+                &mut self.p,
+                ep.0,
+                Status::Canceled,
+            );
+            self.run_callbacks();
+            return Ok(None);
+        }
+        if force {
+            destroy_ep(
+                &mut self.tls,
+                &mut self.core,
+                &mut self.p,
+                ep.0,
+                Status::Canceled,
+            );
+            self.run_callbacks();
+            return Ok(None);
+        }
+        self.progress();
+        if self.core.is_drained(Some(ep.0)) {
+            destroy_ep(
+                &mut self.tls,
+                &mut self.core,
+                &mut self.p,
+                ep.0,
+                Status::Canceled,
+            );
+            return Ok(None);
+        }
+        let r = self.core.new_req(ReqKind::Close(ep.0), None);
+        self.core.flushes.push(r);
+        Ok(Some(r))
+    }
+
+    // ----- wakeup ----------------------------------------------------------------------
+
+    /// A descriptor that becomes readable when the worker has events after [`Worker::arm`].
+    pub fn event_fd(&self) -> BorrowedFd<'_> {
+        self.events.as_fd()
+    }
+
+    /// Prepares to sleep on the event descriptor. `Busy` means there is work now.
+    pub fn arm(&mut self) -> Result<()> {
+        if !self.p.idle()
+            || !self.core.completed.is_empty()
+            || !self.core.active.is_empty()
+            || !self.core.ep_errors.is_empty()
+            || !self.core.failed_ops.is_empty()
+        {
+            return Err(Status::Busy);
+        }
+        for t in self.tls.iter_mut().filter(|t| t.live) {
+            t.iface.arm()?;
+        }
+        Ok(())
+    }
+
+    /// Sleeps until an event or `timeout_ms` (-1: forever), unless there is work now.
+    pub fn wait(&mut self, timeout_ms: i32) -> Result<()> {
+        if self.arm().is_err() {
+            return Ok(());
+        }
+        let mut peers = false;
+        self.events
+            .wait(timeout_ms, |tok, _| peers |= tok == PEERS_TOKEN)?;
+        self.signal.drain();
+        if peers {
+            // A peer died while we slept: its endpoints fail now, so that the next
+            // progress runs their error handlers.
+            for t in self.tls.iter_mut().filter(|t| t.live) {
+                t.iface.check_peers();
+            }
+            self.handle_iface_events();
+        }
+        if !self.cm.listeners.is_empty() && self.cm.poll() {
+            self.run_callbacks();
+        }
+        Ok(())
+    }
+
+    /// Adds a descriptor whose readiness should end [`Worker::wait`].
+    pub(crate) fn add_wakeup_fd(&self, fd: BorrowedFd<'_>) -> Result<()> {
+        self.events.add(fd, Events::READABLE, u64::MAX - 1)
+    }
+
+    pub(crate) fn remove_wakeup_fd(&self, fd: BorrowedFd<'_>) {
+        let _ = self.events.remove(fd);
+    }
+
+    /// Wakes a thread sleeping in [`Worker::wait`] (callable through a shared handle).
+    pub fn signal(&self) -> Result<()> {
+        self.signal.signal()
+    }
+
+    /// The waker of this worker: signals it from any thread.
+    pub fn waker(&self) -> Result<EventFd> {
+        let fd = self
+            .signal
+            .as_fd()
+            .try_clone_to_owned()
+            .map_err(Status::from)?;
+        Ok(EventFd::from_owned(fd))
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        // Unmatched receives complete with Canceled, as do sends still in flight.
+        for (_, r) in self.p.tag.matcher.drain_posted() {
+            self.core.complete(r, Status::Canceled);
+        }
+        for ep in 0..self.core.eps.len() as u32 {
+            if self.core.eps[ep as usize].is_some() {
+                destroy_ep(
+                    &mut self.tls,
+                    &mut self.core,
+                    &mut self.p,
+                    ep,
+                    Status::Canceled,
+                );
+            }
+        }
+        self.run_callbacks();
+    }
+}
+
+/// Queues what a protocol call could not finish and returns the request to the caller.
+#[inline]
+fn posted(
+    tls: &mut [Tl],
+    core: &mut Core,
+    ep: u32,
+    post: Post,
+    rma: bool,
+) -> Result<Option<Request>> {
+    match post {
+        Post::Done => Ok(None),
+        Post::Started(r) => Ok(Some(r)),
+        Post::Queue(r) => {
+            let q = if rma {
+                crate::core::ep::Queued::Rma(r)
+            } else {
+                crate::core::ep::Queued::Send(r)
+            };
+            engine::enqueue(tls, core, ep, q)?;
+            Ok(Some(r))
+        }
+    }
+}

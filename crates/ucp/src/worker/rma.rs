@@ -1,0 +1,191 @@
+//! The remote-memory-access API of the worker (the protocol is in `crate::rma`).
+
+use super::{posted, Worker};
+use crate::core::ep::Ep;
+use crate::core::request::*;
+use crate::rma::{self, RemoteKey};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+use ucs::{Result, Status};
+use uct::{AtomicOp, AtomicSize};
+
+impl Worker {
+    /// Unpacks a remote key for use on `ep` and resolves its access path. The owner's
+    /// process (for CMA and segment keys) is the peer of the endpoint's lane.
+    pub fn rkey_unpack(&mut self, ep: Ep, packed: &[u8]) -> Result<RemoteKey> {
+        // A key is resolved for the lane it will be used on: an endpoint still asking its
+        // server for the address has none yet, so wait for it here (a slow path).
+        self.wait_connecting(ep, Duration::from_secs(30))?;
+        rma::unpack(&mut self.tls, &mut self.core, ep, packed)
+    }
+
+    /// Writes `len` bytes from `src` to `addr` in the key's memory. `None`: complete.
+    ///
+    /// # Safety
+    /// `src` must stay readable and unchanged until the request completes.
+    pub unsafe fn put_nb(
+        &mut self,
+        ep: Ep,
+        src: *const u8,
+        len: usize,
+        addr: u64,
+        rk: &RemoteKey,
+        cb: Option<Callback>,
+    ) -> Result<Option<Request>> {
+        // SAFETY: forwarded contract.
+        let post = unsafe { rma::put_nb(&mut self.core, ep, src, len, addr, rk, cb)? };
+        posted(&mut self.tls, &mut self.core, ep.0, post, true)
+    }
+
+    /// Writes `data` to `addr`; locally complete on return (the data was taken), remotely
+    /// complete after a flush.
+    pub fn put_nbi(&mut self, ep: Ep, data: &[u8], addr: u64, rk: &RemoteKey) -> Result<()> {
+        let post = rma::put_nbi(&mut self.core, ep, data, addr, rk)?;
+        posted(&mut self.tls, &mut self.core, ep.0, post, true).map(drop)
+    }
+
+    /// Reads `len` bytes at `addr` into `dst`. `None`: complete.
+    ///
+    /// # Safety
+    /// `dst` must stay writable, and not otherwise accessed, until the request completes.
+    pub unsafe fn get_nb(
+        &mut self,
+        ep: Ep,
+        dst: *mut u8,
+        len: usize,
+        addr: u64,
+        rk: &RemoteKey,
+        cb: Option<Callback>,
+    ) -> Result<Option<Request>> {
+        // SAFETY: forwarded contract.
+        let post = unsafe { rma::get_nb(&mut self.core, ep, dst, len, addr, rk, cb, false)? };
+        posted(&mut self.tls, &mut self.core, ep.0, post, true)
+    }
+
+    /// Reads `len` bytes at `addr` into `dst`; the data is there after a flush of the
+    /// endpoint (or the worker).
+    ///
+    /// # Safety
+    /// `dst` must stay writable, and not otherwise accessed, until that flush completes.
+    pub unsafe fn get_nbi(
+        &mut self,
+        ep: Ep,
+        dst: *mut u8,
+        len: usize,
+        addr: u64,
+        rk: &RemoteKey,
+    ) -> Result<()> {
+        // SAFETY: forwarded contract.
+        let post = unsafe { rma::get_nb(&mut self.core, ep, dst, len, addr, rk, None, true)? };
+        posted(&mut self.tls, &mut self.core, ep.0, post, true).map(drop)
+    }
+
+    /// An atomic without result; remotely complete after a flush.
+    pub fn atomic_post(
+        &mut self,
+        ep: Ep,
+        op: AtomicOp,
+        size: AtomicSize,
+        value: u64,
+        addr: u64,
+        rk: &RemoteKey,
+    ) -> Result<()> {
+        let post = rma::atomic_post(&mut self.core, ep, op, size, value, addr, rk)?;
+        posted(&mut self.tls, &mut self.core, ep.0, post, true).map(drop)
+    }
+
+    /// An atomic that returns the previous value into `*result` (`compare` is for
+    /// cswap). `None`: complete, `*result` written.
+    ///
+    /// # Safety
+    /// `result` must stay writable until the request completes.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn atomic_fetch_nb(
+        &mut self,
+        ep: Ep,
+        op: AtomicOp,
+        size: AtomicSize,
+        value: u64,
+        compare: u64,
+        result: *mut u64,
+        addr: u64,
+        rk: &RemoteKey,
+        cb: Option<Callback>,
+    ) -> Result<Option<Request>> {
+        // SAFETY: forwarded contract.
+        let post = unsafe {
+            rma::atomic_fetch_nb(
+                &mut self.core,
+                ep,
+                op,
+                size,
+                value,
+                compare,
+                result,
+                addr,
+                rk,
+                cb,
+            )?
+        };
+        posted(&mut self.tls, &mut self.core, ep.0, post, true)
+    }
+
+    /// Orders earlier remote accesses before later ones. Every path here executes in
+    /// issue order (direct and CMA complete in the call, emulated ones travel in order on
+    /// one lane and run in order at the target), so there is nothing to wait for.
+    pub fn fence(&mut self) -> Result<()> {
+        std::sync::atomic::fence(Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// Blocking put: returns when the data is in the remote memory.
+    pub fn put(&mut self, ep: Ep, data: &[u8], addr: u64, rk: &RemoteKey) -> Result<()> {
+        self.put_nbi(ep, data, addr, rk)?;
+        self.flush_ep_blocking(ep)
+    }
+
+    /// Blocking get.
+    pub fn get(&mut self, ep: Ep, buf: &mut [u8], addr: u64, rk: &RemoteKey) -> Result<()> {
+        // SAFETY: `buf` is borrowed for this whole call; on timeout the request is
+        // aborted before returning.
+        let r = unsafe { self.get_nb(ep, buf.as_mut_ptr(), buf.len(), addr, rk, None)? };
+        match self.block_on(r)? {
+            Status::Ok => Ok(()),
+            s => Err(s),
+        }
+    }
+
+    /// Blocking fetching atomic; returns the previous value.
+    #[allow(clippy::too_many_arguments)]
+    pub fn atomic_fetch(
+        &mut self,
+        ep: Ep,
+        op: AtomicOp,
+        size: AtomicSize,
+        value: u64,
+        compare: u64,
+        addr: u64,
+        rk: &RemoteKey,
+    ) -> Result<u64> {
+        let mut out = 0u64;
+        // SAFETY: `out` lives for this whole call; on timeout the request is aborted.
+        let r = unsafe {
+            self.atomic_fetch_nb(ep, op, size, value, compare, &mut out, addr, rk, None)?
+        };
+        match self.block_on(r)? {
+            Status::Ok => Ok(out),
+            s => Err(s),
+        }
+    }
+
+    /// Flushes `ep` and waits.
+    pub fn flush_ep_blocking(&mut self, ep: Ep) -> Result<()> {
+        match self.ep_flush_nb(ep, None)? {
+            None => Ok(()),
+            Some(r) => match self.wait_request(r, Duration::from_secs(120))? {
+                Status::Ok => Ok(()),
+                s => Err(s),
+            },
+        }
+    }
+}

@@ -1,0 +1,102 @@
+//! The stream API of the worker (the protocol is in `crate::stream`).
+
+use super::{posted, Worker};
+use crate::core::ep::Ep;
+use crate::core::request::*;
+use crate::stream::{self, StreamRecv};
+use ucs::{Result, Status};
+
+impl Worker {
+    /// Sends `buf` on `ep`'s stream. `None`: complete.
+    ///
+    /// # Safety
+    /// `buf` must stay readable and unchanged until the send completes.
+    pub unsafe fn stream_send_nb(
+        &mut self,
+        ep: Ep,
+        buf: Buf,
+        cb: Option<Callback>,
+    ) -> Result<Option<Request>> {
+        // SAFETY: forwarded contract.
+        let post = unsafe {
+            stream::send_nb(
+                &mut self.tls,
+                &mut self.core,
+                &mut self.p.stream,
+                ep.0,
+                buf,
+                cb,
+            )?
+        };
+        posted(&mut self.tls, &mut self.core, ep.0, post, false)
+    }
+
+    /// Receives from `ep`'s stream into `buf`: with `waitall`, exactly `buf.len()` bytes;
+    /// otherwise whatever is there (at least one byte).
+    ///
+    /// # Safety
+    /// `buf` must stay writable and unaliased until the receive completes.
+    pub unsafe fn stream_recv_nb(
+        &mut self,
+        ep: Ep,
+        buf: Buf,
+        waitall: bool,
+        cb: Option<Callback>,
+    ) -> Result<StreamRecv> {
+        // SAFETY: forwarded contract.
+        unsafe { stream::recv_nb(&mut self.core, &mut self.p.stream, ep.0, buf, waitall, cb) }
+    }
+
+    /// Takes whatever stream bytes `ep` has received (in one piece as they arrived), if
+    /// any; no receive buffer involved.
+    pub fn stream_recv_data(&mut self, ep: Ep) -> Result<Option<Vec<u8>>> {
+        self.core.ep(ep.0)?;
+        Ok(stream::recv_data(&mut self.p.stream, ep.0))
+    }
+
+    /// Up to `max` endpoints whose stream has received bytes not yet consumed (after
+    /// progressing the worker once). An endpoint stays listed until its bytes are read.
+    pub fn stream_ready(&mut self, max: usize) -> Vec<Ep> {
+        self.progress();
+        let st = &self.p.stream;
+        self.core
+            .eps
+            .iter()
+            .enumerate()
+            .filter(|(i, e)| e.as_ref().is_some_and(|e| !e.implicit) && st.has_data(*i as u32))
+            .map(|(i, _)| Ep(i as u32))
+            .take(max)
+            .collect()
+    }
+
+    /// Blocking send.
+    pub fn stream_send(&mut self, ep: Ep, data: &[u8]) -> Result<()> {
+        // SAFETY: `data` is borrowed for the whole call; the request completes or is
+        // aborted before returning.
+        let r = unsafe {
+            self.stream_send_nb(ep, Buf::contig(data.as_ptr().cast_mut(), data.len()), None)?
+        };
+        self.stream_finish(r).map(|_| ())
+    }
+
+    /// Blocking receive; returns the byte count.
+    pub fn stream_recv(&mut self, ep: Ep, buf: &mut [u8], waitall: bool) -> Result<usize> {
+        // SAFETY: as in stream_send.
+        match unsafe {
+            self.stream_recv_nb(ep, Buf::contig(buf.as_mut_ptr(), buf.len()), waitall, None)?
+        } {
+            StreamRecv::Done(n) => Ok(n),
+            StreamRecv::Pending(r) => self.stream_finish(Some(r)),
+        }
+    }
+
+    fn stream_finish(&mut self, r: Option<Request>) -> Result<usize> {
+        let Some(r) = r else { return Ok(0) };
+        let (s, info) = self.finish_recv(r)?;
+        if s == Status::Ok {
+            Ok(info.length)
+        } else {
+            Err(s)
+        }
+    }
+}

@@ -1,0 +1,181 @@
+//! The tag API of the worker (the protocol is in `crate::tag`).
+
+use super::{posted, Worker};
+use crate::core::ep::Ep;
+use crate::core::request::*;
+use crate::engine;
+use crate::tag::{self, Message};
+use std::time::Duration;
+use ucs::{Result, Status};
+
+/// How long the blocking conveniences wait before they give up.
+pub(crate) const BLOCKING_TIMEOUT: Duration = Duration::from_secs(120);
+
+impl Worker {
+    /// Sends `buf` with `tag` on `ep`. Returns `None` when the send completed in the call
+    /// (the callback is then not called), else a request.
+    ///
+    /// # Safety
+    /// `buf` must stay valid for reads, and unmodified, until the send completes.
+    #[inline]
+    pub unsafe fn tag_send_nb(
+        &mut self,
+        ep: Ep,
+        buf: Buf,
+        tag: u64,
+        sync: bool,
+        cb: Option<Callback>,
+    ) -> Result<Option<Request>> {
+        // SAFETY: forwarded contract.
+        let post = unsafe {
+            tag::send::send_nb(
+                &mut self.tls,
+                &mut self.core,
+                &mut self.p.tag,
+                ep.0,
+                buf,
+                tag,
+                sync,
+                cb,
+            )?
+        };
+        posted(&mut self.tls, &mut self.core, ep.0, post, false)
+    }
+
+    /// Posts a receive for a message whose tag matches `tag` under `mask`.
+    ///
+    /// # Safety
+    /// `buf` must stay valid for writes, and not otherwise accessed, until the receive
+    /// completes (or is canceled and its completion seen).
+    #[inline]
+    pub unsafe fn tag_recv_nb(
+        &mut self,
+        buf: Buf,
+        tag: u64,
+        mask: u64,
+        cb: Option<Callback>,
+    ) -> Result<Request> {
+        let p = &mut self.p;
+        // SAFETY: forwarded contract.
+        let r =
+            unsafe { tag::recv_nb(&mut self.core, &mut p.tag, &mut p.rndv, buf, tag, mask, cb) };
+        // A match with an unexpected message may have work (an acknowledgement, a
+        // rendezvous read) that goes now; a completion's callback waits for progress.
+        if !p.idle() {
+            self.progress();
+        }
+        Ok(r)
+    }
+
+    /// Looks for an unexpected message matching `tag`/`mask`. With `remove`, the message
+    /// is taken out of matching and returned as a [`Message`] for
+    /// [`Worker::tag_msg_recv_nb`].
+    pub fn tag_probe(
+        &mut self,
+        tag: u64,
+        mask: u64,
+        remove: bool,
+    ) -> Option<(RecvInfo, Option<Message>)> {
+        tag::probe(&mut self.p.tag, tag, mask, remove)
+    }
+
+    /// Receives a message taken by a probe with remove.
+    ///
+    /// # Safety
+    /// As for [`Worker::tag_recv_nb`].
+    pub unsafe fn tag_msg_recv_nb(
+        &mut self,
+        msg: Message,
+        buf: Buf,
+        cb: Option<Callback>,
+    ) -> Result<Request> {
+        let p = &mut self.p;
+        // SAFETY: forwarded contract.
+        let r = unsafe { tag::msg_recv_nb(&mut self.core, &mut p.tag, &mut p.rndv, msg, buf, cb)? };
+        self.progress();
+        Ok(r)
+    }
+
+    /// Stops a request this call's owner no longer waits for: a queued send is dropped, a
+    /// receive leaves matching; both complete with `Canceled`. After this the request
+    /// touches its buffer no more.
+    pub fn request_abort(&mut self, r: Request) -> Result<()> {
+        engine::abort(&mut self.core, &mut self.p, r)
+    }
+
+    pub(crate) fn block_on(&mut self, r: Option<Request>) -> Result<Status> {
+        let Some(r) = r else { return Ok(Status::Ok) };
+        match self.wait_request(r, BLOCKING_TIMEOUT) {
+            Err(Status::TimedOut) => {
+                self.request_abort(r)?;
+                self.request_free(r)?;
+                Err(Status::TimedOut)
+            }
+            other => other,
+        }
+    }
+
+    /// Sends `data` and waits for completion.
+    pub fn tag_send(&mut self, ep: Ep, data: &[u8], tag: u64) -> Result<()> {
+        // SAFETY: `data` is borrowed for this whole call, and block_on either sees the
+        // send complete or aborts it before returning.
+        let r = unsafe {
+            self.tag_send_nb(
+                ep,
+                Buf::contig(data.as_ptr().cast_mut(), data.len()),
+                tag,
+                false,
+                None,
+            )?
+        };
+        match self.block_on(r)? {
+            Status::Ok => Ok(()),
+            s => Err(s),
+        }
+    }
+
+    /// Sends `data` synchronously (complete when the receiver matched it) and waits.
+    pub fn tag_send_sync(&mut self, ep: Ep, data: &[u8], tag: u64) -> Result<()> {
+        // SAFETY: as in tag_send.
+        let r = unsafe {
+            self.tag_send_nb(
+                ep,
+                Buf::contig(data.as_ptr().cast_mut(), data.len()),
+                tag,
+                true,
+                None,
+            )?
+        };
+        match self.block_on(r)? {
+            Status::Ok => Ok(()),
+            s => Err(s),
+        }
+    }
+
+    /// Receives into `buf` and waits. Truncation is `Err(MessageTruncated)`.
+    pub fn tag_recv(&mut self, buf: &mut [u8], tag: u64, mask: u64) -> Result<RecvInfo> {
+        // SAFETY: `buf` is borrowed mutably for this whole call, and the request either
+        // completes or is aborted before this returns.
+        let r =
+            unsafe { self.tag_recv_nb(Buf::contig(buf.as_mut_ptr(), buf.len()), tag, mask, None)? };
+        self.finish_recv(r).and_then(|(s, info)| match s {
+            Status::Ok => Ok(info),
+            s => Err(s),
+        })
+    }
+
+    /// Waits for receive `r`, frees it, and returns its status and information.
+    pub(crate) fn finish_recv(&mut self, r: Request) -> Result<(Status, RecvInfo)> {
+        let status = match self.wait_done(r, BLOCKING_TIMEOUT) {
+            Err(Status::TimedOut) => {
+                self.request_abort(r)?;
+                self.request_free(r)?;
+                return Err(Status::TimedOut);
+            }
+            other => other?,
+        };
+        let info = self.request_info(r)?;
+        self.request_free(r)?;
+        Ok((status, info))
+    }
+}
