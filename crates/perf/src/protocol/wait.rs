@@ -26,6 +26,20 @@ pub(super) fn done(w: &Worker, r: Request, what: &str) -> Result<bool> {
     }
 }
 
+/// If `r` completed successfully: frees it and returns its receive information; an error
+/// status is an error.
+#[inline]
+pub(super) fn taken(w: &mut Worker, r: Request, what: &str) -> Result<Option<RecvInfo>> {
+    match w.request_take(r)? {
+        None => Ok(None),
+        Some((Status::Ok, info)) => Ok(Some(info)),
+        Some((s, _)) => {
+            tracing::error!("{what}: the request completed with {s}");
+            Err(s)
+        }
+    }
+}
+
 /// Progresses until `cond()` holds.
 #[inline]
 pub(super) fn spin<C: Channel>(
@@ -67,15 +81,14 @@ pub(super) fn wait_pair<C: Channel>(
     let mut since = None;
     loop {
         if let Some(s) = send {
-            if done(w, s, what)? {
-                w.request_free(s)?;
+            if taken(w, s, what)?.is_some() {
                 send = None;
             }
         }
-        if send.is_none() && done(w, recv, what)? {
-            let info = w.request_info(recv)?;
-            w.request_free(recv)?;
-            return Ok(info);
+        if send.is_none() {
+            if let Some(info) = taken(w, recv, what)? {
+                return Ok(info);
+            }
         }
         if w.progress() > 0 {
             (n, since) = (0, None);
@@ -101,7 +114,10 @@ pub(super) fn wait_one<C: Channel>(
     };
     let mut n: u32 = 0;
     let mut since = None;
-    while !done(w, r, what)? {
+    loop {
+        if let Some(info) = taken(w, r, what)? {
+            return Ok(info);
+        }
         if w.progress() > 0 {
             (n, since) = (0, None);
         }
@@ -110,9 +126,6 @@ pub(super) fn wait_one<C: Channel>(
             check_stall(chan, &mut since, timeout, what)?;
         }
     }
-    let info = w.request_info(r)?;
-    w.request_free(r)?;
-    Ok(info)
 }
 
 /// Frees the completed requests at the front of `inflight` (one endpoint's operations

@@ -168,10 +168,8 @@ impl Buf {
         match self {
             Buf::Contig { ptr, len } => {
                 let n = data.len().min(len.saturating_sub(off));
-                if n > 0 {
-                    // SAFETY: off + n <= len, inside the caller's buffer.
-                    unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), ptr.add(off), n) };
-                }
+                // SAFETY: off + n <= len, inside the caller's buffer.
+                unsafe { copy_small(data.as_ptr(), ptr.add(off), n) };
                 n
             }
             Buf::Iov(segs) => {
@@ -216,10 +214,8 @@ impl Buf {
         match self {
             Buf::Contig { ptr, len } => {
                 let n = dst.len().min(len.saturating_sub(off));
-                if n > 0 {
-                    // SAFETY: off + n <= len, inside the caller's buffer.
-                    unsafe { std::ptr::copy_nonoverlapping(ptr.add(off), dst.as_mut_ptr(), n) };
-                }
+                // SAFETY: off + n <= len, inside the caller's buffer.
+                unsafe { copy_small(ptr.add(off), dst.as_mut_ptr(), n) };
                 n
             }
             Buf::Iov(segs) => {
@@ -253,6 +249,32 @@ impl Buf {
                 let n = dst.len().min(g.packed_size().saturating_sub(off));
                 g.pack(off, &mut dst[..n])
             }
+        }
+    }
+}
+
+/// Copies `n` bytes; messages of up to 16 bytes (the common small ones) without a call
+/// to `memcpy`.
+///
+/// # Safety
+/// As `copy_nonoverlapping`: `src..src+n` readable, `dst..dst+n` writable, no overlap.
+#[inline(always)]
+unsafe fn copy_small(src: *const u8, dst: *mut u8, n: usize) {
+    // SAFETY: the caller's contract; the unaligned reads and writes stay
+    // inside the n bytes (two possibly overlapping words cover 8 < n <= 16).
+    unsafe {
+        match n {
+            0 => {}
+            8 => dst
+                .cast::<u64>()
+                .write_unaligned(src.cast::<u64>().read_unaligned()),
+            9..=16 => {
+                let a = src.cast::<u64>().read_unaligned();
+                let b = src.add(n - 8).cast::<u64>().read_unaligned();
+                dst.cast::<u64>().write_unaligned(a);
+                dst.add(n - 8).cast::<u64>().write_unaligned(b);
+            }
+            _ => std::ptr::copy_nonoverlapping(src, dst, n),
         }
     }
 }
