@@ -149,20 +149,29 @@ impl Context {
         })
     }
 
-    /// True when `[addr, addr+len)` lies in the region mapped under `key_id`, or for key
-    /// id 0 (the empty key) in any region mapped now.
-    pub(crate) fn region_check(&self, key_id: u64, addr: u64, len: u64) -> bool {
-        let Ok(r) = self.regions().lock() else {
-            return false;
-        };
-        let Some(end) = addr.checked_add(len) else {
-            return false;
-        };
+    /// Runs `access` on `[addr, addr+len)` if that range lies in the region mapped under
+    /// `key_id` (for key id 0, the empty key, in any region mapped now), holding the
+    /// region registry's lock meanwhile: the lease. A region is unmapped only after
+    /// [`MemH`]'s drop removed it from the registry under the same lock, so the memory
+    /// cannot go away between the check and the access, from any thread. Returns `None`
+    /// (and does not call `access`) when the range is not mapped.
+    pub(crate) fn with_region<T>(
+        &self,
+        key_id: u64,
+        addr: u64,
+        len: u64,
+        access: impl FnOnce(*mut u8) -> T,
+    ) -> Option<T> {
+        let r = self.regions().lock().ok()?;
+        let end = addr.checked_add(len)?;
         let inside = |&(b, l): &(u64, u64)| addr >= b && end <= b + l;
-        if key_id == 0 {
-            return r.values().any(inside);
-        }
-        r.get(&key_id).is_some_and(inside)
+        let ok = if key_id == 0 {
+            r.values().any(inside)
+        } else {
+            r.get(&key_id).is_some_and(inside)
+        };
+        // The lock guard lives until the end of this function, after `access`.
+        ok.then(|| access(addr as usize as *mut u8))
     }
 }
 

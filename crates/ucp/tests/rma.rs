@@ -496,3 +496,96 @@ fn bad_keys_and_ranges_are_refused() {
     assert_eq!(backing[1024..1088], [7u8; 64]);
     assert!(backing[1088..].iter().all(|&b| b == 0xee));
 }
+
+/// An emulated get whose reply waits for room on a full lane, while the target unmaps
+/// the region, completes with an error and reads nothing: the target checks the region
+/// again, under its lease, when it copies.
+#[test]
+fn get_reply_after_unmap_is_an_error_and_reads_nothing() {
+    let target_ctx = ctx_with(RmaPath::Auto);
+    let mut t = Worker::new(&target_ctx, ThreadMode::Single).unwrap();
+    let mut i = Worker::new(&ctx_with(RmaPath::Emulated), ThreadMode::Single).unwrap();
+    let i_addr = i.address();
+    let ep = i.ep_create(&t.address()).unwrap();
+    let back = t.ep_create(&i_addr).unwrap();
+    let mut backing = vec![0x5au8; 4096];
+    let mem = target_ctx
+        .mem_map(Some(backing.as_mut_ptr()), backing.len())
+        .unwrap();
+    let base = mem.address() as u64;
+    let rk = i.rkey_unpack(ep, &mem.rkey_pack()).unwrap();
+    assert_eq!(rk.rma_path(), RmaPath::Emulated);
+    // The target fills its lane to the initiator, which does not receive meanwhile.
+    let flood = [1u8; 8];
+    let mut queued = Vec::new();
+    let mut in_a_row = 0;
+    for n in 0..100_000 {
+        // SAFETY: `flood` outlives the sends (waited for below).
+        let r = unsafe {
+            t.tag_send_nb(
+                back,
+                ucp::Buf::contig(flood.as_ptr().cast_mut(), 8),
+                9,
+                false,
+                None,
+            )
+            .unwrap()
+        };
+        t.progress();
+        match r {
+            Some(r) if t.request_test(r).unwrap().is_none() => {
+                queued.push(r);
+                in_a_row += 1;
+            }
+            Some(r) => t.request_free(r).unwrap(),
+            None => in_a_row = 0,
+        }
+        if in_a_row == 16 {
+            break;
+        }
+        assert!(n < 99_999, "the lane never filled");
+    }
+    let mut out = vec![0u8; 2048];
+    // SAFETY: `out` outlives the request, waited for below.
+    let g = unsafe {
+        i.get_nb(ep, out.as_mut_ptr(), out.len(), base + 1024, &rk, None)
+            .unwrap()
+            .expect("an emulated get is a request")
+    };
+    // The request went in the call (the initiator's lane is free); the target takes it,
+    // but its reply cannot go while the initiator does not receive.
+    for _ in 0..50 {
+        t.progress();
+    }
+    assert_eq!(i.request_test(g).unwrap(), None);
+    drop(mem);
+    let deadline = Instant::now() + TIMEOUT;
+    let status = loop {
+        i.progress();
+        t.progress();
+        // The initiator takes the flood so the reply gets room.
+        while let Some((info, Some(m))) = i.tag_probe(9, u64::MAX, true) {
+            let mut sink = [0u8; 8];
+            // SAFETY: `sink` outlives the receive, waited for right here.
+            let r = unsafe {
+                i.tag_msg_recv_nb(m, ucp::Buf::contig(sink.as_mut_ptr(), 8), None)
+                    .unwrap()
+            };
+            assert_eq!(info.length, 8);
+            i.wait_request(r, TIMEOUT).unwrap();
+        }
+        if let Some(s) = i.request_test(g).unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "the get never completed");
+    };
+    i.request_free(g).unwrap();
+    assert_eq!(status, Status::InvalidAddr);
+    assert!(
+        out.iter().all(|&b| b == 0),
+        "a byte of unmapped memory was read"
+    );
+    for r in queued {
+        let _ = t.wait_request(r, TIMEOUT);
+    }
+}

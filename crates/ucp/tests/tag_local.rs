@@ -480,3 +480,55 @@ fn loopback_order_and_unexpected_pool() {
         assert_eq!(&b[..8], &small[..], "round {round}");
     }
 }
+
+/// A handle kept after its endpoint was closed is refused, also once another endpoint
+/// took the same slot: it never reaches the new peer.
+#[test]
+fn stale_endpoint_handle_is_refused() {
+    let c = ctx();
+    let mut w = Worker::new(&c, ThreadMode::Single).unwrap();
+    let mut a = Worker::new(&c, ThreadMode::Single).unwrap();
+    let mut b = Worker::new(&c, ThreadMode::Single).unwrap();
+    let old = w.ep_create(&a.address()).unwrap();
+    w.tag_send(old, b"to a", 1).unwrap();
+    let mut got = [0u8; 4];
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    // SAFETY: `got` outlives the receive, waited for below.
+    let r = unsafe {
+        a.tag_recv_nb(Buf::contig(got.as_mut_ptr(), 4), 1, u64::MAX, None)
+            .unwrap()
+    };
+    while a.request_test(r).unwrap().is_none() {
+        w.progress();
+        a.progress();
+        assert!(std::time::Instant::now() < deadline);
+    }
+    a.request_free(r).unwrap();
+    assert_eq!(&got, b"to a");
+    assert_eq!(w.ep_close_nb(old, true).unwrap(), None);
+    let new = w.ep_create(&b.address()).unwrap();
+    assert_ne!(old, new);
+    assert_eq!(w.tag_send(old, b"lost", 2), Err(Status::InvalidParam));
+    assert_eq!(w.ep_status(old), Err(Status::InvalidParam));
+    assert!(w.ep_flush_nb(old, None).is_err());
+    w.tag_send(new, b"to b", 2).unwrap();
+    // b gets exactly the message sent on the new handle.
+    let mut got = [0u8; 4];
+    let info = loop {
+        w.progress();
+        if let Some((info, Some(m))) = b.tag_probe(2, u64::MAX, true) {
+            // SAFETY: `got` outlives the receive, waited for right here.
+            let r = unsafe {
+                b.tag_msg_recv_nb(m, Buf::contig(got.as_mut_ptr(), 4), None)
+                    .unwrap()
+            };
+            b.wait_request(r, Duration::from_secs(30)).unwrap();
+            break info;
+        }
+        b.progress();
+        assert!(std::time::Instant::now() < deadline);
+    };
+    assert_eq!(info.length, 4);
+    assert_eq!(&got, b"to b");
+    assert!(b.tag_probe(2, u64::MAX, false).is_none());
+}

@@ -406,7 +406,7 @@ pub(crate) fn send_step(tls: &mut [Tl], core: &mut Core, lane: Lane, r: Request)
 
 fn reply_ep(core: &Core, flags: u16, uuid: u64) -> Option<Ep> {
     (flags & FLAG_REPLY != 0)
-        .then(|| core.ep_of(uuid).map(Ep))
+        .then(|| core.ep_of(uuid).map(|e| core.handle(e)))
         .flatten()
 }
 

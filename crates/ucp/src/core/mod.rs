@@ -13,7 +13,7 @@ pub mod request;
 
 use crate::address::WorkerAddress;
 use crate::context::Context;
-use ep::{EpState, EpStatus, Lane, Queued, Thresholds};
+use ep::{Ep, EpState, EpStatus, Lane, Queued, Thresholds};
 use request::*;
 use std::collections::{HashMap, VecDeque};
 use ucs::{Pool, Result, Status};
@@ -40,6 +40,8 @@ pub(crate) struct Core {
     pub uuid: u64,
     pub cfg: crate::config::Config,
     pub eps: Vec<Option<EpState>>,
+    /// Generation of each endpoint slot: bumped when the slot is freed.
+    pub ep_gens: Vec<u32>,
     pub by_uuid: HashMap<u64, u32>,
     /// This worker's encoded address (sent in wireup messages).
     pub my_address: Vec<u8>,
@@ -77,6 +79,7 @@ impl Core {
             uuid,
             cfg: ctx.config().clone(),
             eps: Vec::new(),
+            ep_gens: Vec::new(),
             by_uuid: HashMap::new(),
             my_address,
             reqs: Pool::new(),
@@ -118,7 +121,32 @@ impl Core {
             i as u32
         } else {
             self.eps.push(Some(e));
+            self.ep_gens.push(0);
             (self.eps.len() - 1) as u32
+        }
+    }
+
+    /// Takes the endpoint out of slot `ep`; handles to it are stale from now on.
+    pub(crate) fn take_ep(&mut self, ep: u32) -> Option<EpState> {
+        let e = self.eps.get_mut(ep as usize).and_then(Option::take)?;
+        if let Some(g) = self.ep_gens.get_mut(ep as usize) {
+            *g = g.wrapping_add(1);
+        }
+        Some(e)
+    }
+
+    /// The handle of the endpoint in slot `ep`.
+    #[inline]
+    pub(crate) fn handle(&self, ep: u32) -> Ep {
+        Ep(ep, self.ep_gens.get(ep as usize).copied().unwrap_or(0))
+    }
+
+    /// The slot of a live endpoint's handle; `InvalidParam` for a stale or foreign one.
+    #[inline]
+    pub(crate) fn check(&self, ep: Ep) -> Result<u32> {
+        match (self.eps.get(ep.0 as usize), self.ep_gens.get(ep.0 as usize)) {
+            (Some(Some(_)), Some(&g)) if g == ep.1 => Ok(ep.0),
+            _ => Err(Status::InvalidParam),
         }
     }
 

@@ -245,7 +245,7 @@ pub(crate) fn adopt_implicit(core: &mut Core, p: &mut Protocols, ep: u32, other:
     if ep == other || !core.ep(other).is_ok_and(|o| o.implicit) || core.ep(ep).is_err() {
         return;
     }
-    let Some(o) = core.eps.get_mut(other as usize).and_then(Option::take) else {
+    let Some(o) = core.take_ep(other) else {
         return;
     };
     let Ok(e) = core.ep_mut(ep) else { return };
@@ -280,7 +280,7 @@ pub(crate) fn destroy_ep(
     ep: u32,
     status: Status,
 ) {
-    let Some(e) = core.eps.get_mut(ep as usize).and_then(Option::take) else {
+    let Some(e) = core.take_ep(ep) else {
         return;
     };
     if let Some(l) = e.lane {

@@ -26,7 +26,7 @@ use uct::{AtomicOp, AtomicSize};
 /// A remote key unpacked for one endpoint.
 #[derive(Clone, Debug)]
 pub struct RemoteKey {
-    ep: u32,
+    ep: Ep,
     key_id: u64,
     base: u64,
     len: u64,
@@ -56,7 +56,7 @@ impl RemoteKey {
     }
 
     fn check(&self, ep: Ep, addr: u64, len: usize) -> Result<()> {
-        if ep.0 != self.ep {
+        if ep != self.ep {
             return Err(Status::InvalidParam);
         }
         let end = addr.checked_add(len as u64).ok_or(Status::InvalidParam)?;
@@ -77,7 +77,7 @@ pub(crate) fn unpack(tls: &mut [Tl], core: &mut Core, ep: Ep, packed: &[u8]) -> 
         // No region named: every access is emulated and checked by the target.
         crate::mem::PackedKey::Any => {
             return Ok(RemoteKey {
-                ep: ep.0,
+                ep,
                 key_id: 0,
                 base: 0,
                 len: u64::MAX,
@@ -115,7 +115,7 @@ pub(crate) fn unpack(tls: &mut [Tl], core: &mut Core, ep: Ep, packed: &[u8]) -> 
         (Some(rk), _) => (RmaPath::Cma, RmaPath::Emulated, Some(rk)),
     };
     Ok(RemoteKey {
-        ep: ep.0,
+        ep,
         key_id: pk.id,
         base: pk.base,
         len: pk.len,
@@ -440,9 +440,12 @@ pub(crate) enum RmaReply {
         status: Status,
         old: u64,
     },
+    /// A get: its data is read from the region `key` when each piece is sent, under the
+    /// region's lease, so memory unmapped meanwhile is never read.
     Get {
         uuid: u64,
         sreq: u64,
+        key: u64,
         addr: u64,
         len: u64,
         offset: u64,
@@ -481,12 +484,14 @@ pub(crate) fn send_reply(
         RmaReply::Get {
             uuid,
             sreq,
+            key,
             addr,
             len,
             mut offset,
-            status,
+            mut status,
         } => {
             let chunk_max = max_bcopy.saturating_sub(GET_REP_HDR - 8).max(1) as u64;
+            let ctx = core.ctx.clone();
             loop {
                 let n = if status == Status::Ok {
                     chunk_max.min(len - offset)
@@ -494,31 +499,43 @@ pub(crate) fn send_reply(
                     0
                 };
                 let src = addr + offset;
+                let mut sent_status = status;
                 let out = iface.am_bcopy(lane.ep, AmId::GetRep.id(), |b| {
-                    let h = encode(&[sreq, offset, status_field(status)], b);
-                    if n > 0 {
-                        // SAFETY: the request was checked against a region this process
-                        // mapped (region_check) when it arrived; the region is our memory.
-                        unsafe {
-                            std::ptr::copy_nonoverlapping(
-                                src as usize as *const u8,
-                                b[h..].as_mut_ptr(),
-                                n as usize,
-                            )
-                        };
+                    let h = GET_REP_HDR;
+                    let copied = n == 0
+                        || ctx
+                            .with_region(key, src, n, |p| {
+                                // SAFETY: with_region holds the lease on a region of this
+                                // process that contains p..p+n; the destination is the
+                                // transport's buffer, at least GET_REP_HDR + n bytes.
+                                unsafe {
+                                    std::ptr::copy_nonoverlapping(
+                                        p.cast_const(),
+                                        b[h..].as_mut_ptr(),
+                                        n as usize,
+                                    )
+                                }
+                            })
+                            .is_some();
+                    if !copied {
+                        // Unmapped since the request arrived: an error, and no data.
+                        sent_status = Status::InvalidAddr;
                     }
-                    h + n as usize
+                    encode(&[sreq, offset, status_field(sent_status)], b);
+                    h + if copied { n as usize } else { 0 }
                 })?;
                 if !out.is_done() {
                     return Ok(Some(RmaReply::Get {
                         uuid,
                         sreq,
+                        key,
                         addr,
                         len,
                         offset,
                         status,
                     }));
                 }
+                status = sent_status;
                 offset += n;
                 if offset >= len || status != Status::Ok {
                     return Ok(None);
@@ -561,16 +578,12 @@ impl RmaTarget {
         match id {
             AmId::Put => {
                 let ([uuid, sreq, key, addr], data) = decode::<4>(d)?;
-                let status = if ctx.region_check(key, addr, data.len() as u64) {
-                    // SAFETY: region_check proved [addr, addr+len) lies in a region this
-                    // process mapped and still has mapped.
-                    unsafe {
-                        std::ptr::copy_nonoverlapping(
-                            data.as_ptr(),
-                            addr as usize as *mut u8,
-                            data.len(),
-                        )
-                    };
+                let wrote = ctx.with_region(key, addr, data.len() as u64, |p| {
+                    // SAFETY: with_region holds the lease on a region of this process that
+                    // contains p..p+len.
+                    unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), p, data.len()) }
+                });
+                let status = if wrote.is_some() {
                     Status::Ok
                 } else {
                     tracing::debug!(
@@ -583,7 +596,7 @@ impl RmaTarget {
             }
             AmId::GetReq => {
                 let ([uuid, sreq, key, addr, len], _) = decode::<5>(d)?;
-                let status = if ctx.region_check(key, addr, len) {
+                let status = if ctx.with_region(key, addr, len, |_| ()).is_some() {
                     Status::Ok
                 } else {
                     Status::InvalidAddr
@@ -591,6 +604,7 @@ impl RmaTarget {
                 self.replies.push_back(RmaReply::Get {
                     uuid,
                     sreq,
+                    key,
                     addr,
                     len,
                     offset: 0,
@@ -600,15 +614,18 @@ impl RmaTarget {
             AmId::AmoReq => {
                 let ([uuid, sreq, key, addr, value, compare, w], _) = decode::<7>(d)?;
                 let (op, size, _) = parse_op_word(w)?;
-                let ok = ctx.region_check(key, addr, size.bytes() as u64)
-                    && addr % size.bytes() as u64 == 0;
-                let (status, old) = if ok {
-                    // SAFETY: checked above: inside a live region of ours, aligned.
-                    (Status::Ok, unsafe {
-                        local_atomic(op, size, addr, value, compare)
+                let done = if addr % size.bytes() as u64 == 0 {
+                    ctx.with_region(key, addr, size.bytes() as u64, |p| {
+                        // SAFETY: with_region holds the lease on a region of this process
+                        // that contains the word; it is aligned (checked above).
+                        unsafe { local_atomic(op, size, p as u64, value, compare) }
                     })
                 } else {
-                    (Status::InvalidAddr, 0)
+                    None
+                };
+                let (status, old) = match done {
+                    Some(old) => (Status::Ok, old),
+                    None => (Status::InvalidAddr, 0),
                 };
                 self.replies.push_back(RmaReply::Amo {
                     uuid,

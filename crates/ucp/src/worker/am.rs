@@ -25,6 +25,7 @@ impl Worker {
         flags: AmSendFlags,
         cb: Option<Callback>,
     ) -> Result<Option<Request>> {
+        self.core.check(ep)?;
         // SAFETY: forwarded contract.
         let post = unsafe {
             am::send_nb(
@@ -51,6 +52,7 @@ impl Worker {
         data: &[u8],
         flags: AmSendFlags,
     ) -> Result<()> {
+        self.core.check(ep)?;
         // SAFETY: `data` is borrowed for the whole call; the request completes or is
         // aborted before returning.
         let r = unsafe {

@@ -133,7 +133,7 @@ impl Worker {
         match CmClient::connect(server, &me) {
             Ok(client) => {
                 if let Err(s) = self.add_wakeup_fd(client.fd()) {
-                    self.core.eps[idx as usize] = None;
+                    self.core.take_ep(idx);
                     return Err(s);
                 }
                 self.cm.sockaddrs.insert(idx, (client.local_addr(), server));
@@ -148,12 +148,13 @@ impl Worker {
             }
             Err(s) => crate::core::fail_ep(&mut self.core, idx, s),
         }
-        Ok(Ep(idx))
+        Ok(self.core.handle(idx))
     }
 
     /// The local and remote socket addresses of an endpoint made through a listener or
     /// to a server's socket address (`NotConnected` for other endpoints).
     pub fn ep_sockaddrs(&self, ep: Ep) -> Result<(Option<SocketAddr>, SocketAddr)> {
+        self.core.check(ep)?;
         self.core.ep(ep.0)?;
         self.cm
             .sockaddrs

@@ -167,34 +167,38 @@ impl Worker {
             if let Ok(e) = self.core.ep_mut(idx) {
                 if e.implicit {
                     e.implicit = false;
-                    return Ok(Ep(idx));
+                    return Ok(self.core.handle(idx));
                 }
             }
         }
         let idx = self.core.insert_ep(remote);
         self.core.by_uuid.entry(uuid).or_insert(idx);
-        Ok(Ep(idx))
+        Ok(self.core.handle(idx))
     }
 
     /// The endpoint's state.
     pub fn ep_status(&self, ep: Ep) -> Result<EpStatus> {
+        self.core.check(ep)?;
         self.core.ep(ep.0).map(|e| e.status)
     }
 
     /// The transport an endpoint uses once connected.
     pub fn ep_transport(&self, ep: Ep) -> Result<Option<Transport>> {
+        self.core.check(ep)?;
         let e = self.core.ep(ep.0)?;
         Ok(e.lane.map(|l| self.tls[l.tl].transport))
     }
 
     /// The protocol thresholds of a connected endpoint (`None` before it connects).
     pub fn ep_thresholds(&self, ep: Ep) -> Result<Option<Thresholds>> {
+        self.core.check(ep)?;
         Ok(self.core.ep(ep.0)?.lane.map(|l| self.tls[l.tl].th))
     }
 
     /// Progresses until `ep` is no longer waiting for its server's answer (endpoints made
     /// from a socket address), or `timeout` passes (`TimedOut`).
     pub fn wait_connecting(&mut self, ep: Ep, timeout: std::time::Duration) -> Result<()> {
+        self.core.check(ep)?;
         let deadline = std::time::Instant::now() + timeout;
         while self.core.ep(ep.0)?.status == EpStatus::Connecting {
             if std::time::Instant::now() > deadline {
@@ -209,6 +213,7 @@ impl Worker {
 
     /// Connects `ep` now (normally done by the first operation).
     pub fn ep_connect(&mut self, ep: Ep) -> Result<()> {
+        self.core.check(ep)?;
         connect(&mut self.tls, &mut self.core, ep.0).map(|_| ())
     }
 
@@ -313,6 +318,7 @@ impl Worker {
 
     /// Installs the handler called once if `ep` fails (UCP's error handling mode "peer").
     pub fn ep_set_err_handler(&mut self, ep: Ep, h: Option<ErrHandler>) -> Result<()> {
+        self.core.check(ep)?;
         self.core.ep_mut(ep.0)?.err_handler = h;
         Ok(())
     }
@@ -372,7 +378,7 @@ impl Worker {
         for (ep, s) in std::mem::take(&mut self.core.ep_errors) {
             let h = self.core.ep_mut(ep).ok().and_then(|e| e.err_handler.take());
             if let Some(mut h) = h {
-                h(Ep(ep), s);
+                h(self.core.handle(ep), s);
             }
         }
         engine::run_completions(&mut self.core);
@@ -490,6 +496,7 @@ impl Worker {
     /// Flushes `ep`: completes when every operation issued on it so far has completed at
     /// the peer. `None` when that is already so.
     pub fn ep_flush_nb(&mut self, ep: Ep, cb: Option<Callback>) -> Result<Option<Request>> {
+        self.core.check(ep)?;
         self.core.ep(ep.0)?;
         self.flush_req(ReqKind::Flush(Some(ep.0)), Some(ep.0), cb)
     }
@@ -518,6 +525,7 @@ impl Worker {
     /// endpoint is gone at once; otherwise it is flushed first and the returned request
     /// completes when it is gone.
     pub fn ep_close_nb(&mut self, ep: Ep, force: bool) -> Result<Option<Request>> {
+        self.core.check(ep)?;
         self.core.ep(ep.0)?;
         self.cm.sockaddrs.remove(&ep.0);
         if let Some(i) = self.cm.connecting.iter().position(|c| c.ep == ep.0) {

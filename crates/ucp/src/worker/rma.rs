@@ -13,6 +13,7 @@ impl Worker {
     /// Unpacks a remote key for use on `ep` and resolves its access path. The owner's
     /// process (for CMA and segment keys) is the peer of the endpoint's lane.
     pub fn rkey_unpack(&mut self, ep: Ep, packed: &[u8]) -> Result<RemoteKey> {
+        self.core.check(ep)?;
         // A key is resolved for the lane it will be used on: an endpoint still asking its
         // server for the address has none yet, so wait for it here (a slow path).
         self.wait_connecting(ep, Duration::from_secs(30))?;
@@ -32,6 +33,7 @@ impl Worker {
         rk: &RemoteKey,
         cb: Option<Callback>,
     ) -> Result<Option<Request>> {
+        self.core.check(ep)?;
         // SAFETY: forwarded contract.
         let post = unsafe { rma::put_nb(&mut self.core, ep, src, len, addr, rk, cb)? };
         posted(&mut self.tls, &mut self.core, ep.0, post, true)
@@ -40,6 +42,7 @@ impl Worker {
     /// Writes `data` to `addr`; locally complete on return (the data was taken), remotely
     /// complete after a flush.
     pub fn put_nbi(&mut self, ep: Ep, data: &[u8], addr: u64, rk: &RemoteKey) -> Result<()> {
+        self.core.check(ep)?;
         let post = rma::put_nbi(&mut self.core, ep, data, addr, rk)?;
         posted(&mut self.tls, &mut self.core, ep.0, post, true).map(drop)
     }
@@ -57,6 +60,7 @@ impl Worker {
         rk: &RemoteKey,
         cb: Option<Callback>,
     ) -> Result<Option<Request>> {
+        self.core.check(ep)?;
         // SAFETY: forwarded contract.
         let post = unsafe { rma::get_nb(&mut self.core, ep, dst, len, addr, rk, cb, false)? };
         posted(&mut self.tls, &mut self.core, ep.0, post, true)
@@ -75,6 +79,7 @@ impl Worker {
         addr: u64,
         rk: &RemoteKey,
     ) -> Result<()> {
+        self.core.check(ep)?;
         // SAFETY: forwarded contract.
         let post = unsafe { rma::get_nb(&mut self.core, ep, dst, len, addr, rk, None, true)? };
         posted(&mut self.tls, &mut self.core, ep.0, post, true).map(drop)
@@ -90,6 +95,7 @@ impl Worker {
         addr: u64,
         rk: &RemoteKey,
     ) -> Result<()> {
+        self.core.check(ep)?;
         let post = rma::atomic_post(&mut self.core, ep, op, size, value, addr, rk)?;
         posted(&mut self.tls, &mut self.core, ep.0, post, true).map(drop)
     }
@@ -112,6 +118,7 @@ impl Worker {
         rk: &RemoteKey,
         cb: Option<Callback>,
     ) -> Result<Option<Request>> {
+        self.core.check(ep)?;
         // SAFETY: forwarded contract.
         let post = unsafe {
             rma::atomic_fetch_nb(
@@ -140,12 +147,14 @@ impl Worker {
 
     /// Blocking put: returns when the data is in the remote memory.
     pub fn put(&mut self, ep: Ep, data: &[u8], addr: u64, rk: &RemoteKey) -> Result<()> {
+        self.core.check(ep)?;
         self.put_nbi(ep, data, addr, rk)?;
         self.flush_ep_blocking(ep)
     }
 
     /// Blocking get.
     pub fn get(&mut self, ep: Ep, buf: &mut [u8], addr: u64, rk: &RemoteKey) -> Result<()> {
+        self.core.check(ep)?;
         // SAFETY: `buf` is borrowed for this whole call; on timeout the request is
         // aborted before returning.
         let r = unsafe { self.get_nb(ep, buf.as_mut_ptr(), buf.len(), addr, rk, None)? };
@@ -167,6 +176,7 @@ impl Worker {
         addr: u64,
         rk: &RemoteKey,
     ) -> Result<u64> {
+        self.core.check(ep)?;
         let mut out = 0u64;
         // SAFETY: `out` lives for this whole call; on timeout the request is aborted.
         let r = unsafe {
@@ -180,6 +190,7 @@ impl Worker {
 
     /// Flushes `ep` and waits.
     pub fn flush_ep_blocking(&mut self, ep: Ep) -> Result<()> {
+        self.core.check(ep)?;
         match self.ep_flush_nb(ep, None)? {
             None => Ok(()),
             Some(r) => match self.wait_request(r, Duration::from_secs(120))? {

@@ -17,6 +17,7 @@ impl Worker {
         buf: Buf,
         cb: Option<Callback>,
     ) -> Result<Option<Request>> {
+        self.core.check(ep)?;
         // SAFETY: forwarded contract.
         let post = unsafe {
             stream::send_nb(
@@ -43,6 +44,7 @@ impl Worker {
         waitall: bool,
         cb: Option<Callback>,
     ) -> Result<StreamRecv> {
+        self.core.check(ep)?;
         // SAFETY: forwarded contract.
         unsafe { stream::recv_nb(&mut self.core, &mut self.p.stream, ep.0, buf, waitall, cb) }
     }
@@ -50,6 +52,7 @@ impl Worker {
     /// Takes whatever stream bytes `ep` has received (in one piece as they arrived), if
     /// any; no receive buffer involved.
     pub fn stream_recv_data(&mut self, ep: Ep) -> Result<Option<Vec<u8>>> {
+        self.core.check(ep)?;
         self.core.ep(ep.0)?;
         Ok(stream::recv_data(&mut self.p.stream, ep.0))
     }
@@ -64,13 +67,14 @@ impl Worker {
             .iter()
             .enumerate()
             .filter(|(i, e)| e.as_ref().is_some_and(|e| !e.implicit) && st.has_data(*i as u32))
-            .map(|(i, _)| Ep(i as u32))
+            .map(|(i, _)| self.core.handle(i as u32))
             .take(max)
             .collect()
     }
 
     /// Blocking send.
     pub fn stream_send(&mut self, ep: Ep, data: &[u8]) -> Result<()> {
+        self.core.check(ep)?;
         // SAFETY: `data` is borrowed for the whole call; the request completes or is
         // aborted before returning.
         let r = unsafe {
@@ -81,6 +85,7 @@ impl Worker {
 
     /// Blocking receive; returns the byte count.
     pub fn stream_recv(&mut self, ep: Ep, buf: &mut [u8], waitall: bool) -> Result<usize> {
+        self.core.check(ep)?;
         // SAFETY: as in stream_send.
         match unsafe {
             self.stream_recv_nb(ep, Buf::contig(buf.as_mut_ptr(), buf.len()), waitall, None)?

@@ -26,6 +26,7 @@ impl Worker {
         sync: bool,
         cb: Option<Callback>,
     ) -> Result<Option<Request>> {
+        self.core.check(ep)?;
         // SAFETY: forwarded contract.
         let post = unsafe {
             tag::send::send_nb(
@@ -117,6 +118,7 @@ impl Worker {
 
     /// Sends `data` and waits for completion.
     pub fn tag_send(&mut self, ep: Ep, data: &[u8], tag: u64) -> Result<()> {
+        self.core.check(ep)?;
         // SAFETY: `data` is borrowed for this whole call, and block_on either sees the
         // send complete or aborts it before returning.
         let r = unsafe {
@@ -136,6 +138,7 @@ impl Worker {
 
     /// Sends `data` synchronously (complete when the receiver matched it) and waits.
     pub fn tag_send_sync(&mut self, ep: Ep, data: &[u8], tag: u64) -> Result<()> {
+        self.core.check(ep)?;
         // SAFETY: as in tag_send.
         let r = unsafe {
             self.tag_send_nb(
