@@ -27,7 +27,7 @@ fn eager_fragments_fault_free() {
 
 #[test]
 fn eager_fragments_every_step() {
-    let (runs, _) = every_step(&Opts::default(), &eager_ops(), false, 1);
+    let (runs, _) = every_step(&Opts::default(), &eager_ops(), false, 1, &[false, true]);
     assert!(runs > 4);
 }
 

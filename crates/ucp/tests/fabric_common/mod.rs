@@ -92,6 +92,8 @@ pub struct Opts {
     pub rndv_thresh: usize,
     pub seg_size: usize,
     pub window: u32,
+    /// For rendezvous by put, leave the tcp resource out (see [`context`]).
+    pub fabric_only: bool,
 }
 
 impl Default for Opts {
@@ -101,6 +103,7 @@ impl Default for Opts {
             rndv_thresh: 3000,
             seg_size: 512,
             window: 8,
+            fabric_only: false,
         }
     }
 }
@@ -169,7 +172,7 @@ pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
 
 fn context(o: &Opts) -> Context {
     let mut transports = vec![Transport::Fabric];
-    if o.rndv == RndvMode::Put {
+    if o.rndv == RndvMode::Put && !o.fabric_only {
         // ucp's rendezvous by put registers the receive buffer with a tcp domain only
         // (see fabric_rndv.rs, the ignored test): a tcp resource has to be there,
         // although the fabric carries everything.
@@ -806,8 +809,9 @@ pub fn steps_of(o: &Opts, ops: &[Op], close: bool) -> u64 {
 }
 
 /// Runs the workload with a kill at every step (of A, then of B) and a lane filled at
-/// every step (A's, then B's); returns (runs, requests that failed under death).
-pub fn every_step(o: &Opts, ops: &[Op], close: bool, stride: u64) -> (u32, usize) {
+/// every step (of the nodes in `fill`: false is A, true is B); returns (runs, requests
+/// that failed under death).
+pub fn every_step(o: &Opts, ops: &[Op], close: bool, stride: u64, fill: &[bool]) -> (u32, usize) {
     let total = steps_of(o, ops, close);
     let mut runs = 0;
     let mut errors = 0;
@@ -825,6 +829,10 @@ pub fn every_step(o: &Opts, ops: &[Op], close: bool, stride: u64) -> (u32, usize
                 },
             );
             errors += r.errors;
+            runs += 1;
+            if !fill.contains(&victim) {
+                continue;
+            }
             let r = run(
                 o,
                 ops,
@@ -836,7 +844,7 @@ pub fn every_step(o: &Opts, ops: &[Op], close: bool, stride: u64) -> (u32, usize
                 },
             );
             assert_eq!(r.errors, 0, "a full lane must not fail anything");
-            runs += 2;
+            runs += 1;
         }
         k += stride;
     }
