@@ -40,8 +40,10 @@ fn rndv_put_fault_free() {
 /// B's lane is filled only in `rndv_get_lane_full_at_the_get` (ignored: a ucp bug).
 #[test]
 fn rndv_get_every_step() {
-    let (runs, _) = every_step(&Opts::default(), &ops(), false, 1, &[false]);
+    let (runs, errors) = every_step(&Opts::default(), &ops(), false, 1, &[false]);
+    eprintln!("{runs} runs, {errors} requests failed by a death");
     assert!(runs > 4);
+    assert!(errors > 0, "no death ever failed a request");
 }
 
 /// ucp bug: the receiver of a rendezvous by get calls `get_zcopy` once (`tag::api::
@@ -62,8 +64,10 @@ fn rndv_get_lane_full_at_the_get() {
 
 #[test]
 fn rndv_put_every_step() {
-    let (runs, _) = every_step(&put(), &ops(), false, 1, &[false, true]);
+    let (runs, errors) = every_step(&put(), &ops(), false, 1, &[false, true]);
+    eprintln!("{runs} runs, {errors} requests failed by a death");
     assert!(runs > 4);
+    assert!(errors > 0, "no death ever failed a request");
 }
 
 /// ucp bug (a limitation of its rendezvous by put): the receiver registers its buffer

@@ -27,8 +27,10 @@ fn eager_fragments_fault_free() {
 
 #[test]
 fn eager_fragments_every_step() {
-    let (runs, _) = every_step(&Opts::default(), &eager_ops(), false, 1, &[false, true]);
+    let (runs, errors) = every_step(&Opts::default(), &eager_ops(), false, 1, &[false, true]);
+    eprintln!("{runs} runs, {errors} requests failed by a death");
     assert!(runs > 4);
+    assert!(errors > 0, "no death ever failed a request");
 }
 
 /// ucp bug: a synchronous send of several fragments is acknowledged by the receiver when

@@ -139,7 +139,10 @@ pub struct Pair {
     pub ba: Ep,
     pub seed: u64,
     mem_b: MemH,
-    rkey: RemoteKey,
+    /// A's key to B's region, unpacked at the first RMA operation (unpacking connects
+    /// the endpoint: wireup happens in the workload, under its faults).
+    rkey: Option<RemoteKey>,
+    packed: Vec<u8>,
     /// Bytes B's region starts with (get area and atomic words).
     initial: Vec<u8>,
     log: Log,
@@ -221,7 +224,7 @@ impl Pair {
         let initial = pattern(REGION, seed ^ 0xb);
         // SAFETY: the region is REGION bytes of B's, nobody accesses it yet.
         unsafe { std::ptr::copy_nonoverlapping(initial.as_ptr(), mem_b.address(), REGION) };
-        let rkey = a.rkey_unpack(ab, &mem_b.rkey_pack()).expect("rkey_unpack");
+        let packed = mem_b.rkey_pack();
         let kept: Kept = Arc::default();
         let k = kept.clone();
         b.am_set_handler(
@@ -249,7 +252,8 @@ impl Pair {
             ba,
             seed,
             mem_b,
-            rkey,
+            rkey: None,
+            packed,
             initial,
             log: Log::default(),
             kept,
@@ -340,6 +344,15 @@ impl Pair {
         }
     }
 
+    /// A's key to B's region; an error (a dead peer) fails the operation that needs it.
+    fn rkey(&mut self) -> ucs::Result<RemoteKey> {
+        if self.rkey.is_none() {
+            let packed = self.packed.clone();
+            self.rkey = Some(self.a.rkey_unpack(self.ab, &packed)?);
+        }
+        Ok(self.rkey.clone().expect("just unpacked"))
+    }
+
     /// Starts one operation.
     pub fn issue(&mut self, op: &Op) {
         let id = self.id();
@@ -419,9 +432,10 @@ impl Pair {
                 self.expect.insert(si, data);
                 let addr = self.mem_b.address() as u64 + (PUT_AREA + off) as u64;
                 let cb = self.cb(id);
-                let rk = self.rkey.clone();
-                // SAFETY: as above.
-                let r = unsafe { self.a.put_nb(ab, sp, len, addr, &rk, Some(cb)) };
+                let r = self.rkey().and_then(|rk| {
+                    // SAFETY: as above.
+                    unsafe { self.a.put_nb(ab, sp, len, addr, &rk, Some(cb)) }
+                });
                 self.track(id, true, r, Kind::PutA { src: si, off });
             }
             Op::Get { off, len } => {
@@ -430,9 +444,10 @@ impl Pair {
                     .insert(bi, self.initial[GET_AREA + off..GET_AREA + off + len].to_vec());
                 let addr = self.mem_b.address() as u64 + (GET_AREA + off) as u64;
                 let cb = self.cb(id);
-                let rk = self.rkey.clone();
-                // SAFETY: as above.
-                let r = unsafe { self.a.get_nb(ab, p, len, addr, &rk, Some(cb)) };
+                let r = self.rkey().and_then(|rk| {
+                    // SAFETY: as above.
+                    unsafe { self.a.get_nb(ab, p, len, addr, &rk, Some(cb)) }
+                });
                 self.track(id, true, r, Kind::GetA { buf: bi, off });
             }
             Op::Amo {
@@ -451,12 +466,22 @@ impl Pair {
                     AtomicSize::B32
                 };
                 let cb = self.cb(id);
-                let rk = self.rkey.clone();
-                // SAFETY: the word is boxed and kept until the end of the run.
-                let r = unsafe {
-                    self.a
-                        .atomic_fetch_nb(ab, op, size, value, value ^ 1, p, addr, &rk, Some(cb))
-                };
+                let r = self.rkey().and_then(|rk| {
+                    // SAFETY: the word is boxed and kept until the end of the run.
+                    unsafe {
+                        self.a.atomic_fetch_nb(
+                            ab,
+                            op,
+                            size,
+                            value,
+                            value ^ 1,
+                            p,
+                            addr,
+                            &rk,
+                            Some(cb),
+                        )
+                    }
+                });
                 self.track(
                     id,
                     true,
@@ -555,6 +580,8 @@ pub struct Report {
     /// Steps the workload took (after the setup's).
     pub steps: u64,
     pub died: bool,
+    /// Send attempts the fabric refused because a lane was filled.
+    pub refused_full: u64,
 }
 
 /// Prints what failed with its seed when a run panics.
@@ -693,6 +720,7 @@ fn check(p: &mut Pair, died: bool) -> Report {
     let counts = p.counts();
     let mut rep = Report {
         died,
+        refused_full: p.fab.stats().refused_full,
         steps: p.fab.steps(),
         ..Report::default()
     };
@@ -803,9 +831,10 @@ pub fn steps_of(o: &Opts, ops: &[Op], close: bool) -> u64 {
         close,
         ..Plan::default()
     };
+    let before = Pair::new(1, o).fab.steps();
     let r = run(o, ops, &plan);
     assert_eq!(r.errors, 0);
-    r.steps
+    r.steps - before
 }
 
 /// Runs the workload with a kill at every step (of A, then of B) and a lane filled at
@@ -815,6 +844,7 @@ pub fn every_step(o: &Opts, ops: &[Op], close: bool, stride: u64, fill: &[bool])
     let total = steps_of(o, ops, close);
     let mut runs = 0;
     let mut errors = 0;
+    let mut refused = 0;
     let mut k = 1;
     while k <= total + 1 {
         for victim in [false, true] {
@@ -829,6 +859,7 @@ pub fn every_step(o: &Opts, ops: &[Op], close: bool, stride: u64, fill: &[bool])
                 },
             );
             errors += r.errors;
+            assert_eq!(r.died, k <= total, "the kill at step {k} of {total}");
             runs += 1;
             if !fill.contains(&victim) {
                 continue;
@@ -844,9 +875,11 @@ pub fn every_step(o: &Opts, ops: &[Op], close: bool, stride: u64, fill: &[bool])
                 },
             );
             assert_eq!(r.errors, 0, "a full lane must not fail anything");
+            refused += r.refused_full;
             runs += 1;
         }
         k += stride;
     }
+    assert!(fill.is_empty() || refused > 0, "no filled lane ever refused a send");
     (runs, errors)
 }
