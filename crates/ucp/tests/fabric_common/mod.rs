@@ -82,6 +82,9 @@ pub struct Plan {
     pub gaps: Vec<u32>,
     /// Close both endpoints at the end (A's with flush, B's too).
     pub close: bool,
+    /// After a death, give up on B's receives at once (cancel, forced close) instead of
+    /// first waiting for the death to be detected.
+    pub close_early: bool,
 }
 
 /// Transport and protocol options of the pair.
@@ -94,6 +97,9 @@ pub struct Opts {
     pub window: u32,
     /// For rendezvous by put, leave the tcp resource out (see [`context`]).
     pub fabric_only: bool,
+    /// Silence after which a peer is dead (virtual ns); long where datagrams are lost
+    /// on purpose, so that a live peer is never taken for dead.
+    pub peer_timeout: u64,
 }
 
 impl Default for Opts {
@@ -104,6 +110,7 @@ impl Default for Opts {
             seg_size: 512,
             window: 8,
             fabric_only: false,
+            peer_timeout: FabricConfig::default().peer_timeout,
         }
     }
 }
@@ -206,6 +213,7 @@ impl Pair {
                 seg_size: o.seg_size,
                 window: o.window,
                 rndv: o.rndv,
+                peer_timeout: o.peer_timeout,
                 ..FabricConfig::default()
             },
         );
@@ -650,9 +658,15 @@ pub fn run(o: &Opts, ops: &[Op], plan: &Plan) -> Report {
     );
     let died = p.someone_died();
     if died {
-        // Let in-flight completions land, then give up the receives nobody can match.
-        for _ in 0..40 {
-            p.round();
+        // Let in-flight completions land and the death be detected (by both sides when
+        // both can: a side that never sent to the dead one cannot), then give up the
+        // receives nobody can complete.
+        if !plan.close_early {
+            let detect = 2 * (o.peer_timeout + FabricConfig::default().keepalive) / TICK;
+            p.rounds_until(detect as u32, |p| p.eps_failed());
+            for _ in 0..40 {
+                p.round();
+            }
         }
         // A receive posted for a dead sender is canceled; a stream receive on an endpoint
         // that never learns of the death (it never sent) is given up by closing the

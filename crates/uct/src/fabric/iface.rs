@@ -257,8 +257,9 @@ impl FabricIface {
     }
 
     /// The common start of every send: one step of the network (hooks may fire), then
-    /// the checks. `Ok(None)`: the lane is full.
-    fn begin(&mut self, ep: EpId) -> Result<Option<(u32, u64)>> {
+    /// the checks. `Ok(None)`: the lane is full (filled, or with `window`, the peer's
+    /// window).
+    fn begin(&mut self, ep: EpId, window: bool) -> Result<Option<(u32, u64)>> {
         let e = self.eps.get(ep)?;
         let peer = e.peer;
         let failed = e.failed;
@@ -278,7 +279,7 @@ impl FabricIface {
         if let Some(s) = failed {
             return Err(s);
         }
-        if full || !self.peer_has_space(peer) {
+        if full || (window && !self.peer_has_space(peer)) {
             return Ok(None);
         }
         Ok(Some((peer, now)))
@@ -316,7 +317,7 @@ impl FabricIface {
             self.check_ep(ep)?;
             return Err(Status::InvalidParam);
         }
-        let Some((peer, now)) = self.begin(ep)? else {
+        let Some((peer, now)) = self.begin(ep, true)? else {
             return Ok(Outcome::NoResource);
         };
         self.scratch.clear();
@@ -336,7 +337,7 @@ impl FabricIface {
             self.check_ep(ep)?;
             return Err(Status::InvalidParam);
         }
-        let Some((peer, now)) = self.begin(ep)? else {
+        let Some((peer, now)) = self.begin(ep, true)? else {
             return Ok(Outcome::NoResource);
         };
         let max = self.attr.max_am_bcopy;
@@ -364,7 +365,7 @@ impl FabricIface {
             self.check_ep(ep)?;
             return Err(Status::InvalidParam);
         }
-        let Some((peer, now)) = self.begin(ep)? else {
+        let Some((peer, now)) = self.begin(ep, true)? else {
             return Ok(Outcome::NoResource);
         };
         self.scratch.clear();
@@ -391,7 +392,7 @@ impl FabricIface {
             return Err(Status::InvalidParam);
         }
         rkey.check(addr, data.len())?;
-        let Some((peer, now)) = self.begin(ep)? else {
+        let Some((peer, now)) = self.begin(ep, true)? else {
             return Ok(Outcome::NoResource);
         };
         let piece = self.cfg.seg_size - wire::PUT_HDR;
@@ -438,7 +439,7 @@ impl FabricIface {
         let reg = rkey.wire_reg().ok_or(Status::InvalidParam)?;
         let total: usize = iov.iter().map(|b| b.len()).sum();
         rkey.check(addr, total)?;
-        let Some((peer, _)) = self.begin(ep)? else {
+        let Some((peer, _)) = self.begin(ep, false)? else {
             return Ok(Outcome::NoResource);
         };
         let owner = self.peers[peer as usize];
@@ -482,6 +483,8 @@ impl FabricIface {
             eps,
             events,
             dropped,
+            net_id,
+            peers,
             ..
         } = self;
         while let Some(ev) = engine.poll_event() {
@@ -499,11 +502,24 @@ impl FabricIface {
                     None => *dropped += 1,
                 },
                 Event::PeerFailed(p) => {
+                    let mut any = false;
                     for (id, e) in eps.iter_mut() {
-                        if e.peer == p.0 && e.failed.is_none() {
-                            e.failed = Some(Status::EndpointTimeout);
-                            events.push(IfaceEvent::EpFailed(id, Status::EndpointTimeout));
+                        if e.peer == p.0 {
+                            any = true;
+                            if e.failed.is_none() {
+                                e.failed = Some(Status::EndpointTimeout);
+                                events.push(IfaceEvent::EpFailed(id, Status::EndpointTimeout));
+                            }
                         }
+                    }
+                    if !any {
+                        // A peer that only sent to us: reported by its address, as tcp
+                        // reports a peer that closed a connection we did not open.
+                        let addr = FabricAddr {
+                            net: *net_id,
+                            node: peers[p.0 as usize],
+                        };
+                        events.push(IfaceEvent::PeerClosed(addr.encode()));
                     }
                 }
             }

@@ -46,7 +46,8 @@
 //!   too. Its peers notice by silence: their engines retransmit or probe (keepalive), and
 //!   after [`FabricConfig::peer_timeout`] of virtual time their endpoints to it fail with
 //!   `EndpointTimeout` (events, then errors from every operation), as udp reports a dead
-//!   peer. A closed interface (dropped, e.g. its worker destroyed) is silent the same way.
+//!   peer; a dead peer that only sent to this interface (no endpoint to it) is reported
+//!   as `IfaceEvent::PeerClosed` with its address. A closed interface (dropped, e.g. its worker destroyed) is silent the same way.
 //! - [`Fabric::fill_at_step`] / [`Fabric::fill`]: the node's lane is full: its sends
 //!   return `NoResource` (and `pending_add` queues) until [`Fabric::release`] or until the
 //!   hold time passed on the virtual clock. The engine's window

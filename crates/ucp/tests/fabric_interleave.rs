@@ -1,0 +1,142 @@
+//! Random workloads through the in-memory fabric (see `fabric_common`), proptest-driven:
+//! any mix of tag messages (eager, fragmented, rendezvous), active messages, streams,
+//! emulated put/get/atomics and flushes, issued with random progress between them, over
+//! a network that loses, duplicates, delays and reorders datagrams, sometimes with a lane
+//! filled for a while, with either rendezvous protocol. Without a death everything must
+//! complete Ok with its data; with a node killed at a random step, every request must
+//! still complete exactly once and nothing may hang. The failing input (with the
+//! network's seed) is printed by proptest and by the harness.
+
+mod fabric_common;
+
+use fabric_common::*;
+use proptest::prelude::*;
+use testkit::fabric::{Faults, RndvMode};
+use ucp::AtomicOp;
+
+/// An operation before it gets its atomic word.
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        3 => (0usize..6000, any::<bool>()).prop_map(|(len, recv_first)| Op::Tag {
+            len,
+            sync: false,
+            recv_first,
+        }),
+        // Synchronous sends of one fragment only: see the ignored test in fabric_tag.rs.
+        1 => (0usize..400, any::<bool>()).prop_map(|(len, recv_first)| Op::Tag {
+            len,
+            sync: true,
+            recv_first,
+        }),
+        2 => (0usize..40, 0usize..5000, any::<bool>())
+            .prop_map(|(hdr, len, rndv)| Op::Am { hdr, len, rndv }),
+        2 => (1usize..3000).prop_map(|len| Op::Stream { len }),
+        1 => (0usize..4000, 1usize..3000).prop_map(|(off, len)| Op::Put { off, len }),
+        1 => (0usize..4000, 1usize..3000).prop_map(|(off, len)| Op::Get { off, len }),
+        1 => (0usize..6, any::<bool>(), any::<u64>()).prop_map(|(o, bits64, value)| Op::Amo {
+            word: 0,
+            op: [
+                AtomicOp::Add,
+                AtomicOp::And,
+                AtomicOp::Or,
+                AtomicOp::Xor,
+                AtomicOp::Swap,
+                AtomicOp::Cswap,
+            ][o],
+            bits64,
+            value,
+        }),
+        1 => Just(Op::Flush),
+        1 => Just(Op::FlushB),
+    ]
+}
+
+/// Puts never overlap (each its own slice of the put area) and every atomic has its own
+/// word, so that the expected memory does not depend on the order of completion.
+fn workload() -> impl Strategy<Value = Vec<Op>> {
+    proptest::collection::vec(op(), 1..14).prop_map(|mut v| {
+        let mut word = 0;
+        for (i, o) in v.iter_mut().enumerate() {
+            match o {
+                Op::Amo { word: w, .. } => {
+                    *w = word;
+                    word += 1;
+                }
+                Op::Put { off, len } => {
+                    *off = i * 4096;
+                    *len = (*len).min(4096);
+                }
+                _ => {}
+            }
+        }
+        v
+    })
+}
+
+fn faults() -> impl Strategy<Value = Faults> {
+    (0.0..0.1f64, 0.0..0.1f64, 0.0..0.3f64, 0u64..2_000_000, 0u64..3_000_000).prop_map(
+        |(drop, dup, reorder, delay, reorder_ns)| Faults {
+            drop,
+            dup,
+            delay: (0, delay),
+            reorder,
+            reorder_ns,
+        },
+    )
+}
+
+fn opts(put: bool) -> Opts {
+    Opts {
+        rndv: if put { RndvMode::Put } else { RndvMode::Get },
+        peer_timeout: 400_000_000,
+        ..Opts::default()
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    #[test]
+    fn random_interleavings_complete_with_their_data(
+        seed: u64,
+        put: bool,
+        ops in workload(),
+        gaps in proptest::collection::vec(0u32..6, 14),
+        faults in faults(),
+        fill in proptest::option::of((any::<bool>(), 1u64..60, 1u64..4_000_000)),
+    ) {
+        // A full lane of the receiver of a rendezvous by get is a known ucp bug (see
+        // fabric_rndv.rs): fill only the sender's there.
+        let fill = fill.map(|(b, k, hold)| (b && put, k, hold));
+        let r = run(&opts(put), &ops, &Plan { seed, faults, fill, gaps, ..Plan::default() });
+        prop_assert_eq!(r.errors, 0);
+    }
+
+    #[test]
+    fn random_interleavings_with_a_death(
+        seed: u64,
+        put: bool,
+        ops in workload(),
+        gaps in proptest::collection::vec(0u32..6, 14),
+        faults in faults(),
+        victim: bool,
+        step in 1u64..80,
+        close: bool,
+    ) {
+        let o = Opts { peer_timeout: 40_000_000, ..opts(put) };
+        // Tag messages of several fragments that are not rendezvous can leave a receive
+        // that nothing releases when their sender dies (the ignored test
+        // receive_of_a_partial_message_from_a_dead_sender in fabric_tag.rs): one
+        // fragment or rendezvous only here.
+        let ops: Vec<Op> = ops
+            .into_iter()
+            .map(|o| match o {
+                Op::Tag { len, sync, recv_first } if (401..3000).contains(&len) => {
+                    Op::Tag { len: 400, sync, recv_first }
+                }
+                o => o,
+            })
+            .collect();
+        run(&o, &ops, &Plan { seed, faults, kill: Some((victim, step)), gaps, close, ..Plan::default() });
+    }
+}
