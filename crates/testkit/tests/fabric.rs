@@ -23,8 +23,11 @@ fn pair(seed: u64, cfg: FabricConfig) -> (Fabric, Iface, Iface, EpId, Inbox) {
     let ep = a.ep_create(&b.address()).unwrap();
     let inbox = Inbox::default();
     let i = inbox.clone();
-    b.set_am_handler(3, Box::new(move |d: &[u8]| i.lock().unwrap().push(d.to_vec())))
-        .unwrap();
+    b.set_am_handler(
+        3,
+        Box::new(move |d: &[u8]| i.lock().unwrap().push(d.to_vec())),
+    )
+    .unwrap();
     (fab, a, b, ep, inbox)
 }
 
@@ -74,7 +77,10 @@ fn faults_are_recovered_in_order_exactly_once() {
             assert_eq!(m[..4], (i as u32).to_le_bytes(), "seed {seed:#x}: order");
             assert!(m[4..].iter().all(|&x| x == i as u8), "seed {seed:#x}: data");
         }
-        assert!(st.dropped > 0 && st.duplicated > 0 && st.reordered > 0, "{st:?}");
+        assert!(
+            st.dropped > 0 && st.duplicated > 0 && st.reordered > 0,
+            "{st:?}"
+        );
     }
 }
 
@@ -126,7 +132,9 @@ fn a_killed_node_fails_both_sides() {
     let (fab, mut a, mut b, ep, inbox) = pair(7, FabricConfig::default());
     let eb = b.ep_create(&a.address()).unwrap();
     assert_eq!(a.am_short(ep, 3, 1, b"x"), Ok(Outcome::Done(())));
-    settle(&fab, &mut [&mut a, &mut b], 10, || inbox.lock().unwrap().len() == 1);
+    settle(&fab, &mut [&mut a, &mut b], 10, || {
+        inbox.lock().unwrap().len() == 1
+    });
     let nb = fab.last_node().unwrap();
     assert!(fab.is_alive(nb));
     fab.kill(nb);
@@ -142,11 +150,18 @@ fn a_killed_node_fails_both_sides() {
     assert_eq!(a.am_short(ep, 3, 2, b"z"), Ok(Outcome::Done(())));
     let t0 = fab.now();
     let events = events_of(&fab, &mut a);
-    assert_eq!(events, vec![IfaceEvent::EpFailed(ep, Status::EndpointTimeout)]);
+    assert_eq!(
+        events,
+        vec![IfaceEvent::EpFailed(ep, Status::EndpointTimeout)]
+    );
     assert!(fab.now() - t0 >= FabricConfig::default().peer_timeout);
     assert_eq!(a.am_short(ep, 3, 3, b"w"), Err(Status::EndpointTimeout));
     assert_eq!(a.ep_is_flushed(ep), Err(Status::EndpointTimeout));
-    assert_eq!(inbox.lock().unwrap().len(), 1, "nothing reaches a dead node");
+    assert_eq!(
+        inbox.lock().unwrap().len(),
+        1,
+        "nothing reaches a dead node"
+    );
 }
 
 #[test]
@@ -154,7 +169,9 @@ fn a_dead_sender_is_reported_by_address() {
     // b only receives from a (no endpoint to it): a's death shows as PeerClosed(a).
     let (fab, mut a, mut b, ep, inbox) = pair(8, FabricConfig::default());
     assert_eq!(a.am_short(ep, 3, 1, b"x"), Ok(Outcome::Done(())));
-    settle(&fab, &mut [&mut a, &mut b], 10, || inbox.lock().unwrap().len() == 1);
+    settle(&fab, &mut [&mut a, &mut b], 10, || {
+        inbox.lock().unwrap().len() == 1
+    });
     fab.kill(NodeId(0));
     let events = events_of(&fab, &mut b);
     assert_eq!(events, vec![IfaceEvent::PeerClosed(a.address())]);
@@ -187,7 +204,9 @@ fn a_filled_lane_says_no_resource_until_released() {
     assert_eq!(*sent.lock().unwrap(), 0);
     assert!(fab.stats().refused_full > 0);
     fab.release(na);
-    settle(&fab, &mut [&mut a, &mut b], 10, || inbox.lock().unwrap().len() == 1);
+    settle(&fab, &mut [&mut a, &mut b], 10, || {
+        inbox.lock().unwrap().len() == 1
+    });
     assert_eq!(*sent.lock().unwrap(), 1);
 }
 
@@ -220,5 +239,8 @@ fn hooks_fire_at_their_step() {
     a.progress();
     b.progress();
     // b died before it progressed: the two messages sent before were lost with it.
-    assert!(inbox.lock().unwrap().is_empty(), "a dead node receives nothing");
+    assert!(
+        inbox.lock().unwrap().is_empty(),
+        "a dead node receives nothing"
+    );
 }

@@ -137,7 +137,10 @@ pub fn parse_tls(spec: &str) -> Result<Vec<Transport>> {
         Transport::ALL.to_vec()
     } else {
         // Named transports outside ALL (the test fabric) come last, only when named.
-        let extra = named.iter().copied().filter(|t| !Transport::ALL.contains(t));
+        let extra = named
+            .iter()
+            .copied()
+            .filter(|t| !Transport::ALL.contains(t));
         Transport::ALL
             .iter()
             .copied()

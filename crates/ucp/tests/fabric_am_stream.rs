@@ -8,10 +8,26 @@ use fabric_common::*;
 
 fn am_ops() -> Vec<Op> {
     vec![
-        Op::Am { hdr: 8, len: 0, rndv: false },
-        Op::Am { hdr: 24, len: 300, rndv: false },
-        Op::Am { hdr: 8, len: 1800, rndv: false },
-        Op::Am { hdr: 40, len: 6000, rndv: true },
+        Op::Am {
+            hdr: 8,
+            len: 0,
+            rndv: false,
+        },
+        Op::Am {
+            hdr: 24,
+            len: 300,
+            rndv: false,
+        },
+        Op::Am {
+            hdr: 8,
+            len: 1800,
+            rndv: false,
+        },
+        Op::Am {
+            hdr: 40,
+            len: 6000,
+            rndv: true,
+        },
     ]
 }
 
@@ -26,7 +42,14 @@ fn stream_ops() -> Vec<Op> {
 
 #[test]
 fn am_kept_data_fault_free() {
-    let r = run(&Opts::default(), &am_ops(), &Plan { seed: 21, ..Plan::default() });
+    let r = run(
+        &Opts::default(),
+        &am_ops(),
+        &Plan {
+            seed: 21,
+            ..Plan::default()
+        },
+    );
     assert_eq!(r.errors, 0);
     // 4 sends and 2 rendezvous data receives: a message that does not fit one
     // fragment goes by rendezvous on a lane that can read.
@@ -43,7 +66,14 @@ fn am_every_step() {
 
 #[test]
 fn stream_fault_free() {
-    let r = run(&Opts::default(), &stream_ops(), &Plan { seed: 22, ..Plan::default() });
+    let r = run(
+        &Opts::default(),
+        &stream_ops(),
+        &Plan {
+            seed: 22,
+            ..Plan::default()
+        },
+    );
     assert_eq!(r.errors, 0);
     assert_eq!(r.ok, 8);
 }

@@ -9,7 +9,11 @@ use fabric_common::*;
 
 fn ops() -> Vec<Op> {
     vec![
-        Op::Tag { len: 64, sync: false, recv_first: true },
+        Op::Tag {
+            len: 64,
+            sync: false,
+            recv_first: true,
+        },
         Op::Flush,
         Op::Stream { len: 900 },
         Op::Put { off: 0, len: 600 },
@@ -23,7 +27,11 @@ fn wireup_flush_close_fault_free() {
     let r = run(
         &Opts::default(),
         &ops(),
-        &Plan { seed: 41, close: true, ..Plan::default() },
+        &Plan {
+            seed: 41,
+            close: true,
+            ..Plan::default()
+        },
     );
     assert_eq!(r.errors, 0);
     // 7 operations' requests (a tag send and receive, a stream send and receive) and
@@ -42,7 +50,11 @@ fn wireup_flush_close_every_step() {
 /// Wireup alone: the very first message of each direction, at every step.
 #[test]
 fn wireup_every_step() {
-    let ops = [Op::Tag { len: 8, sync: true, recv_first: false }];
+    let ops = [Op::Tag {
+        len: 8,
+        sync: true,
+        recv_first: false,
+    }];
     let (runs, _) = every_step(&Opts::default(), &ops, false, 1, &[false, true]);
     assert!(runs >= 4);
 }

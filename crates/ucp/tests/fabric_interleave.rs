@@ -74,15 +74,20 @@ fn workload() -> impl Strategy<Value = Vec<Op>> {
 }
 
 fn faults() -> impl Strategy<Value = Faults> {
-    (0.0..0.1f64, 0.0..0.1f64, 0.0..0.3f64, 0u64..2_000_000, 0u64..3_000_000).prop_map(
-        |(drop, dup, reorder, delay, reorder_ns)| Faults {
+    (
+        0.0..0.1f64,
+        0.0..0.1f64,
+        0.0..0.3f64,
+        0u64..2_000_000,
+        0u64..3_000_000,
+    )
+        .prop_map(|(drop, dup, reorder, delay, reorder_ns)| Faults {
             drop,
             dup,
             delay: (0, delay),
             reorder,
             reorder_ns,
-        },
-    )
+        })
 }
 
 fn opts(put: bool) -> Opts {

@@ -10,9 +10,15 @@ use ucp::AtomicOp;
 fn ops() -> Vec<Op> {
     let mut v = vec![
         Op::Put { off: 0, len: 8 },
-        Op::Put { off: 100, len: 3000 },
+        Op::Put {
+            off: 100,
+            len: 3000,
+        },
         Op::Get { off: 0, len: 16 },
-        Op::Get { off: 5000, len: 2500 },
+        Op::Get {
+            off: 5000,
+            len: 2500,
+        },
     ];
     let amos = [
         AtomicOp::Add,
@@ -23,8 +29,18 @@ fn ops() -> Vec<Op> {
         AtomicOp::Cswap,
     ];
     for (i, op) in amos.into_iter().enumerate() {
-        v.push(Op::Amo { word: 2 * i, op, bits64: true, value: 0x1234_5678_9abc_def1 });
-        v.push(Op::Amo { word: 2 * i + 1, op, bits64: false, value: 0x8765_4321 });
+        v.push(Op::Amo {
+            word: 2 * i,
+            op,
+            bits64: true,
+            value: 0x1234_5678_9abc_def1,
+        });
+        v.push(Op::Amo {
+            word: 2 * i + 1,
+            op,
+            bits64: false,
+            value: 0x8765_4321,
+        });
     }
     v.push(Op::Flush);
     v
@@ -32,7 +48,14 @@ fn ops() -> Vec<Op> {
 
 #[test]
 fn rma_fault_free() {
-    let r = run(&Opts::default(), &ops(), &Plan { seed: 31, ..Plan::default() });
+    let r = run(
+        &Opts::default(),
+        &ops(),
+        &Plan {
+            seed: 31,
+            ..Plan::default()
+        },
+    );
     assert_eq!(r.errors, 0);
     assert_eq!(r.ok, ops().len());
 }

@@ -11,27 +11,60 @@ use testkit::fabric::RndvMode;
 
 fn ops() -> Vec<Op> {
     vec![
-        Op::Tag { len: 5000, sync: false, recv_first: true },
-        Op::Tag { len: 20_000, sync: false, recv_first: false },
-        Op::Tag { len: 3000, sync: true, recv_first: true },
-        Op::Am { hdr: 16, len: 9000, rndv: true },
+        Op::Tag {
+            len: 5000,
+            sync: false,
+            recv_first: true,
+        },
+        Op::Tag {
+            len: 20_000,
+            sync: false,
+            recv_first: false,
+        },
+        Op::Tag {
+            len: 3000,
+            sync: true,
+            recv_first: true,
+        },
+        Op::Am {
+            hdr: 16,
+            len: 9000,
+            rndv: true,
+        },
     ]
 }
 
 fn put() -> Opts {
-    Opts { rndv: RndvMode::Put, ..Opts::default() }
+    Opts {
+        rndv: RndvMode::Put,
+        ..Opts::default()
+    }
 }
 
 #[test]
 fn rndv_get_fault_free() {
-    let r = run(&Opts::default(), &ops(), &Plan { seed: 11, ..Plan::default() });
+    let r = run(
+        &Opts::default(),
+        &ops(),
+        &Plan {
+            seed: 11,
+            ..Plan::default()
+        },
+    );
     assert_eq!(r.errors, 0);
     assert_eq!(r.ok, 8); // 3 sends + 3 receives + the AM send and its data receive
 }
 
 #[test]
 fn rndv_put_fault_free() {
-    let r = run(&put(), &ops(), &Plan { seed: 12, ..Plan::default() });
+    let r = run(
+        &put(),
+        &ops(),
+        &Plan {
+            seed: 12,
+            ..Plan::default()
+        },
+    );
     assert_eq!(r.errors, 0);
     // A lane that cannot read sends the AM in fragments: no data receive request.
     assert_eq!(r.ok, 7);
@@ -56,8 +89,16 @@ fn rndv_get_every_step() {
 fn rndv_get_lane_full_at_the_get() {
     let r = run(
         &Opts::default(),
-        &[Op::Tag { len: 5000, sync: false, recv_first: true }],
-        &Plan { seed: 3, fill: Some((true, 1, 3 * TICK)), ..Plan::default() },
+        &[Op::Tag {
+            len: 5000,
+            sync: false,
+            recv_first: true,
+        }],
+        &Plan {
+            seed: 3,
+            fill: Some((true, 1, 3 * TICK)),
+            ..Plan::default()
+        },
     );
     assert_eq!(r.ok, 2);
 }
@@ -78,11 +119,21 @@ fn rndv_put_every_step() {
 #[test]
 #[ignore = "ucp bug: rendezvous by put needs a tcp resource; over another put-only lane the receive fails"]
 fn rndv_put_without_tcp() {
-    let o = Opts { fabric_only: true, ..put() };
+    let o = Opts {
+        fabric_only: true,
+        ..put()
+    };
     let r = run(
         &o,
-        &[Op::Tag { len: 5000, sync: false, recv_first: true }],
-        &Plan { seed: 13, ..Plan::default() },
+        &[Op::Tag {
+            len: 5000,
+            sync: false,
+            recv_first: true,
+        }],
+        &Plan {
+            seed: 13,
+            ..Plan::default()
+        },
     );
     assert_eq!(r.ok, 2);
 }
@@ -100,7 +151,14 @@ fn rndv_put_without_tcp() {
 fn forced_close_leaves_a_matched_rndv_receive() {
     run(
         &put(),
-        &[Op::Tag { len: 3519, sync: false, recv_first: true }, Op::Stream { len: 2399 }],
+        &[
+            Op::Tag {
+                len: 3519,
+                sync: false,
+                recv_first: true,
+            },
+            Op::Stream { len: 2399 },
+        ],
         &Plan {
             seed: 5,
             kill: Some((false, 3)),

@@ -6,22 +6,52 @@
 mod fabric_common;
 
 use fabric_common::*;
-use proptest::prelude::*;
 
 fn eager_ops() -> Vec<Op> {
     vec![
-        Op::Tag { len: 0, sync: false, recv_first: true },
-        Op::Tag { len: 100, sync: false, recv_first: false },
-        Op::Tag { len: 400, sync: true, recv_first: true },
-        Op::Tag { len: 2000, sync: false, recv_first: false },
-        Op::Tag { len: 2500, sync: false, recv_first: true },
-        Op::Tag { len: 1500, sync: false, recv_first: true },
+        Op::Tag {
+            len: 0,
+            sync: false,
+            recv_first: true,
+        },
+        Op::Tag {
+            len: 100,
+            sync: false,
+            recv_first: false,
+        },
+        Op::Tag {
+            len: 400,
+            sync: true,
+            recv_first: true,
+        },
+        Op::Tag {
+            len: 2000,
+            sync: false,
+            recv_first: false,
+        },
+        Op::Tag {
+            len: 2500,
+            sync: false,
+            recv_first: true,
+        },
+        Op::Tag {
+            len: 1500,
+            sync: false,
+            recv_first: true,
+        },
     ]
 }
 
 #[test]
 fn eager_fragments_fault_free() {
-    let r = run(&Opts::default(), &eager_ops(), &Plan { seed: 7, ..Plan::default() });
+    let r = run(
+        &Opts::default(),
+        &eager_ops(),
+        &Plan {
+            seed: 7,
+            ..Plan::default()
+        },
+    );
     assert_eq!(r.ok, 2 * eager_ops().len());
 }
 
@@ -43,11 +73,21 @@ fn eager_fragments_every_step() {
 #[test]
 #[ignore = "ucp bug: a multi-fragment sync send misses its SyncAck when it arrives before the last fragment is sent (hangs)"]
 fn sync_multi_fragment_ack_before_last_fragment() {
-    let o = Opts { window: 2, ..Opts::default() };
+    let o = Opts {
+        window: 2,
+        ..Opts::default()
+    };
     let r = run(
         &o,
-        &[Op::Tag { len: 2500, sync: true, recv_first: true }],
-        &Plan { seed: 3, ..Plan::default() },
+        &[Op::Tag {
+            len: 2500,
+            sync: true,
+            recv_first: true,
+        }],
+        &Plan {
+            seed: 3,
+            ..Plan::default()
+        },
     );
     assert_eq!(r.ok, 2);
 }
@@ -65,7 +105,15 @@ fn sync_multi_fragment_ack_before_last_fragment() {
 fn receive_of_a_partial_message_from_a_dead_sender() {
     run(
         &Opts::default(),
-        &[Op::Tag { len: 2500, sync: false, recv_first: true }],
-        &Plan { seed: 5, kill: Some((false, 3)), ..Plan::default() },
+        &[Op::Tag {
+            len: 2500,
+            sync: false,
+            recv_first: true,
+        }],
+        &Plan {
+            seed: 5,
+            kill: Some((false, 3)),
+            ..Plan::default()
+        },
     );
 }

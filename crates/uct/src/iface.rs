@@ -27,7 +27,8 @@ enum Tl {
     Tcp(TcpIface),
     Udp(UdpIface),
     #[cfg(feature = "fabric")]
-    Fabric(FabricIface),
+    /// Boxed: the test transport carries its reliability engine inline.
+    Fabric(Box<FabricIface>),
 }
 
 /// An open interface.
@@ -90,7 +91,7 @@ impl Iface {
                 Tl::Udp(UdpIface::open(device, ip, cfg.udp)?)
             }
             #[cfg(feature = "fabric")]
-            Transport::Fabric => Tl::Fabric(FabricIface::open(device)?),
+            Transport::Fabric => Tl::Fabric(Box::new(FabricIface::open(device)?)),
             #[cfg(not(feature = "fabric"))]
             Transport::Fabric => return Err(Status::Unsupported),
         };

@@ -56,6 +56,7 @@ impl<T> Slab<T> {
     }
 
     /// The live entries with their ids.
+    #[cfg(feature = "fabric")]
     pub fn iter_mut(&mut self) -> impl Iterator<Item = (EpId, &mut T)> {
         self.items
             .iter_mut()

@@ -23,8 +23,8 @@ use testkit::fabric::{Fabric, FabricConfig, Faults, NodeId, RndvMode};
 use ucp::am::AmSendFlags;
 use ucp::config::Thresh;
 use ucp::{
-    AmAction, AmData, AmDesc, AtomicOp, AtomicSize, Buf, Callback, Config, Context, Ep,
-    EpStatus, Features, MemH, RemoteKey, Request, ThreadMode, Worker,
+    AmAction, AmData, AmDesc, AtomicOp, AtomicSize, Buf, Callback, Config, Context, Ep, EpStatus,
+    Features, MemH, RemoteKey, Request, ThreadMode, Worker,
 };
 use ucs::Status;
 use uct::{IfaceConfig, Transport};
@@ -62,7 +62,12 @@ pub enum Op {
     /// Emulated get of `len` bytes at `off` of B's get area.
     Get { off: usize, len: usize },
     /// Fetching atomic on word `word` (each word used by one op only).
-    Amo { word: usize, op: AtomicOp, bits64: bool, value: u64 },
+    Amo {
+        word: usize,
+        op: AtomicOp,
+        bits64: bool,
+        value: u64,
+    },
     /// Flush of A's endpoint.
     Flush,
     /// A worker-wide flush of B.
@@ -119,12 +124,33 @@ impl Default for Opts {
 #[derive(Clone, Debug)]
 enum Kind {
     SendA,
-    RecvB { buf: usize, want: usize },
-    AmRecvB { buf: usize, want: usize },
-    StreamRecvB { buf: usize, want: usize },
-    GetA { buf: usize, off: usize },
-    AmoA { word: usize, res: usize, bits64: bool, value: u64, op: AtomicOp },
-    PutA { src: usize, off: usize },
+    RecvB {
+        buf: usize,
+        want: usize,
+    },
+    AmRecvB {
+        buf: usize,
+        want: usize,
+    },
+    StreamRecvB {
+        buf: usize,
+        want: usize,
+    },
+    GetA {
+        buf: usize,
+        off: usize,
+    },
+    AmoA {
+        word: usize,
+        res: usize,
+        bits64: bool,
+        value: u64,
+        op: AtomicOp,
+    },
+    PutA {
+        src: usize,
+        off: usize,
+    },
     FlushA,
     FlushB,
     CloseA,
@@ -159,6 +185,8 @@ pub struct Pair {
     reqs: HashMap<u64, (bool, Option<Request>, Kind)>,
     /// Buffers that requests point into (never moved while a request lives: boxed).
     bufs: Vec<Box<[u8]>>,
+    /// Atomic results; boxed because requests point into them while the Vec grows.
+    #[allow(clippy::vec_box)]
     words: Vec<Box<u64>>,
     /// Expected data by buffer index.
     expect: HashMap<usize, Vec<u8>>,
@@ -196,7 +224,11 @@ fn context(o: &Opts) -> Context {
         ..Config::default()
     };
     Context::with_config(
-        Features::TAG | Features::RMA | Features::AMO32 | Features::AMO64 | Features::STREAM
+        Features::TAG
+            | Features::RMA
+            | Features::AMO32
+            | Features::AMO64
+            | Features::STREAM
             | Features::AM,
         cfg,
         IfaceConfig::default(),
@@ -246,7 +278,9 @@ impl Pair {
                     }
                     AmData::Rndv { length } => length,
                 };
-                k.lock().unwrap().push((m.desc, m.header.to_vec(), Some(len)));
+                k.lock()
+                    .unwrap()
+                    .push((m.desc, m.header.to_vec(), Some(len)));
                 AmAction::Keep
             })),
         );
@@ -380,7 +414,9 @@ impl Pair {
                 let post_recv = |p: &mut Pair| {
                     let cb = p.cb(rid);
                     // SAFETY: boxed buffer kept until the end of the run.
-                    let r = unsafe { p.b.tag_recv_nb(Buf::contig(rp, len), id, u64::MAX, Some(cb)) };
+                    let r = unsafe {
+                        p.b.tag_recv_nb(Buf::contig(rp, len), id, u64::MAX, Some(cb))
+                    };
                     p.track(rid, false, r.map(Some), Kind::RecvB { buf: ri, want: len });
                 };
                 if recv_first {
@@ -388,7 +424,10 @@ impl Pair {
                 }
                 let cb = self.cb(id);
                 // SAFETY: as above.
-                let r = unsafe { self.a.tag_send_nb(ab, Buf::contig(sp, len), id, sync, Some(cb)) };
+                let r = unsafe {
+                    self.a
+                        .tag_send_nb(ab, Buf::contig(sp, len), id, sync, Some(cb))
+                };
                 self.track(id, true, r, Kind::SendA);
                 if !recv_first {
                     post_recv(self);
@@ -426,7 +465,10 @@ impl Pair {
                 let rid = self.id();
                 let cb = self.cb(rid);
                 // SAFETY: as above.
-                let r = unsafe { self.b.stream_recv_nb(ba, Buf::contig(rp, len), true, Some(cb)) };
+                let r = unsafe {
+                    self.b
+                        .stream_recv_nb(ba, Buf::contig(rp, len), true, Some(cb))
+                };
                 let r = r.map(|s| match s {
                     ucp::stream::StreamRecv::Done(_) => None,
                     ucp::stream::StreamRecv::Pending(r) => Some(r),
@@ -448,8 +490,10 @@ impl Pair {
             }
             Op::Get { off, len } => {
                 let (bi, p) = self.buf(len);
-                self.expect
-                    .insert(bi, self.initial[GET_AREA + off..GET_AREA + off + len].to_vec());
+                self.expect.insert(
+                    bi,
+                    self.initial[GET_AREA + off..GET_AREA + off + len].to_vec(),
+                );
                 let addr = self.mem_b.address() as u64 + (GET_AREA + off) as u64;
                 let cb = self.cb(id);
                 let r = self.rkey().and_then(|rk| {
@@ -575,7 +619,9 @@ impl Pair {
         let mut v = vec![0u8; len];
         // SAFETY: off + len <= REGION, B's region, mapped while mem_b lives; nothing
         // writes it concurrently (one thread).
-        unsafe { std::ptr::copy_nonoverlapping(self.mem_b.address().add(off), v.as_mut_ptr(), len) };
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.mem_b.address().add(off), v.as_mut_ptr(), len)
+        };
         v
     }
 }
@@ -598,7 +644,10 @@ struct Guard(String);
 impl Drop for Guard {
     fn drop(&mut self) {
         if std::thread::panicking() {
-            eprintln!("FAILED fabric run (reproduce with this seed and plan): {}", self.0);
+            eprintln!(
+                "FAILED fabric run (reproduce with this seed and plan): {}",
+                self.0
+            );
         }
     }
 }
@@ -622,7 +671,10 @@ fn amo_apply(op: AtomicOp, old: u64, value: u64, compare: u64) -> u64 {
 
 /// Runs `ops` from A to B under `plan` and checks the outcome (see the module docs).
 pub fn run(o: &Opts, ops: &[Op], plan: &Plan) -> Report {
-    let _g = Guard(format!("seed {:#x}, opts {o:?}, plan {plan:?}, ops {ops:?}", plan.seed));
+    let _g = Guard(format!(
+        "seed {:#x}, opts {o:?}, plan {plan:?}, ops {ops:?}",
+        plan.seed
+    ));
     let mut p = Pair::new(plan.seed, o);
     p.fab.set_faults(plan.faults);
     let base = p.fab.steps();
@@ -749,7 +801,10 @@ fn check(p: &mut Pair, died: bool) -> Report {
         );
         let s = statuses[&id];
         if s != Status::Ok {
-            assert!(died, "seed {seed:#x}: {k:?} failed with {s:?} without a death");
+            assert!(
+                died,
+                "seed {seed:#x}: {k:?} failed with {s:?} without a death"
+            );
             if matches!(k, Kind::RecvB { .. }) {
                 // A receive ends by its sender's error or by our cancel.
                 assert!(
@@ -761,7 +816,9 @@ fn check(p: &mut Pair, died: bool) -> Report {
         } else {
             rep.ok += 1;
             match k {
-                Kind::RecvB { buf, want } | Kind::AmRecvB { buf, want } | Kind::StreamRecvB { buf, want } => {
+                Kind::RecvB { buf, want }
+                | Kind::AmRecvB { buf, want }
+                | Kind::StreamRecvB { buf, want } => {
                     assert_eq!(p.bufs[buf].len(), want);
                     assert!(
                         p.bufs[buf][..] == p.expect[&buf][..],
@@ -894,6 +951,9 @@ pub fn every_step(o: &Opts, ops: &[Op], close: bool, stride: u64, fill: &[bool])
         }
         k += stride;
     }
-    assert!(fill.is_empty() || refused > 0, "no filled lane ever refused a send");
+    assert!(
+        fill.is_empty() || refused > 0,
+        "no filled lane ever refused a send"
+    );
     (runs, errors)
 }

@@ -2,7 +2,7 @@
 //! [`uct_rel`] per interface (as udp has), driven by the network's virtual clock.
 
 use super::net::{self, FabricConfig, Net, NodeState, RndvMode};
-use super::wire::{self, Frame, FabricAddr};
+use super::wire::{self, FabricAddr, Frame};
 use crate::am::AmTable;
 use crate::rkey::{Access, Rkey};
 use crate::slab::Slab;
@@ -381,7 +381,13 @@ impl FabricIface {
     /// (a wire key) when it is delivered (rendezvous by put). Data longer than one
     /// message goes as consecutive pieces, all or none: `NoResource` unless the peer's
     /// window has room for every piece.
-    pub fn put_zcopy(&mut self, ep: EpId, iov: &[&[u8]], addr: u64, rkey: &Rkey) -> Result<Outcome> {
+    pub fn put_zcopy(
+        &mut self,
+        ep: EpId,
+        iov: &[&[u8]],
+        addr: u64,
+        rkey: &Rkey,
+    ) -> Result<Outcome> {
         self.check_ep(ep)?;
         if self.cfg.rndv != RndvMode::Put {
             return Err(Status::Unsupported);

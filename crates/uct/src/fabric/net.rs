@@ -217,7 +217,8 @@ impl Net {
                 at += 1 + self.rng.upto(self.faults.reorder_ns);
             }
             self.seq += 1;
-            self.flight.insert((at, self.seq), (from, to, bytes.to_vec()));
+            self.flight
+                .insert((at, self.seq), (from, to, bytes.to_vec()));
         }
     }
 }

@@ -75,7 +75,10 @@ pub fn decode(b: &[u8]) -> Option<Frame<'_>> {
     match r.u8()? {
         KIND_AM => {
             let id = r.u8()?;
-            Some(Frame::Am { id, data: &b[AM_HDR..] })
+            Some(Frame::Am {
+                id,
+                data: &b[AM_HDR..],
+            })
         }
         KIND_PUT => {
             let reg = r.u64()?;
