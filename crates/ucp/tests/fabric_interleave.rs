@@ -99,7 +99,7 @@ fn opts(put: bool) -> Opts {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 160, ..ProptestConfig::default() })]
 
     #[test]
     fn random_interleavings_complete_with_their_data(
@@ -115,6 +115,7 @@ proptest! {
         let fill = fill.map(|(b, k, hold)| (b && put, k, hold));
         let r = run(&opts(put), &ops, &Plan { seed, faults, fill, gaps, ..Plan::default() });
         prop_assert_eq!(r.errors, 0);
+        prop_assert!(r.ok >= ops.len(), "every operation has at least one request");
     }
 
     #[test]
