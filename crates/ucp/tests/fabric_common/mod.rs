@@ -68,6 +68,9 @@ pub enum Op {
         bits64: bool,
         value: u64,
     },
+    /// A tag message of `len` bytes the other way, from B to A (B's endpoint wires up
+    /// too, possibly while A's does); A's receive is posted first.
+    TagBack { len: usize },
     /// Flush of A's endpoint.
     Flush,
     /// A worker-wide flush of B.
@@ -124,6 +127,11 @@ impl Default for Opts {
 #[derive(Clone, Debug)]
 enum Kind {
     SendA,
+    SendB,
+    RecvA {
+        buf: usize,
+        want: usize,
+    },
     RecvB {
         buf: usize,
         want: usize,
@@ -547,6 +555,28 @@ impl Pair {
                     },
                 );
             }
+            Op::TagBack { len } => {
+                let data = pattern(len, id);
+                let (si, sp) = self.buf(len);
+                self.bufs[si].copy_from_slice(&data);
+                let (ri, rp) = self.buf(len);
+                self.expect.insert(ri, data);
+                let rid = self.id();
+                let cb = self.cb(rid);
+                // SAFETY: boxed buffer kept until the end of the run.
+                let r = unsafe {
+                    self.a
+                        .tag_recv_nb(Buf::contig(rp, len), id, u64::MAX, Some(cb))
+                };
+                self.track(rid, true, r.map(Some), Kind::RecvA { buf: ri, want: len });
+                let cb = self.cb(id);
+                // SAFETY: as above.
+                let r = unsafe {
+                    self.b
+                        .tag_send_nb(ba, Buf::contig(sp, len), id, false, Some(cb))
+                };
+                self.track(id, false, r, Kind::SendB);
+            }
             Op::Flush => {
                 let cb = self.cb(id);
                 let r = self.a.ep_flush_nb(ab, Some(cb));
@@ -694,9 +724,12 @@ pub fn run(o: &Opts, ops: &[Op], plan: &Plan) -> Report {
     let ok = p.rounds_until(MAX_ROUNDS, |p| {
         (p.pending().is_empty() && !p.ams_pending())
             || (p.someone_died()
-                && p.pending()
-                    .iter()
-                    .all(|(_, k)| matches!(k, Kind::RecvB { .. } | Kind::StreamRecvB { .. })))
+                && p.pending().iter().all(|(_, k)| {
+                    matches!(
+                        k,
+                        Kind::RecvA { .. } | Kind::RecvB { .. } | Kind::StreamRecvB { .. }
+                    )
+                }))
     });
     assert!(
         ok,
@@ -726,9 +759,10 @@ pub fn run(o: &Opts, ops: &[Op], plan: &Plan) -> Report {
         let mut closed = false;
         for (id, k) in p.pending() {
             match k {
-                Kind::RecvB { .. } => {
-                    let r = p.reqs[&id].1.expect("a pending receive has a request");
-                    p.b.request_cancel(r).expect("request_cancel");
+                Kind::RecvB { .. } | Kind::RecvA { .. } => {
+                    let (on_a, r, _) = p.reqs[&id].clone();
+                    let r = r.expect("a pending receive has a request");
+                    p.worker(on_a).request_cancel(r).expect("request_cancel");
                 }
                 Kind::StreamRecvB { .. } if !closed => {
                     closed = true;
@@ -805,7 +839,7 @@ fn check(p: &mut Pair, died: bool) -> Report {
                 died,
                 "seed {seed:#x}: {k:?} failed with {s:?} without a death"
             );
-            if matches!(k, Kind::RecvB { .. }) {
+            if matches!(k, Kind::RecvB { .. } | Kind::RecvA { .. }) {
                 // A receive ends by its sender's error or by our cancel.
                 assert!(
                     matches!(s, Status::Canceled) || s != Status::Ok,
@@ -817,6 +851,7 @@ fn check(p: &mut Pair, died: bool) -> Report {
             rep.ok += 1;
             match k {
                 Kind::RecvB { buf, want }
+                | Kind::RecvA { buf, want }
                 | Kind::AmRecvB { buf, want }
                 | Kind::StreamRecvB { buf, want } => {
                     assert_eq!(p.bufs[buf].len(), want);
@@ -824,8 +859,8 @@ fn check(p: &mut Pair, died: bool) -> Report {
                         p.bufs[buf][..] == p.expect[&buf][..],
                         "seed {seed:#x}: {k:?} completed Ok with wrong data"
                     );
-                    if let (Kind::RecvB { .. }, Some(r)) = (&k, r) {
-                        let info = p.b.request_info(r).expect("request_info");
+                    if let (Kind::RecvB { .. } | Kind::RecvA { .. }, Some(r)) = (&k, r) {
+                        let info = p.worker(on_a).request_info(r).expect("request_info");
                         assert_eq!(info.length, want, "seed {seed:#x}: received length");
                     }
                 }
