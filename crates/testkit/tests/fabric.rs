@@ -244,3 +244,27 @@ fn hooks_fire_at_their_step() {
         "a dead node receives nothing"
     );
 }
+
+#[test]
+fn the_automatic_tick_moves_the_clock_at_every_progress() {
+    let (fab, mut a, mut b, ep, inbox) = pair(11, FabricConfig::default());
+    fab.set_faults(Faults {
+        delay: (1_000_000, 1_000_000),
+        ..Faults::default()
+    });
+    assert_eq!(a.am_short(ep, 3, 1, b"x"), Ok(Outcome::Done(())));
+    // Without the tick, progress alone never lets the 1 ms transit pass.
+    for _ in 0..100 {
+        a.progress();
+        b.progress();
+    }
+    assert!(inbox.lock().unwrap().is_empty());
+    assert_eq!(fab.now(), 0);
+    fab.set_auto_tick(100_000);
+    for _ in 0..20 {
+        a.progress();
+        b.progress();
+    }
+    assert_eq!(inbox.lock().unwrap().len(), 1);
+    assert_eq!(fab.now(), 40 * 100_000);
+}
