@@ -94,6 +94,8 @@ fn faults() -> impl Strategy<Value = Faults> {
 fn opts(put: bool) -> Opts {
     Opts {
         rndv: if put { RndvMode::Put } else { RndvMode::Get },
+        // Fragments of 1 KiB and more by am_zcopy, smaller ones by am_bcopy.
+        zcopy_thresh: 1024,
         peer_timeout: 400_000_000,
         ..Opts::default()
     }

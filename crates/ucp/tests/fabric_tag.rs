@@ -117,3 +117,15 @@ fn receive_of_a_partial_message_from_a_dead_sender() {
         },
     );
 }
+
+/// The same with fragments gathered by `am_zcopy` instead of packed by `am_bcopy`.
+#[test]
+fn eager_zcopy_fragments_every_step() {
+    let o = Opts {
+        zcopy_thresh: 1024,
+        ..Opts::default()
+    };
+    let (runs, errors) = every_step(&o, &eager_ops(), false, 1, &[false, true]);
+    assert!(runs > 4);
+    assert!(errors > 0, "no death ever failed a request");
+}

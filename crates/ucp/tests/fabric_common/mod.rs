@@ -105,6 +105,8 @@ pub struct Opts {
     pub window: u32,
     /// For rendezvous by put, leave the tcp resource out (see [`context`]).
     pub fabric_only: bool,
+    /// Fragments of messages of at least this size go by `am_zcopy` (else `am_bcopy`).
+    pub zcopy_thresh: usize,
     /// Silence after which a peer is dead (virtual ns); long where datagrams are lost
     /// on purpose, so that a live peer is never taken for dead.
     pub peer_timeout: u64,
@@ -118,6 +120,7 @@ impl Default for Opts {
             seg_size: 512,
             window: 8,
             fabric_only: false,
+            zcopy_thresh: 1 << 30,
             peer_timeout: FabricConfig::default().peer_timeout,
         }
     }
@@ -227,7 +230,7 @@ fn context(o: &Opts) -> Context {
     let cfg = Config {
         transports,
         rndv_thresh: Thresh::Bytes(o.rndv_thresh),
-        zcopy_thresh: Thresh::Bytes(1 << 30),
+        zcopy_thresh: Thresh::Bytes(o.zcopy_thresh),
         rma_path: ucp::RmaPath::Emulated,
         ..Config::default()
     };
