@@ -112,6 +112,7 @@ proptest! {
         gaps in proptest::collection::vec(0u32..6, 14),
         faults in faults(),
         fill in proptest::option::of((any::<bool>(), 1u64..60, 1u64..4_000_000)),
+        close: bool,
     ) {
         // A full lane of the receiver of a rendezvous by get is a known ucp bug (see
         // fabric_rndv.rs): there, fill only A's lane, and A receives no rendezvous.
@@ -123,7 +124,7 @@ proptest! {
                 o => o,
             })
             .collect();
-        let r = run(&opts(put), &ops, &Plan { seed, faults, fill, gaps, ..Plan::default() });
+        let r = run(&opts(put), &ops, &Plan { seed, faults, fill, gaps, close, ..Plan::default() });
         prop_assert_eq!(r.errors, 0);
         prop_assert!(r.ok >= ops.len(), "every operation has at least one request");
     }
