@@ -108,3 +108,111 @@ fn ucx_tls_selects_the_fabric() {
     assert_eq!(&out, b"hello");
     assert_eq!(a.ep_transport(ep).unwrap(), Some(Transport::Fabric));
 }
+
+/// Destroying a worker is a death its peers see (its interface closes: silence, then
+/// their endpoints fail), and its own requests complete, each exactly once: receives
+/// that never matched with `Canceled`. Every worker-destroy point of a small exchange.
+#[test]
+fn destroying_a_worker_at_every_round() {
+    use std::sync::{Arc, Mutex};
+    use testkit::fabric::{Fabric, FabricConfig};
+    use ucp::{Buf, Callback, Config, Context, Features, ThreadMode, Worker};
+    use ucs::Status;
+    use uct::{IfaceConfig, Transport};
+
+    for destroy_at in 0..12u32 {
+        let fab = Fabric::with_config(destroy_at.into(), FabricConfig::default());
+        fab.enter();
+        let cfg = Config {
+            transports: vec![Transport::Fabric],
+            ..Config::default()
+        };
+        let ctx = |c: &Config| {
+            Context::with_config(Features::TAG, c.clone(), IfaceConfig::default()).unwrap()
+        };
+        let (ca, cb) = (ctx(&cfg), ctx(&cfg));
+        let mut a = Worker::new(&ca, ThreadMode::Single).unwrap();
+        let mut b = Some(Worker::new(&cb, ThreadMode::Single).unwrap());
+        let ab = a.ep_create(&b.as_mut().unwrap().address()).unwrap();
+        let log: Arc<Mutex<Vec<(u64, Status)>>> = Arc::default();
+        let cbk = |id: u64| {
+            let l = log.clone();
+            Callback::new(move |_, s, _| l.lock().unwrap().push((id, s)))
+        };
+        // B: 4 receives (the last one is never sent to). A: 3 sends of 1500 bytes
+        // (fragments).
+        let mut rbufs = vec![vec![0u8; 1500]; 4];
+        let data = vec![7u8; 1500];
+        let mut b_reqs = Vec::new();
+        for (i, rb) in rbufs.iter_mut().enumerate() {
+            // SAFETY: the buffers outlive worker B (dropped below, before them).
+            let r = unsafe {
+                b.as_mut()
+                    .unwrap()
+                    .tag_recv_nb(
+                        Buf::contig(rb.as_mut_ptr(), 1500),
+                        i as u64,
+                        u64::MAX,
+                        Some(cbk(i as u64)),
+                    )
+                    .unwrap()
+            };
+            b_reqs.push(r);
+        }
+        let mut a_reqs = Vec::new();
+        for i in 0..3u64 {
+            // SAFETY: `data` outlives worker A's requests (checked complete below).
+            let r = unsafe {
+                a.tag_send_nb(
+                    ab,
+                    Buf::contig(data.as_ptr().cast_mut(), 1500),
+                    i,
+                    false,
+                    Some(cbk(100 + i)),
+                )
+                .unwrap()
+            };
+            if r.is_none() {
+                log.lock().unwrap().push((100 + i, Status::Ok));
+            }
+            a_reqs.push(r);
+        }
+        for round in 0..5000u32 {
+            if round == destroy_at {
+                drop(b.take());
+            }
+            a.progress();
+            if let Some(b) = b.as_mut() {
+                b.progress();
+            }
+            fab.advance(250_000);
+            if b.is_none() && (100..103).all(|id| log.lock().unwrap().iter().any(|e| e.0 == id)) {
+                break;
+            }
+        }
+        assert!(b.is_none(), "destroy_at {destroy_at}");
+        let log = log.lock().unwrap().clone();
+        for id in (0..4).chain(100..103) {
+            let n = log.iter().filter(|e| e.0 == id).count();
+            assert_eq!(
+                n, 1,
+                "destroy_at {destroy_at}: request {id} completed {n} times: {log:?}"
+            );
+        }
+        let recv3 = log.iter().find(|e| e.0 == 3).unwrap().1;
+        assert_eq!(
+            recv3,
+            Status::Canceled,
+            "destroy_at {destroy_at}: an unmatched receive"
+        );
+        for (i, rb) in rbufs.iter().enumerate().take(3) {
+            if log.iter().any(|e| e.0 == i as u64 && e.1 == Status::Ok) {
+                assert!(rb.iter().all(|&x| x == 7), "destroy_at {destroy_at}: data");
+            }
+        }
+        for r in a_reqs.into_iter().flatten() {
+            a.request_free(r).unwrap();
+            assert_eq!(a.request_test(r), Err(Status::InvalidParam));
+        }
+    }
+}
