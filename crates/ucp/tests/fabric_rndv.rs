@@ -83,7 +83,8 @@ fn rndv_get_every_step() {
 /// rndv_get`) and fails the receive with `IoError` (and the sender with it) unless it
 /// completes in the call: a transport's `NoResource` (a full lane, the uct contract's
 /// "retry or queue") is taken for an error. Here B's lane is full at the step of its
-/// get, and the receive fails without any fault that should fail it.
+/// get, and the receive fails without any fault that should fail it. (New core: the
+/// `get_zcopy` calls in `rndv/mod.rs`.)
 #[test]
 #[ignore = "ucp bug: rendezvous get_zcopy NoResource fails the receive with IoError instead of retrying"]
 fn rndv_get_lane_full_at_the_get() {
@@ -115,7 +116,8 @@ fn rndv_put_every_step() {
 /// with the first *tcp* memory domain of the worker (`tag::rndv_put::start` looks for
 /// `Transport::Tcp`), not with the domain of the lane the message came on. Over any other
 /// transport with `PUT_ZCOPY` and no `GET_ZCOPY` (here the fabric alone), every
-/// rendezvous receive fails with `Unsupported`, and the sender gets `IoError`.
+/// rendezvous receive fails with `Unsupported`, and the sender gets `IoError`. (New
+/// core: `rndv/put.rs`, the same search.)
 #[test]
 #[ignore = "ucp bug: rendezvous by put needs a tcp resource; over another put-only lane the receive fails"]
 fn rndv_put_without_tcp() {
@@ -145,7 +147,8 @@ fn rndv_put_without_tcp() {
 /// that peer), `request_cancel` ignores a matched receive, and once the endpoint is gone
 /// the transport's later report of the dead peer finds no endpoint to fail: the receive
 /// never completes. (Without the forced close, the peer's death is detected and the
-/// receive fails as it should; `rndv_put_every_step` covers that.)
+/// receive fails as it should; `rndv_put_every_step` covers that.) (New core:
+/// `engine::destroy_ep` does not push to `failed_peers` as `fail_ep` does.)
 #[test]
 #[ignore = "ucp bug: a forced close of the endpoint to a dead sender leaves its matched rendezvous receive pending forever"]
 fn forced_close_leaves_a_matched_rndv_receive() {

@@ -69,7 +69,8 @@ fn eager_fragments_every_step() {
 /// fragment went out. An acknowledgement that arrives in between is dropped as "for
 /// unknown send request" and the send never completes, although the receive did. A
 /// send window of 2 messages makes the sender wait for acknowledgements mid-message, so
-/// the early SyncAck always wins.
+/// the early SyncAck always wins. (New core: acks queued in `tag/recv.rs` at the match,
+/// `remote_pending` set in `tag/send.rs` after the loop; `Core::remote_done` drops it.)
 #[test]
 #[ignore = "ucp bug: a multi-fragment sync send misses its SyncAck when it arrives before the last fragment is sent (hangs)"]
 fn sync_multi_fragment_ack_before_last_fragment() {
@@ -99,7 +100,9 @@ fn sync_multi_fragment_ack_before_last_fragment() {
 /// endpoints with a lane, so no endpoint fails and the fragments in reassembly
 /// (`State::frags`) are never failed. `request_cancel` ignores a receive that already
 /// matched, and `ep_close_nb(force)` (`destroy_ep`) does not drop the reassembly of
-/// that peer either. A is killed after sending 2 of the 5 fragments.
+/// that peer either. A is killed after sending 2 of the 5 fragments. (New core: the
+/// `PeerClosed` match in `worker/mod.rs`, `engine::cancel`, `engine::destroy_ep`, which
+/// does not reach `tag::peer_failed`.)
 #[test]
 #[ignore = "ucp bug: a receive matched by the first fragment of a message whose sender dies hangs forever (cancel and forced close do not release it)"]
 fn receive_of_a_partial_message_from_a_dead_sender() {
