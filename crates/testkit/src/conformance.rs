@@ -33,6 +33,10 @@
 //! the kernel; the event descriptor is a level-triggered epoll set that a new connection
 //! makes readable as well, with nothing to arm.
 //!
+//! The fabric (in-memory, see [`crate::fabric`]) runs on the default network of the
+//! thread (no faults, a clock that does not move): reliable delivery in progress order
+//! needs no time to pass.
+//!
 //! Topology. When the transport can reach a second interface of this process, the fixture
 //! opens a sender and a receiver interface; when it can only reach itself (self), the
 //! sender sends to its own address. Either way the receiving interface is progressed by

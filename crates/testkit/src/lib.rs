@@ -11,6 +11,8 @@
 //!   held by anyone, whether a process sleeps in poll).
 //! - [`proto`]: what the peer binary and the tests agree on (size plans, stream ids).
 //! - [`hex`]: the encoding of binary values in the line protocol.
+//! - [`fabric`] ([`Fabric`]): the in-memory transport with a virtual clock and fault hooks
+//!   (uct's `fabric` module, which this crate enables), for protocol tests.
 //!
 //! The tests live in `tests/`, each file with a `//!` saying what it proves:
 //! `conformance.rs` (the suite per transport), `am_multiproc.rs` (2 and 4 processes,
@@ -25,6 +27,7 @@
 //! do not compete with another test's; peers that merely wait block in `iface.wait`.
 
 pub mod conformance;
+pub mod fabric;
 pub mod hex;
 pub mod pattern;
 pub mod peer;
@@ -32,6 +35,7 @@ pub mod procfs;
 pub mod proto;
 pub mod simnet;
 
+pub use fabric::Fabric;
 pub use peer::{Peer, PeerError, PeerOptions};
 
 use std::sync::{Mutex, MutexGuard};

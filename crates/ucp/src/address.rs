@@ -46,6 +46,7 @@ pub fn tl_id(t: Transport) -> u8 {
         Transport::Shm => 2,
         Transport::Tcp => 3,
         Transport::Udp => 4,
+        Transport::Fabric => 5,
     }
 }
 
@@ -55,6 +56,7 @@ fn tl_from_id(id: u8) -> Option<Transport> {
         2 => Some(Transport::Shm),
         3 => Some(Transport::Tcp),
         4 => Some(Transport::Udp),
+        5 => Some(Transport::Fabric),
         _ => None,
     }
 }

@@ -136,10 +136,16 @@ pub fn parse_tls(spec: &str) -> Result<Vec<Transport>> {
     } else if all || list.is_empty() {
         Transport::ALL.to_vec()
     } else {
+        // Named transports outside ALL (the test fabric) come last, only when named.
+        let extra = named
+            .iter()
+            .copied()
+            .filter(|t| !Transport::ALL.contains(t));
         Transport::ALL
             .iter()
             .copied()
             .filter(|t| named.contains(t))
+            .chain(extra)
             .collect()
     };
     Ok(out)

@@ -7,6 +7,8 @@
 //! some endpoint has one.
 
 use crate::config::IfaceConfig;
+#[cfg(feature = "fabric")]
+use crate::fabric::FabricIface;
 use crate::rkey::Rkey;
 use crate::self_tl::SelfIface;
 use crate::shm::ShmIface;
@@ -24,6 +26,9 @@ enum Tl {
     Shm(ShmIface),
     Tcp(TcpIface),
     Udp(UdpIface),
+    #[cfg(feature = "fabric")]
+    /// Boxed: the test transport carries its reliability engine inline.
+    Fabric(Box<FabricIface>),
 }
 
 /// An open interface.
@@ -44,6 +49,8 @@ macro_rules! dispatch {
             Tl::Shm($t) => $e,
             Tl::Tcp($t) => $e,
             Tl::Udp($t) => $e,
+            #[cfg(feature = "fabric")]
+            Tl::Fabric($t) => $e,
         }
     };
 }
@@ -83,6 +90,10 @@ impl Iface {
                     .ok_or(Status::NoDevice)?;
                 Tl::Udp(UdpIface::open(device, ip, cfg.udp)?)
             }
+            #[cfg(feature = "fabric")]
+            Transport::Fabric => Tl::Fabric(Box::new(FabricIface::open(device)?)),
+            #[cfg(not(feature = "fabric"))]
+            Transport::Fabric => return Err(Status::Unsupported),
         };
         Ok(Self::wrap(tl))
     }
@@ -138,6 +149,8 @@ impl Iface {
             Tl::Shm(_) => Transport::Shm,
             Tl::Tcp(_) => Transport::Tcp,
             Tl::Udp(_) => Transport::Udp,
+            #[cfg(feature = "fabric")]
+            Tl::Fabric(_) => Transport::Fabric,
         }
     }
 
@@ -146,6 +159,8 @@ impl Iface {
         match &self.tl {
             Tl::Tcp(t) => t.device(),
             Tl::Udp(t) => t.device(),
+            #[cfg(feature = "fabric")]
+            Tl::Fabric(t) => t.device(),
             _ => "memory",
         }
     }
@@ -156,6 +171,8 @@ impl Iface {
             Tl::Shm(t) => t.attr(),
             Tl::Tcp(t) => t.attr(),
             Tl::Udp(t) => t.attr(),
+            #[cfg(feature = "fabric")]
+            Tl::Fabric(t) => t.attr(),
         }
     }
 
@@ -166,6 +183,8 @@ impl Iface {
             Tl::Shm(t) => t.address(),
             Tl::Tcp(t) => t.address(),
             Tl::Udp(t) => t.address(),
+            #[cfg(feature = "fabric")]
+            Tl::Fabric(t) => t.address(),
         }
     }
 
@@ -185,6 +204,8 @@ impl Iface {
             }
             Tl::Tcp(t) => host.is_ok() && t.is_reachable(same_host, iface_addr),
             Tl::Udp(t) => host.is_ok() && t.is_reachable(same_host, iface_addr),
+            #[cfg(feature = "fabric")]
+            Tl::Fabric(t) => host.is_ok() && t.is_reachable(iface_addr),
         }
     }
 
@@ -222,6 +243,8 @@ impl Iface {
             Tl::Shm(t) => t.ep_count(),
             Tl::Tcp(t) => t.ep_count(),
             Tl::Udp(t) => t.ep_count(),
+            #[cfg(feature = "fabric")]
+            Tl::Fabric(t) => t.ep_count(),
         }
     }
 
@@ -232,6 +255,8 @@ impl Iface {
             Tl::Shm(t) => t.ep_has_space(ep).map(|_| ()),
             Tl::Tcp(t) => t.check_ep(ep).and(Err(Status::Unsupported)),
             Tl::Udp(t) => t.check_ep(ep).and(Err(Status::Unsupported)),
+            #[cfg(feature = "fabric")]
+            Tl::Fabric(t) => t.check_ep(ep).and(Err(Status::Unsupported)),
         }
     }
 
@@ -242,6 +267,8 @@ impl Iface {
         match &self.tl {
             Tl::Tcp(t) => t.ep_is_flushed(ep),
             Tl::Udp(t) => t.ep_is_flushed(ep),
+            #[cfg(feature = "fabric")]
+            Tl::Fabric(t) => t.ep_is_flushed(ep),
             _ => Ok(true),
         }
     }
@@ -253,6 +280,8 @@ impl Iface {
             Tl::Tcp(t) if t.has_events() => t.take_events(),
             Tl::Shm(t) if t.has_events() => t.take_events(),
             Tl::Udp(t) if t.has_events() => t.take_events(),
+            #[cfg(feature = "fabric")]
+            Tl::Fabric(t) if t.has_events() => t.take_events(),
             _ => Vec::new(),
         }
     }
@@ -287,6 +316,8 @@ impl Iface {
             Tl::Tcp(t) => t.has_events(),
             Tl::Shm(t) => t.has_events(),
             Tl::Udp(t) => t.has_events(),
+            #[cfg(feature = "fabric")]
+            Tl::Fabric(t) => t.has_events(),
             Tl::SelfTl(_) => false,
         }
     }
@@ -411,6 +442,10 @@ impl Iface {
         if let Tl::Tcp(t) = &mut self.tl {
             return t.put_zcopy(ep, iov, addr, rkey);
         }
+        #[cfg(feature = "fabric")]
+        if let Tl::Fabric(t) = &mut self.tl {
+            return t.put_zcopy(ep, iov, addr, rkey);
+        }
         self.check_ep(ep)?;
         rma::put(rkey, addr, iov).map(Outcome::Done)
     }
@@ -450,6 +485,10 @@ impl Iface {
         rkey: &Rkey,
         _comp: Comp,
     ) -> Result<Outcome> {
+        #[cfg(feature = "fabric")]
+        if let Tl::Fabric(t) = &mut self.tl {
+            return t.get_zcopy(ep, iov, addr, rkey);
+        }
         self.check_ep(ep)?;
         rma::get(rkey, addr, iov).map(Outcome::Done)
     }
@@ -493,6 +532,12 @@ impl Iface {
     /// `NoResource` until the endpoint's send buffer was handed to the kernel.
     pub fn ep_flush(&mut self, ep: EpId, _comp: Comp) -> Result<Outcome> {
         match &self.tl {
+            #[cfg(feature = "fabric")]
+            Tl::Fabric(_) => {
+                if !self.ep_is_flushed(ep)? {
+                    return Ok(Outcome::NoResource);
+                }
+            }
             Tl::Tcp(_) | Tl::Udp(_) => {
                 if !self.ep_is_flushed(ep)? {
                     return Ok(Outcome::NoResource);
@@ -512,6 +557,8 @@ impl Iface {
         let unflushed = match &self.tl {
             Tl::Tcp(t) => !t.is_flushed(),
             Tl::Udp(t) => !t.is_flushed(),
+            #[cfg(feature = "fabric")]
+            Tl::Fabric(t) => !t.is_flushed(),
             _ => false,
         };
         if !self.pending_eps.is_empty() || unflushed {
@@ -535,6 +582,8 @@ impl Iface {
             Tl::Shm(t) => t.ep_has_space(ep)?,
             Tl::Tcp(t) => t.ep_has_space(ep)?,
             Tl::Udp(t) => t.ep_has_space(ep)?,
+            #[cfg(feature = "fabric")]
+            Tl::Fabric(t) => t.ep_has_space(ep)?,
         };
         let q = self
             .pending
@@ -632,6 +681,8 @@ impl Iface {
             Tl::Shm(t) => Some(t.event_fd()),
             Tl::Tcp(t) => Some(t.event_fd()),
             Tl::Udp(t) => Some(t.event_fd()),
+            #[cfg(feature = "fabric")]
+            Tl::Fabric(_) => None,
         }
     }
 
@@ -654,6 +705,8 @@ impl Iface {
             Tl::Shm(t) => t.arm(),
             Tl::Tcp(t) => t.arm(),
             Tl::Udp(t) => t.arm(),
+            #[cfg(feature = "fabric")]
+            Tl::Fabric(t) => t.arm(),
         }
     }
 
@@ -679,6 +732,8 @@ impl Iface {
             Tl::Shm(t) => t.dropped(),
             Tl::Tcp(t) => t.dropped(),
             Tl::Udp(t) => t.dropped(),
+            #[cfg(feature = "fabric")]
+            Tl::Fabric(t) => t.dropped(),
         }
     }
 }

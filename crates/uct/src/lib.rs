@@ -9,6 +9,8 @@
 pub mod am;
 pub mod cm;
 pub mod config;
+#[cfg(feature = "fabric")]
+pub mod fabric;
 pub mod iface;
 pub mod md;
 pub mod rkey;
@@ -40,6 +42,10 @@ pub enum Transport {
     /// UDP datagrams made reliable in software, between hosts (one socket per network
     /// device for all peers).
     Udp,
+    /// The in-memory test network of the `fabric` module. Only a build with the
+    /// cargo feature `fabric` has it: otherwise it has no device and does not open. Not
+    /// in [`Transport::ALL`]: only a test names it.
+    Fabric,
 }
 
 impl Transport {
@@ -58,6 +64,7 @@ impl Transport {
             Transport::Shm => "shm",
             Transport::Tcp => "tcp",
             Transport::Udp => "udp",
+            Transport::Fabric => "fabric",
         }
     }
 
@@ -69,6 +76,7 @@ impl Transport {
             "shm" | "posix" | "sysv" | "mm" | "cma" => Some(Transport::Shm),
             "tcp" => Some(Transport::Tcp),
             "udp" => Some(Transport::Udp),
+            "fabric" if cfg!(feature = "fabric") => Some(Transport::Fabric),
             _ => None,
         }
     }
@@ -78,6 +86,7 @@ impl Transport {
     pub fn device(self) -> &'static str {
         match self {
             Transport::Tcp | Transport::Udp => "default",
+            Transport::Fabric => "fabric",
             _ => "memory",
         }
     }
@@ -87,6 +96,10 @@ impl Transport {
     pub fn devices(self) -> Vec<(String, Option<std::net::IpAddr>)> {
         match self {
             Transport::SelfTl | Transport::Shm => vec![("memory".to_string(), None)],
+            #[cfg(feature = "fabric")]
+            Transport::Fabric => vec![(fabric::current_device(), None)],
+            #[cfg(not(feature = "fabric"))]
+            Transport::Fabric => Vec::new(),
             Transport::Tcp | Transport::Udp => {
                 let want = ucs::config::list(&ucs::config::NET_DEVICES);
                 let all = want.is_empty() || want.iter().any(|w| w == "all" || w == "any");

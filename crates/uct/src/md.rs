@@ -175,7 +175,10 @@ impl Md {
     /// the protocol layer's emulation; tcp's `mem_reg` only makes keys for the tcp
     /// transport's `put_zcopy` (rendezvous data received straight into its destination).
     pub fn supports_rkeys(&self) -> bool {
-        !matches!(self.transport, Transport::Tcp | Transport::Udp)
+        !matches!(
+            self.transport,
+            Transport::Tcp | Transport::Udp | Transport::Fabric
+        )
     }
 
     /// True when `mem_reg` works: every domain but udp's (tcp's keys only serve its
@@ -221,7 +224,7 @@ impl Md {
         let reg = self.insert(base, len as u64, &alive)?;
         let kind = match self.transport {
             Transport::SelfTl | Transport::Shm => RkeyKind::Memory,
-            Transport::Tcp => RkeyKind::Wire,
+            Transport::Tcp | Transport::Fabric => RkeyKind::Wire,
             Transport::Udp => return Err(Status::Unsupported),
         };
         if kind == RkeyKind::Wire {
@@ -277,13 +280,14 @@ impl Md {
         let me = current_pid();
         let bad = Status::InvalidParam;
         // A wire key is for the tcp domain and the tcp domain has no other kind.
-        if (k.kind == RkeyKind::Wire) != (self.transport == Transport::Tcp) {
+        let wire_domain = matches!(self.transport, Transport::Tcp | Transport::Fabric);
+        if (k.kind == RkeyKind::Wire) != wire_domain {
             return Err(bad);
         }
         let pid = match (k.pid, owner) {
             (Some(a), Some(b)) if a != b => return Err(bad),
             (Some(p), _) | (None, Some(p)) => p,
-            (None, None) if matches!(self.transport, Transport::SelfTl | Transport::Tcp) => me,
+            (None, None) if wire_domain || self.transport == Transport::SelfTl => me,
             (None, None) => return Err(bad),
         };
         let access = match (self.transport, k.kind) {
@@ -337,7 +341,7 @@ pub fn owner_pid(transport: Transport, iface_addr: &[u8]) -> Option<u32> {
             .ok()
             .map(|a| a.seg.pid),
         Transport::SelfTl => Some(current_pid()),
-        Transport::Tcp | Transport::Udp => None,
+        Transport::Tcp | Transport::Udp | Transport::Fabric => None,
     }
 }
 

@@ -55,6 +55,15 @@ impl<T> Slab<T> {
             .ok_or(Status::InvalidParam)
     }
 
+    /// The live entries with their ids.
+    #[cfg(feature = "fabric")]
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = (EpId, &mut T)> {
+        self.items
+            .iter_mut()
+            .enumerate()
+            .filter_map(|(i, v)| v.as_mut().map(|v| (EpId(i as u32), v)))
+    }
+
     pub fn len(&self) -> usize {
         self.items.len() - self.free.len()
     }

@@ -58,6 +58,7 @@ fn describe(out: &mut String, t: Transport, a: &IfaceAttr) {
         Transport::SelfTl => "loopback",
         Transport::Shm => "intra-node",
         Transport::Tcp | Transport::Udp => "network",
+        Transport::Fabric => "test (in memory)",
     };
     let _ = writeln!(out, "#           Type: {kind}");
     let _ = writeln!(out, "#");
@@ -136,7 +137,9 @@ fn devices(cfg: &IfaceConfig) -> (String, bool) {
             "#     allocate: {}",
             match t {
                 Transport::SelfTl | Transport::Shm => "shared segment (peers on this host map it)",
-                Transport::Tcp | Transport::Udp => "none (no remote memory access)",
+                Transport::Tcp | Transport::Udp | Transport::Fabric => {
+                    "none (no remote memory access)"
+                }
             }
         );
         let _ = writeln!(
@@ -145,7 +148,7 @@ fn devices(cfg: &IfaceConfig) -> (String, bool) {
             match t {
                 Transport::SelfTl => "local key (this process only)",
                 Transport::Shm => "cross-memory attach key",
-                Transport::Tcp | Transport::Udp => {
+                Transport::Tcp | Transport::Udp | Transport::Fabric => {
                     "none (remote memory over tcp/udp is emulated by ucp)"
                 }
             }
