@@ -114,9 +114,9 @@ proptest! {
         fill in proptest::option::of((any::<bool>(), 1u64..60, 1u64..4_000_000)),
         close: bool,
     ) {
-        // A full lane of the receiver of a rendezvous by get is a known ucp bug (see
-        // fabric_rndv.rs): there, fill only A's lane, and A receives no rendezvous.
-        let fill = fill.map(|(b, k, hold)| (b && put, k, hold));
+        // Either lane may be full at any step, the receiver of a rendezvous by get's too
+        // (its read waits for room: see fabric_rndv.rs).
+        let _ = put;
         let ops: Vec<Op> = ops
             .into_iter()
             .map(|o| match o {

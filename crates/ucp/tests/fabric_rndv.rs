@@ -70,7 +70,7 @@ fn rndv_put_fault_free() {
     assert_eq!(r.ok, 7);
 }
 
-/// B's lane is filled only in `rndv_get_lane_full_at_the_get` (ignored: a ucp bug).
+/// B's lane is filled only in `rndv_get_lane_full_at_the_get` (a regression test of a fixed bug).
 #[test]
 fn rndv_get_every_step() {
     let (runs, errors) = every_step(&Opts::default(), &ops(), false, 1, &[false]);
@@ -79,14 +79,13 @@ fn rndv_get_every_step() {
     assert!(errors > 0, "no death ever failed a request");
 }
 
-/// ucp bug: the receiver of a rendezvous by get calls `get_zcopy` once (`tag::api::
+/// Regression test (fixed in the new core): the receiver of a rendezvous by get calls `get_zcopy` once (`tag::api::
 /// rndv_get`) and fails the receive with `IoError` (and the sender with it) unless it
 /// completes in the call: a transport's `NoResource` (a full lane, the uct contract's
 /// "retry or queue") is taken for an error. Here B's lane is full at the step of its
 /// get, and the receive fails without any fault that should fail it. (New core: the
 /// `get_zcopy` calls in `rndv/mod.rs`.)
 #[test]
-#[ignore = "ucp bug: rendezvous get_zcopy NoResource fails the receive with IoError instead of retrying"]
 fn rndv_get_lane_full_at_the_get() {
     let r = run(
         &Opts::default(),
@@ -112,14 +111,13 @@ fn rndv_put_every_step() {
     assert!(errors > 0, "no death ever failed a request");
 }
 
-/// ucp bug (a limitation of its rendezvous by put): the receiver registers its buffer
+/// Regression test (fixed in the new core; was a limitation of the rendezvous by put): the receiver registers its buffer
 /// with the first *tcp* memory domain of the worker (`tag::rndv_put::start` looks for
 /// `Transport::Tcp`), not with the domain of the lane the message came on. Over any other
 /// transport with `PUT_ZCOPY` and no `GET_ZCOPY` (here the fabric alone), every
 /// rendezvous receive fails with `Unsupported`, and the sender gets `IoError`. (New
 /// core: `rndv/put.rs`, the same search.)
 #[test]
-#[ignore = "ucp bug: rendezvous by put needs a tcp resource; over another put-only lane the receive fails"]
 fn rndv_put_without_tcp() {
     let o = Opts {
         fabric_only: true,
@@ -140,7 +138,7 @@ fn rndv_put_without_tcp() {
     assert_eq!(r.ok, 2);
 }
 
-/// ucp bug: `ep_close_nb(force)` on the endpoint to a dead sender does not release a
+/// Regression test (fixed in the new core): `ep_close_nb(force)` on the endpoint to a dead sender does not release a
 /// rendezvous receive from it that already matched (its Rtr was sent; by put, here, and
 /// the sender died after its first piece). `destroy_ep` does not do what `fail_ep` does
 /// for the peer's in-progress receives (`fail_rndv_from`, dropping `State::frags` of
@@ -150,7 +148,6 @@ fn rndv_put_without_tcp() {
 /// receive fails as it should; `rndv_put_every_step` covers that.) (New core:
 /// `engine::destroy_ep` does not push to `failed_peers` as `fail_ep` does.)
 #[test]
-#[ignore = "ucp bug: a forced close of the endpoint to a dead sender leaves its matched rendezvous receive pending forever"]
 fn forced_close_leaves_a_matched_rndv_receive() {
     run(
         &put(),

@@ -63,7 +63,7 @@ fn eager_fragments_every_step() {
     assert!(errors > 0, "no death ever failed a request");
 }
 
-/// ucp bug: a synchronous send of several fragments is acknowledged by the receiver when
+/// Regression test (fixed in the new core): a synchronous send of several fragments is acknowledged by the receiver when
 /// its first fragment matches (`State::first` queues `SyncAck`), but the sender marks the
 /// request as waiting for that acknowledgement (`remote_pending`) only after its last
 /// fragment went out. An acknowledgement that arrives in between is dropped as "for
@@ -72,7 +72,6 @@ fn eager_fragments_every_step() {
 /// the early SyncAck always wins. (New core: acks queued in `tag/recv.rs` at the match,
 /// `remote_pending` set in `tag/send.rs` after the loop; `Core::remote_done` drops it.)
 #[test]
-#[ignore = "ucp bug: a multi-fragment sync send misses its SyncAck when it arrives before the last fragment is sent (hangs)"]
 fn sync_multi_fragment_ack_before_last_fragment() {
     let o = Opts {
         window: 2,
@@ -93,7 +92,7 @@ fn sync_multi_fragment_ack_before_last_fragment() {
     assert_eq!(r.ok, 2);
 }
 
-/// ucp bug: a receive matched by the first fragment of a message whose sender then dies
+/// Regression test (fixed in the new core): a receive matched by the first fragment of a message whose sender then dies
 /// never completes, and nothing the application can do releases it. The receiver never
 /// sent anything, so its endpoint to the sender has no lane; the transport reports the
 /// silent peer by address (`IfaceEvent::PeerClosed`), but ucp matches that only against
@@ -104,7 +103,6 @@ fn sync_multi_fragment_ack_before_last_fragment() {
 /// `PeerClosed` match in `worker/mod.rs`, `engine::cancel`, `engine::destroy_ep`, which
 /// does not reach `tag::peer_failed`.)
 #[test]
-#[ignore = "ucp bug: a receive matched by the first fragment of a message whose sender dies hangs forever (cancel and forced close do not release it)"]
 fn receive_of_a_partial_message_from_a_dead_sender() {
     run(
         &Opts::default(),

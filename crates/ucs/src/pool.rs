@@ -313,7 +313,9 @@ impl<T> Pool<T> {
         let old_head = self.free_head;
         let slots: Box<[Slot<T>]> = (0..chunk)
             .map(|i| Slot {
-                gen: 0,
+                // Generations start at 1, so that no index is ever 0 as a number
+                // (`to_u64`): protocol headers use 0 for "no request".
+                gen: 1,
                 entry: Entry::Free {
                     next: if i + 1 < chunk {
                         (base + i + 1) as u32

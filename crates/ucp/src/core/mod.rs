@@ -279,6 +279,15 @@ impl Core {
                 self.complete(r, Status::Ok);
                 Ok(())
             }
+            Some(Req {
+                kind: ReqKind::Send(s),
+                status: None,
+                ..
+            }) if s.sync && s.offset > 0 && !s.early_ack => {
+                // Matched by its first fragment while the rest is still being sent.
+                s.early_ack = true;
+                Ok(())
+            }
             _ => {
                 tracing::debug!("acknowledgement for unknown send request {sreq:#x}");
                 Err(Status::InvalidParam)

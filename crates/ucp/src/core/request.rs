@@ -315,6 +315,10 @@ pub(crate) struct SendState {
     pub mem: Option<Box<uct::MemHandle>>,
     /// Waiting for the peer's acknowledgement (sync ack or rendezvous done).
     pub remote_pending: bool,
+    /// The peer's acknowledgement came while fragments were still being sent (a
+    /// synchronous send matched by its first fragment): the send completes when its last
+    /// fragment has left.
+    pub early_ack: bool,
 }
 
 impl SendState {
@@ -333,6 +337,7 @@ impl SendState {
             select: false,
             mem: None,
             remote_pending: false,
+            early_ack: false,
         }
     }
 }

@@ -291,6 +291,12 @@ pub(crate) fn destroy_ep(
     }
     if core.by_uuid.get(&e.remote.uuid) == Some(&ep) {
         core.by_uuid.remove(&e.remote.uuid);
+        // No endpoint answers for that peer any more: what the protocols hold of it
+        // (messages half received, rendezvous receives) ends now, as for a failure.
+        let uuid = e.remote.uuid;
+        crate::tag::peer_failed(core, &mut p.tag, uuid, status);
+        p.am.peer_failed(uuid);
+        p.rndv.fail_from(core, uuid, status);
     }
     for q in e.queue {
         if let Queued::Send(r) | Queued::Rma(r) = q {

@@ -169,7 +169,21 @@ fn step(tls: &mut [Tl], core: &mut Core, st: &mut RndvState, d: Work) -> Result<
                 }
             }
             let status = if live {
-                get(tls, core, req, uuid, len, addr, &rkey)
+                match get(tls, core, req, uuid, len, addr, &rkey) {
+                    // The lane has no room for the read now: the same work, later.
+                    Ok(None) => {
+                        return Ok(Some(Work::Get {
+                            req,
+                            uuid,
+                            sreq,
+                            len,
+                            addr,
+                            rkey,
+                        }))
+                    }
+                    Ok(Some(s)) => Ok(s),
+                    Err(s) => Err(s),
+                }
             } else {
                 Err(Status::Canceled)
             };
@@ -196,7 +210,8 @@ fn step(tls: &mut [Tl], core: &mut Core, st: &mut RndvState, d: Work) -> Result<
 }
 
 /// Pulls a rendezvous message into the receive buffer of `req`; returns the receive's
-/// final status.
+/// final status, or `None` when the lane has no room for the read now (nothing was
+/// read; try again).
 fn get(
     tls: &mut [Tl],
     core: &mut Core,
@@ -205,7 +220,7 @@ fn get(
     len: u64,
     addr: u64,
     rkey: &[u8],
-) -> Result<Status> {
+) -> Result<Option<Status>> {
     let ep = core.ep_of(uuid).ok_or(Status::Unreachable)?;
     let lane = connect(tls, core, ep)?;
     let owner = lane_owner(tls, core, ep, lane);
@@ -223,21 +238,23 @@ fn get(
         // The application unpacks: pull into a bounce buffer, then hand it over.
         let n = want.min(rs.buf.len());
         let mut tmp = vec![0u8; n];
-        let out = tls[lane.tl]
+        match tls[lane.tl]
             .iface
-            .get_zcopy(lane.ep, &mut [&mut tmp[..]], addr, &rk, 0)?;
-        if !out.is_done() {
-            return Err(Status::IoError);
+            .get_zcopy(lane.ep, &mut [&mut tmp[..]], addr, &rk, 0)?
+        {
+            uct::Outcome::Done(()) => {}
+            uct::Outcome::NoResource => return Ok(None),
+            uct::Outcome::InProgress => return Err(Status::IoError),
         }
         // SAFETY: a generic buffer has no memory of ours to be valid; unpack is safe.
         if unsafe { rs.buf.write_at(0, &tmp) } < n {
             return Err(Status::IoError);
         }
-        return Ok(if truncated {
+        return Ok(Some(if truncated {
             Status::MessageTruncated
         } else {
             Status::Ok
-        });
+        }));
     }
     // SAFETY: the receiver promised the buffer is writable and ours until completion;
     // the slices are dropped before the request completes.
@@ -251,15 +268,19 @@ fn get(
         want -= n;
         iov.push(&mut s[..n]);
     }
-    let out = tls[lane.tl]
+    match tls[lane.tl]
         .iface
-        .get_zcopy(lane.ep, &mut iov, addr, &rk, 0)?;
-    if !out.is_done() {
-        return Err(Status::IoError);
+        .get_zcopy(lane.ep, &mut iov, addr, &rk, 0)?
+    {
+        uct::Outcome::Done(()) => {}
+        uct::Outcome::NoResource => return Ok(None),
+        // No transport here completes a read later; one that did would need a
+        // completion path this mover does not have.
+        uct::Outcome::InProgress => return Err(Status::IoError),
     }
-    Ok(if truncated {
+    Ok(Some(if truncated {
         Status::MessageTruncated
     } else {
         Status::Ok
-    })
+    }))
 }

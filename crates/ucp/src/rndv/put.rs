@@ -19,7 +19,7 @@ use crate::core::{connect, Core, Tl};
 use crate::proto::header::{encode_rndv_fin, Rtr};
 use crate::proto::AmId;
 use ucs::{Result, Status};
-use uct::{Outcome, Transport};
+use uct::Outcome;
 
 /// A matched rendezvous receive waiting for the sender's data.
 pub(crate) struct RndvRx {
@@ -49,11 +49,10 @@ pub(crate) fn start(
     sreq: u64,
     len: u64,
 ) -> Result<Option<Work>> {
-    let md = tls
-        .iter()
-        .find(|t| t.transport == Transport::Tcp)
-        .map(|t| t.md.clone())
-        .ok_or(Status::Unsupported)?;
+    // The buffer is registered with the domain of the lane the sender's puts come on.
+    let ep = core.ep_of(uuid).ok_or(Status::Unreachable)?;
+    let lane = connect(tls, core, ep)?;
+    let md = tls[lane.tl].md.clone();
     let Some(Req {
         kind: ReqKind::Recv(rs),
         ..

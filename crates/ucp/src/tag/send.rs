@@ -227,7 +227,9 @@ pub(crate) fn send_step(tls: &mut [Tl], core: &mut Core, lane: Lane, r: Request)
             waits_for_peer = true;
         }
     }
-    if waits_for_peer {
+    if waits_for_peer && s.early_ack {
+        core.complete(r, Status::Ok);
+    } else if waits_for_peer {
         s.remote_pending = true;
         let ep = s.ep;
         if let Ok(e) = core.ep_mut(ep) {
