@@ -2,9 +2,11 @@
 //! worker address, tag matching with MPI semantics, and the eager and rendezvous
 //! protocols over the transports of `uct`.
 //!
-//! The Rust API is in [`Worker`]; nonblocking calls that borrow user memory beyond the
-//! call are `unsafe` with their contract spelled out, and every one has a safe blocking
-//! counterpart. The C ABI (crate capi) is a thin layer over this.
+//! The Rust API is in [`Worker`]. Nonblocking calls come in two forms: safe ones that take
+//! the buffer by value and give it back when the request is taken (`tag_send_owned`,
+//! `request_take_owned`, ...), and raw ones (`tag_send_nb`, with a [`Buf`]) that borrow
+//! user memory beyond the call and are `unsafe` with their contract spelled out; every
+//! call also has a safe blocking counterpart. The C ABI (crate capi) is a thin layer over this.
 //!
 //! Module map, bottom to top (no module imports one above it, and none imports a module
 //! that imports it back; `crates/ucs/tests/module_cycles.rs` checks it):
@@ -44,7 +46,7 @@ pub use config::Config;
 pub use config::RmaPath;
 pub use context::{Context, Features, Resource};
 pub use core::ep::{Ep, EpStatus, Proto, Thresholds};
-pub use core::request::{Buf, Callback, Completed, GenericDt, RecvInfo, Request};
+pub use core::request::{Buf, Callback, Completed, GenericDt, OwnedBuf, RecvInfo, Request};
 pub use mem::MemH;
 pub use rma::RemoteKey;
 pub use shared::SharedWorker;
@@ -52,7 +54,7 @@ pub use stream::StreamRecv;
 pub use tag::Message;
 pub use uct::cm::ConnRequest;
 pub use uct::{AtomicOp, AtomicSize};
-pub use worker::{ThreadMode, Worker};
+pub use worker::{Sent, Taken, ThreadMode, Worker};
 
 /// Request types (kept for paths used before the module split).
 pub mod request {

@@ -92,7 +92,58 @@ pub enum Buf {
     Iov(Box<[(*mut u8, usize)]>),
     /// Packed and unpacked by the application.
     Generic(Box<std::cell::RefCell<dyn GenericDt>>),
+    /// Memory the request owns (the owned-buffer API): given back when the request is
+    /// taken, freed if it is dropped.
+    Owned(OwnedBuf),
 }
+
+/// A `Vec<u8>` held as raw parts while a request owns it, so that the transports write
+/// through the one pointer every access uses (no reference to the vector exists meanwhile).
+pub struct OwnedBuf {
+    ptr: *mut u8,
+    len: usize,
+    cap: usize,
+}
+
+impl OwnedBuf {
+    /// Takes ownership of `v`.
+    pub fn new(v: Vec<u8>) -> OwnedBuf {
+        let mut v = std::mem::ManuallyDrop::new(v);
+        OwnedBuf {
+            ptr: v.as_mut_ptr(),
+            len: v.len(),
+            cap: v.capacity(),
+        }
+    }
+
+    /// The vector back.
+    pub fn into_vec(self) -> Vec<u8> {
+        let me = std::mem::ManuallyDrop::new(self);
+        // SAFETY: the parts came from a Vec<u8> in `new` and were not used to free it.
+        unsafe { Vec::from_raw_parts(me.ptr, me.len, me.cap) }
+    }
+
+    /// Start and length of the memory.
+    pub fn raw(&self) -> (*mut u8, usize) {
+        (self.ptr, self.len)
+    }
+}
+
+impl Drop for OwnedBuf {
+    fn drop(&mut self) {
+        // SAFETY: as in `into_vec`; `into_vec` skips this drop.
+        drop(unsafe { Vec::from_raw_parts(self.ptr, self.len, self.cap) });
+    }
+}
+
+impl std::fmt::Debug for OwnedBuf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "OwnedBuf({} bytes)", self.len)
+    }
+}
+
+// SAFETY: an OwnedBuf is a uniquely owned heap allocation, as the Vec it came from.
+unsafe impl Send for OwnedBuf {}
 
 impl std::fmt::Debug for Buf {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -100,6 +151,7 @@ impl std::fmt::Debug for Buf {
             Buf::Contig { ptr, len } => write!(f, "Contig({ptr:?}, {len})"),
             Buf::Iov(v) => write!(f, "Iov({} segments)", v.len()),
             Buf::Generic(_) => write!(f, "Generic"),
+            Buf::Owned(o) => write!(f, "{o:?}"),
         }
     }
 }
@@ -120,6 +172,7 @@ impl Buf {
     pub fn len(&self) -> usize {
         match self {
             Buf::Contig { len, .. } => *len,
+            Buf::Owned(o) => o.raw().1,
             Buf::Iov(v) => v.iter().map(|s| s.1).sum(),
             Buf::Generic(g) => g.borrow().packed_size(),
         }
@@ -146,6 +199,7 @@ impl Buf {
         };
         match self {
             Buf::Contig { ptr, len } => vec![one(*ptr, *len)],
+            Buf::Owned(o) => vec![one(o.raw().0, o.raw().1)],
             Buf::Iov(v) => v.iter().map(|&(p, l)| one(p, l)).collect(),
             Buf::Generic(_) => Vec::new(),
         }
@@ -155,6 +209,7 @@ impl Buf {
     pub fn contig_ptr(&self) -> Option<*mut u8> {
         match self {
             Buf::Contig { ptr, .. } => Some(*ptr),
+            Buf::Owned(o) => Some(o.raw().0),
             Buf::Iov(_) | Buf::Generic(_) => None,
         }
     }
@@ -166,6 +221,13 @@ impl Buf {
     /// The buffer's memory must be valid for writes (the caller's contract).
     pub unsafe fn write_at(&self, off: usize, data: &[u8]) -> usize {
         match self {
+            Buf::Owned(o) => {
+                let (ptr, len) = o.raw();
+                let n = data.len().min(len.saturating_sub(off));
+                // SAFETY: off + n <= len, inside the owned memory.
+                unsafe { copy_small(data.as_ptr(), ptr.add(off), n) };
+                n
+            }
             Buf::Contig { ptr, len } => {
                 let n = data.len().min(len.saturating_sub(off));
                 // SAFETY: off + n <= len, inside the caller's buffer.
@@ -212,6 +274,13 @@ impl Buf {
     /// The buffer's memory must be valid for reads (the caller's contract).
     pub unsafe fn read_at(&self, off: usize, dst: &mut [u8]) -> usize {
         match self {
+            Buf::Owned(o) => {
+                let (ptr, len) = o.raw();
+                let n = dst.len().min(len.saturating_sub(off));
+                // SAFETY: off + n <= len, inside the owned memory.
+                unsafe { copy_small(ptr.add(off), dst.as_mut_ptr(), n) };
+                n
+            }
             Buf::Contig { ptr, len } => {
                 let n = dst.len().min(len.saturating_sub(off));
                 // SAFETY: off + n <= len, inside the caller's buffer.

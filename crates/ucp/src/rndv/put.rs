@@ -79,6 +79,7 @@ pub(crate) fn start(
     }
     let (mem, bounce) = match rs.buf {
         Buf::Contig { ptr, .. } => (md.mem_reg(ptr, n)?, None),
+        Buf::Owned(ref o) => (md.mem_reg(o.raw().0, n)?, None),
         Buf::Iov(_) | Buf::Generic(_) => {
             let mut b = vec![0u8; n];
             (md.mem_reg(b.as_mut_ptr(), n)?, Some(b))

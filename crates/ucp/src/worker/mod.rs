@@ -15,6 +15,7 @@
 
 mod am;
 mod listener;
+mod owned;
 mod rma;
 mod stream;
 mod tag;
@@ -27,6 +28,7 @@ use crate::core::request::*;
 use crate::core::{connect, fail_ep, Core, Post, Tl};
 use crate::engine::{self, destroy_ep, Protocols};
 pub use crate::tag::Message;
+pub use owned::{Sent, Taken};
 use std::os::fd::{AsFd, BorrowedFd};
 use ucs::sys::EventFd;
 use ucs::{EventSet, Events, Result, Status};
