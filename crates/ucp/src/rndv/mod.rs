@@ -37,7 +37,8 @@ pub(crate) enum Work {
     },
     /// Send (again) the Rtr of this rendezvous receive.
     Rtr { rreq: u64 },
-    /// Put the data of send `sreq` from `off` on into the receiver's buffer.
+    /// Put the data of send `sreq` from `off` on into the receiver's buffer; `fin`: the
+    /// RndvFin was sent, the send completes once the transport's send buffer is empty.
     Put {
         sreq: u64,
         rreq: u64,
@@ -45,6 +46,7 @@ pub(crate) enum Work {
         len: usize,
         rkey: Vec<u8>,
         off: usize,
+        fin: bool,
     },
 }
 
