@@ -239,7 +239,11 @@ pub fn plan(
         C::Gather | C::Gatherv => {
             let d = if !root {
                 let mut d = zero.clone();
-                d[rank] = (0, c * es);
+                let n = match args.dst_counts.get(rank) {
+                    Some(&n) if args.coll == C::Gatherv => n,
+                    _ => c,
+                };
+                d[rank] = (0, n * es);
                 d
             } else if args.coll == C::Gather {
                 uni(c)
@@ -253,7 +257,11 @@ pub fn plan(
         C::Scatter | C::Scatterv => {
             let s = if !root {
                 let mut s = zero.clone();
-                s[rank] = (0, c * es);
+                let n = match args.src_counts.get(rank) {
+                    Some(&n) if args.coll == C::Scatterv => n,
+                    _ => c,
+                };
+                s[rank] = (0, n * es);
                 s
             } else if args.coll == C::Scatter {
                 uni(c)
