@@ -107,6 +107,10 @@ struct TeamState {
     seq: u32,
     eps: Arc<[Option<Ep>]>,
     addrs: Arc<[Vec<u8>]>,
+    /// Members whose endpoint failed (they may just have left after their last
+    /// collective: only a collective that still needs them fails).
+    dead: Vec<bool>,
+    /// Set once a collective of the team failed: the team is broken.
     failed: Option<Status>,
 }
 
@@ -292,6 +296,7 @@ impl Context {
             seq: 0,
             eps: eps.into(),
             addrs: addrs.into(),
+            dead: vec![false; size],
             failed: None,
         };
         let slot = self.teams.iter().position(Option::is_none);
@@ -656,30 +661,45 @@ impl Context {
 
     /// Advances a task and checks it for failure: `Some` once it finished or failed.
     fn check_task(&mut self, team: u32, task: &mut Task, last: &mut Instant) -> Option<Result<()>> {
-        let failed = self.teams[team as usize].as_ref().and_then(|t| t.failed);
-        let remote = task.aborted_remotely(&self.worker);
-        let err = if let Some(s) = failed {
-            Some(s)
-        } else if remote {
-            if let Some(t) = self.teams[team as usize].as_mut() {
-                t.failed = Some(Status::ConnectionReset);
+        // Advance first: a collective whose messages all arrived completes even if a
+        // member failed right after sending them.
+        let before = task.step_index();
+        let err = match task.advance(&mut self.worker) {
+            Ok(true) => return Some(Ok(())),
+            Ok(false) if task.step_index() != before => {
+                *last = Instant::now();
+                None
             }
-            Some(Status::ConnectionReset)
-        } else {
-            let before = task.step_index();
-            match task.advance(&mut self.worker) {
-                Ok(true) => return Some(Ok(())),
-                Ok(false) if task.step_index() != before => {
-                    *last = Instant::now();
-                    None
-                }
-                Ok(false) if last.elapsed() > self.opts.timeout => Some(Status::TimedOut),
-                Ok(false) => None,
-                Err(s) => Some(s),
-            }
+            Ok(false) if last.elapsed() > self.opts.timeout => Some(Status::TimedOut),
+            Ok(false) => None,
+            Err(s) => Some(s),
         };
+        let (failed, lost) = match self.teams[team as usize].as_ref() {
+            Some(t) => (
+                t.failed,
+                t.dead
+                    .iter()
+                    .enumerate()
+                    .any(|(r, &d)| d && task.needs(&self.worker, r)),
+            ),
+            None => (Some(Status::InvalidParam), false),
+        };
+        let err = err
+            .or(failed)
+            .or(lost.then_some(Status::ConnectionReset))
+            .or_else(|| {
+                task.aborted_remotely(&self.worker).then(|| {
+                    if let Some(t) = self.teams[team as usize].as_mut() {
+                        t.failed = Some(Status::ConnectionReset);
+                    }
+                    Status::ConnectionReset
+                })
+            });
         let s = err?;
         tracing::warn!("coll: collective failed: {s}");
+        if let Some(t) = self.teams[team as usize].as_mut() {
+            t.failed.get_or_insert(s);
+        }
         task.cancel(&mut self.worker);
         let dead = &self.dead;
         task.notify_abort(&mut self.worker, |e| dead.contains(&e));
@@ -694,11 +714,13 @@ impl Context {
             Err(_) => Vec::new(),
         };
         for (ep, s) in errs {
-            tracing::warn!("coll: a team member failed ({s})");
+            tracing::info!("coll: the endpoint of a team member failed ({s})");
             self.dead.insert(ep);
             for t in self.teams.iter_mut().flatten() {
-                if t.failed.is_none() && t.eps.iter().flatten().any(|&e| e == ep) {
-                    t.failed = Some(Status::ConnectionReset);
+                for (r, e) in t.eps.iter().enumerate() {
+                    if *e == Some(ep) {
+                        t.dead[r] = true;
+                    }
                 }
             }
             n += 1;
@@ -798,7 +820,11 @@ impl Drop for Context {
                 t.cancel(&mut self.worker);
             }
         }
-        let _ = &self.dead;
+        // Messages of completed collectives may still sit in send buffers: let them
+        // reach their peers before the worker goes (bounded: a dead peer never answers).
+        if let Ok(Some(r)) = self.worker.flush_nb(None) {
+            let _ = self.worker.wait_request(r, Duration::from_secs(2));
+        }
     }
 }
 

@@ -188,7 +188,7 @@ pub(crate) struct Task {
     tmp_ptr: *mut u8,
     step: usize,
     posted: bool,
-    inflight: Vec<(Request, usize)>,
+    inflight: Vec<(Request, usize, usize)>,
     team: u32,
     seq: u32,
     me: usize,
@@ -281,6 +281,26 @@ impl Task {
         self.step
     }
 
+    /// True when the rest of the schedule still exchanges data with `rank` (a transfer
+    /// of the running step that completed does not count).
+    pub(crate) fn needs(&self, w: &Worker, rank: usize) -> bool {
+        let peer_of = |c: &Comm| match c {
+            Comm::Send { peer, .. } | Comm::Recv { peer, .. } => *peer,
+        };
+        let later = self.step + usize::from(self.posted);
+        let pending_now = if self.posted {
+            self.inflight
+                .iter()
+                .any(|&(r, _, p)| p == rank && !matches!(w.request_test(r), Ok(Some(_))))
+        } else {
+            false
+        };
+        pending_now
+            || self.sched.steps[later.min(self.sched.steps.len())..]
+                .iter()
+                .any(|s| s.comms.iter().any(|c| peer_of(c) == rank))
+    }
+
     /// Posts the abort-notice receive, then runs as far as possible. `Ok(true)`: done.
     pub(crate) fn start(&mut self, w: &mut Worker) -> Result<bool> {
         let t = tag::make(self.team, self.seq, tag::ABORT_STEP, 0);
@@ -300,7 +320,7 @@ impl Task {
     pub(crate) fn advance(&mut self, w: &mut Worker) -> Result<bool> {
         loop {
             if self.posted {
-                for &(r, want) in &self.inflight {
+                for &(r, want, _) in &self.inflight {
                     match w.request_test(r)? {
                         None => return Ok(false),
                         Some(Status::Ok) => {
@@ -312,7 +332,7 @@ impl Task {
                         Some(s) => return Err(s),
                     }
                 }
-                for (r, _) in self.inflight.drain(..) {
+                for (r, _, _) in self.inflight.drain(..) {
                     w.request_free(r)?;
                 }
                 let (sched, dt, op, i) = (self.sched.clone(), self.dt, self.op, self.step);
@@ -353,7 +373,7 @@ impl Task {
                 // SAFETY: the region lies in a buffer of this task (validated), which
                 // waits for or aborts the request before the memory goes or is reused.
                 let r = unsafe { w.tag_recv_nb(b, t, u64::MAX, None)? };
-                self.inflight.push((r, into.len));
+                self.inflight.push((r, into.len, peer));
             }
             Comm::Send { peer, from } => {
                 let ep = self.eps[peer].ok_or(Status::InvalidParam)?;
@@ -361,7 +381,7 @@ impl Task {
                 let b = Buf::contig(self.ptr(&from), from.len);
                 // SAFETY: as for receives; the region is not written during this step.
                 if let Some(r) = unsafe { w.tag_send_nb(ep, b, t, false, None)? } {
-                    self.inflight.push((r, usize::MAX));
+                    self.inflight.push((r, usize::MAX, peer));
                 }
             }
         }
@@ -378,7 +398,7 @@ impl Task {
     /// Stops the task: every request in flight is aborted, so ucp touches its memory no
     /// more.
     pub(crate) fn cancel(&mut self, w: &mut Worker) {
-        for (r, _) in self.inflight.drain(..) {
+        for (r, _, _) in self.inflight.drain(..) {
             let _ = w.request_abort(r);
             let _ = w.request_free(r);
         }

@@ -122,7 +122,12 @@ fn large_vectors() {
     let cases = [
         (CollType::Allreduce, coll::Alg::Ring, 5, big),
         (CollType::Allreduce, coll::Alg::Rabenseifner, 6, big),
-        (CollType::Allreduce, coll::Alg::RecursiveDoubling, 3, big / 4),
+        (
+            CollType::Allreduce,
+            coll::Alg::RecursiveDoubling,
+            3,
+            big / 4,
+        ),
         (CollType::Bcast, coll::Alg::ScatterAllgather, 7, big),
         (CollType::Bcast, coll::Alg::Knomial, 5, big),
         (CollType::Reduce, coll::Alg::ReduceScatterGather, 6, big),

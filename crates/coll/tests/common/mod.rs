@@ -2,6 +2,8 @@
 //! model of the operations written independently of the crate's reduction loops.
 #![allow(dead_code)]
 
+pub mod team;
+
 use coll::dtype::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
 use coll::{Alg, Args, Buffer, CollType, DataType, Op};
 
@@ -208,7 +210,9 @@ pub fn vlayout(counts: Vec<usize>) -> (Vec<usize>, Vec<usize>) {
 }
 
 fn vcounts(count: usize, p: usize, salt: usize) -> Vec<usize> {
-    (0..p).map(|i| (count + 3 * i + salt) % (count + 2)).collect()
+    (0..p)
+        .map(|i| (count + 3 * i + salt) % (count + 2))
+        .collect()
 }
 
 fn place(buf: &mut [u8], at: usize, data: &[u8]) {
@@ -227,7 +231,11 @@ pub fn make(c: &Case) -> Vec<Io> {
         C::Barrier => {}
         C::Bcast => {
             for (r, x) in io.iter_mut().enumerate() {
-                x.dst = Some(if r == root { d(root, 0, n) } else { j(n * es, r) });
+                x.dst = Some(if r == root {
+                    d(root, 0, n)
+                } else {
+                    j(n * es, r)
+                });
                 x.expect = Some(d(root, 0, n));
             }
         }
