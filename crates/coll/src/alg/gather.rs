@@ -47,10 +47,10 @@ fn layout(s: &Shape, order: &[usize]) -> (Vec<usize>, usize) {
 
 /// Copies every block from its scratch place to `Dst` after `step`.
 fn unpack(sc: &mut Schedule, s: &Shape, off: &[usize], step: usize) {
-    for q in 0..s.size {
+    for (q, &o) in off.iter().enumerate() {
         sc.copy_after(
             step,
-            Region::new(BufId::Tmp, off[q], s.dst_blocks[q].1),
+            Region::new(BufId::Tmp, o, s.dst_blocks[q].1),
             dst(s, q),
         );
     }
