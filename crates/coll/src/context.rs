@@ -15,7 +15,7 @@
 //! collective that makes no progress for `UCX_COLL_TIMEOUT` fails with `TimedOut`.
 
 use crate::args::{plan, Args};
-use crate::exec::{tag, Buffer, Task, TaskSpec};
+use crate::exec::{tag, Buffer, KeyCache, Task, TaskSpec};
 use crate::schedule::Schedule;
 use crate::select::{Alg, CollType, Forced, COLL_VARS};
 use std::collections::{HashMap, HashSet};
@@ -143,6 +143,7 @@ pub struct Context {
     running: Vec<u32>,
     created: HashMap<u64, u32>,
     oversubscribed: bool,
+    keys: KeyCache,
 }
 
 impl std::fmt::Debug for Context {
@@ -211,6 +212,7 @@ impl Context {
             next_gen: 1,
             running: Vec::new(),
             created: HashMap::new(),
+            keys: KeyCache::default(),
         })
     }
 
@@ -539,7 +541,7 @@ impl Context {
             eps,
         });
         st.status = None;
-        match task.start(&mut self.worker) {
+        match task.start(&mut self.worker, &mut self.keys) {
             Ok(true) => st.status = Some(Status::Ok),
             Ok(false) => {
                 st.task = Some(task);
@@ -641,7 +643,7 @@ impl Context {
     }
 
     fn drive(&mut self, team: u32, task: &mut Task) -> Result<()> {
-        if task.start(&mut self.worker)? {
+        if task.start(&mut self.worker, &mut self.keys)? {
             return Ok(());
         }
         let mut waiter = Waiter::new(self.oversubscribed);
@@ -664,7 +666,7 @@ impl Context {
         // Advance first: a collective whose messages all arrived completes even if a
         // member failed right after sending them.
         let before = task.step_index();
-        let err = match task.advance(&mut self.worker) {
+        let err = match task.advance(&mut self.worker, &mut self.keys) {
             Ok(true) => return Some(Ok(())),
             Ok(false) if task.step_index() != before => {
                 *last = Instant::now();

@@ -22,9 +22,10 @@
 
 use crate::dtype::{DataType, Op};
 use crate::schedule::{BufId, Bufs, Comm, Region, Schedule};
+use std::collections::{HashMap, HashSet};
 use std::marker::PhantomData;
 use std::sync::Arc;
-use ucp::{Buf, Ep, Request, Worker};
+use ucp::{Buf, Ep, MemH, RemoteKey, Request, Worker};
 use ucs::{Result, Status};
 
 /// The tag layout of collective traffic (bits, high to low):
@@ -177,6 +178,51 @@ impl<'a> Buffer<'a> {
     }
 }
 
+/// Registrations of destination buffers and the remote keys of peers' buffers, for the
+/// zero-copy RMA algorithms. A buffer is registered once per (address, length) and gets
+/// an id; a peer is sent the packed key the first time it sees that id, afterwards only
+/// the id and address, and keeps the unpacked key per (endpoint, id).
+#[derive(Default)]
+pub(crate) struct KeyCache {
+    mems: Vec<((usize, usize), u64, MemH, Vec<u8>)>,
+    next_id: u64,
+    remote: HashMap<(Ep, u64), RemoteKey>,
+    sent: HashSet<(Ep, u64)>,
+}
+
+/// Registrations kept at most (the oldest goes first; its id is never reused).
+const MAX_MEMS: usize = 64;
+
+/// Bytes of a key message at most (id, address, packed key).
+const KEY_MSG: usize = 4096;
+
+/// Marks a receive of a key message in `Task::inflight`.
+const KEY_RECV: usize = usize::MAX - 1;
+
+impl KeyCache {
+    /// The id and packed key of the registration of `ptr..ptr+len`.
+    fn local(&mut self, w: &Worker, ptr: *mut u8, len: usize) -> Result<(u64, Vec<u8>)> {
+        let k = (ptr as usize, len);
+        if let Some(i) = self.mems.iter().position(|m| m.0 == k) {
+            let m = self.mems.remove(i);
+            let out = (m.1, m.3.clone());
+            self.mems.push(m);
+            return Ok(out);
+        }
+        let mh = w.context().mem_map(Some(ptr), len)?;
+        let packed = mh.rkey_pack();
+        if packed.len() + 16 > KEY_MSG {
+            return Err(Status::Unsupported);
+        }
+        self.next_id += 1;
+        if self.mems.len() >= MAX_MEMS {
+            self.mems.remove(0);
+        }
+        self.mems.push((k, self.next_id, mh, packed.clone()));
+        Ok((self.next_id, packed))
+    }
+}
+
 /// A schedule running at one rank.
 pub(crate) struct Task {
     sched: Arc<Schedule>,
@@ -195,6 +241,10 @@ pub(crate) struct Task {
     eps: Arc<[Option<Ep>]>,
     abort: Option<Request>,
     abort_buf: Box<[u8; 8]>,
+    /// Zero-copy RMA: key messages out and in, and each peer's (address, key id).
+    key_out: Vec<Vec<u8>>,
+    key_in: Vec<Vec<u8>>,
+    remote: Vec<Option<(u64, u64)>>,
 }
 
 // SAFETY: the raw pointers are into buffers the owning request keeps alive (see the
@@ -240,6 +290,9 @@ impl Task {
             eps: s.eps,
             abort: None,
             abort_buf: Box::new([0; 8]),
+            key_out: Vec::new(),
+            key_in: Vec::new(),
+            remote: Vec::new(),
             sched: s.sched,
         }
     }
@@ -284,9 +337,7 @@ impl Task {
     /// True when the rest of the schedule still exchanges data with `rank` (a transfer
     /// of the running step that completed does not count).
     pub(crate) fn needs(&self, w: &Worker, rank: usize) -> bool {
-        let peer_of = |c: &Comm| match c {
-            Comm::Send { peer, .. } | Comm::Recv { peer, .. } => *peer,
-        };
+        let peer_of = |c: &Comm| c.peer();
         let later = self.step + usize::from(self.posted);
         let pending_now = if self.posted {
             self.inflight
@@ -302,12 +353,12 @@ impl Task {
     }
 
     /// Posts the abort-notice receive, then runs as far as possible. `Ok(true)`: done.
-    pub(crate) fn start(&mut self, w: &mut Worker) -> Result<bool> {
+    pub(crate) fn start(&mut self, w: &mut Worker, keys: &mut KeyCache) -> Result<bool> {
         let t = tag::make(self.team, self.seq, tag::ABORT_STEP, 0);
         let b = Buf::contig(self.abort_buf.as_mut_ptr(), 8);
         // SAFETY: abort_buf is boxed in the task, which aborts this receive before it goes.
         self.abort = Some(unsafe { w.tag_recv_nb(b, t, !0xffff, None)? });
-        self.advance(w)
+        self.advance(w, keys)
     }
 
     /// True when a member told us it gave this collective up.
@@ -317,20 +368,30 @@ impl Task {
     }
 
     /// Runs completed steps and posts the next; `Ok(true)` when the schedule finished.
-    pub(crate) fn advance(&mut self, w: &mut Worker) -> Result<bool> {
+    pub(crate) fn advance(&mut self, w: &mut Worker, keys: &mut KeyCache) -> Result<bool> {
         loop {
             if self.posted {
                 for &(r, want, _) in &self.inflight {
                     match w.request_test(r)? {
                         None => return Ok(false),
                         Some(Status::Ok) => {
-                            if want != usize::MAX && w.request_info(r)?.length != want {
+                            if want < KEY_RECV && w.request_info(r)?.length != want {
                                 tracing::error!("coll: a message has the wrong length");
                                 return Err(Status::MessageTruncated);
                             }
                         }
                         Some(s) => return Err(s),
                     }
+                }
+                let got: Vec<(Request, usize)> = self
+                    .inflight
+                    .iter()
+                    .filter(|x| x.1 == KEY_RECV)
+                    .map(|x| (x.0, x.2))
+                    .collect();
+                for (r, peer) in got {
+                    let n = w.request_info(r)?.length;
+                    self.take_key(w, keys, peer, n)?;
                 }
                 for (r, _, _) in self.inflight.drain(..) {
                     w.request_free(r)?;
@@ -355,18 +416,106 @@ impl Task {
             }
             self.posted = true;
             // Receives first, so that data finds its buffer.
-            for c in step.comms.iter().filter(|c| matches!(c, Comm::Recv { .. })) {
-                self.post(w, c)?;
+            let recv_first = |c: &&Comm| matches!(c, Comm::Recv { .. } | Comm::RecvKey { .. });
+            for c in step.comms.iter().filter(recv_first) {
+                self.post(w, keys, c)?;
             }
-            for c in step.comms.iter().filter(|c| matches!(c, Comm::Send { .. })) {
-                self.post(w, c)?;
+            for c in step.comms.iter().filter(|c| !recv_first(c)) {
+                self.post(w, keys, c)?;
             }
         }
     }
 
-    fn post(&mut self, w: &mut Worker, c: &Comm) -> Result<()> {
+    /// Takes the key message of `peer` (`n` bytes): its destination address, key id and,
+    /// the first time, the packed key.
+    fn take_key(
+        &mut self,
+        w: &mut Worker,
+        keys: &mut KeyCache,
+        peer: usize,
+        n: usize,
+    ) -> Result<()> {
+        let m = self.key_in.get(peer).ok_or(Status::InvalidParam)?;
+        if n < 16 || n > m.len() {
+            return Err(Status::InvalidParam);
+        }
+        let id = u64::from_le_bytes(m[..8].try_into().map_err(|_| Status::InvalidParam)?);
+        let addr = u64::from_le_bytes(m[8..16].try_into().map_err(|_| Status::InvalidParam)?);
+        let ep = self.eps[peer].ok_or(Status::InvalidParam)?;
+        if n > 16 {
+            let rk = w.rkey_unpack(ep, &m[16..n])?;
+            keys.remote.insert((ep, id), rk);
+        }
+        if self.remote.len() < self.eps.len() {
+            self.remote.resize(self.eps.len(), None);
+        }
+        self.remote[peer] = Some((addr, id));
+        Ok(())
+    }
+
+    fn post(&mut self, w: &mut Worker, keys: &mut KeyCache, c: &Comm) -> Result<()> {
         let st = self.step as u64;
+        let p = self.eps.len();
         match *c {
+            Comm::SendKey { peer } => {
+                let ep = self.eps[peer].ok_or(Status::InvalidParam)?;
+                let (id, packed) = if self.dst.1 == 0 {
+                    (0, Vec::new())
+                } else {
+                    keys.local(w, self.dst.0, self.dst.1)?
+                };
+                let mut m = Vec::with_capacity(16 + packed.len());
+                m.extend_from_slice(&id.to_le_bytes());
+                m.extend_from_slice(&(self.dst.0 as u64).to_le_bytes());
+                if id != 0 && keys.sent.insert((ep, id)) {
+                    m.extend_from_slice(&packed);
+                }
+                if self.key_out.len() < p {
+                    self.key_out.resize(p, Vec::new());
+                }
+                self.key_out[peer] = m;
+                let b = Buf::contig(self.key_out[peer].as_mut_ptr(), self.key_out[peer].len());
+                let t = tag::make(self.team, self.seq, st, self.me);
+                // SAFETY: the message is kept in the task (not touched again) until the
+                // request completed or was aborted.
+                if let Some(r) = unsafe { w.tag_send_nb(ep, b, t, false, None)? } {
+                    self.inflight.push((r, usize::MAX, peer));
+                }
+            }
+            Comm::RecvKey { peer } => {
+                if self.key_in.len() < p {
+                    self.key_in.resize(p, Vec::new());
+                }
+                self.key_in[peer] = vec![0; KEY_MSG];
+                let b = Buf::contig(self.key_in[peer].as_mut_ptr(), KEY_MSG);
+                let t = tag::make(self.team, self.seq, st, peer);
+                // SAFETY: as for the key send.
+                let r = unsafe { w.tag_recv_nb(b, t, u64::MAX, None)? };
+                self.inflight.push((r, KEY_RECV, peer));
+            }
+            Comm::Put {
+                peer,
+                from,
+                remote_off,
+            } => {
+                if from.len == 0 {
+                    return Ok(());
+                }
+                let ep = self.eps[peer].ok_or(Status::InvalidParam)?;
+                let (addr, id) = self
+                    .remote
+                    .get(peer)
+                    .copied()
+                    .flatten()
+                    .ok_or(Status::InvalidParam)?;
+                let rk = keys.remote.get(&(ep, id)).ok_or(Status::InvalidParam)?;
+                let data = self.bufs();
+                let data = data.read(from);
+                w.put_nbi(ep, data, addr + remote_off as u64, rk)?;
+                if let Some(r) = w.ep_flush_nb(ep, None)? {
+                    self.inflight.push((r, usize::MAX, peer));
+                }
+            }
             Comm::Recv { peer, into } => {
                 let t = tag::make(self.team, self.seq, st, peer);
                 let b = Buf::contig(self.ptr(&into), into.len);

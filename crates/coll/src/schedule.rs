@@ -53,8 +53,60 @@ impl Region {
 /// A transfer with a peer (a team rank).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Comm {
-    Send { peer: usize, from: Region },
-    Recv { peer: usize, into: Region },
+    Send {
+        peer: usize,
+        from: Region,
+    },
+    Recv {
+        peer: usize,
+        into: Region,
+    },
+    /// Sends this rank's destination buffer's address and remote key (zero-copy RMA).
+    SendKey {
+        peer: usize,
+    },
+    /// Receives the peer's destination address and key.
+    RecvKey {
+        peer: usize,
+    },
+    /// Writes `from` into the peer's destination buffer at byte `remote_off` (its key
+    /// arrived in an earlier step); the step completes when the data is in place.
+    Put {
+        peer: usize,
+        from: Region,
+        remote_off: usize,
+    },
+}
+
+impl Comm {
+    /// The peer of the transfer.
+    pub fn peer(&self) -> usize {
+        match *self {
+            Comm::Send { peer, .. }
+            | Comm::Recv { peer, .. }
+            | Comm::SendKey { peer }
+            | Comm::RecvKey { peer }
+            | Comm::Put { peer, .. } => peer,
+        }
+    }
+
+    /// Whether the transfer is a tagged send (`Some(true)`), receive (`Some(false)`).
+    fn tagged(&self) -> Option<bool> {
+        match self {
+            Comm::Send { .. } | Comm::SendKey { .. } => Some(true),
+            Comm::Recv { .. } | Comm::RecvKey { .. } => Some(false),
+            Comm::Put { .. } => None,
+        }
+    }
+
+    /// The local region read or written.
+    fn region(&self) -> Option<&Region> {
+        match self {
+            Comm::Send { from, .. } | Comm::Put { from, .. } => Some(from),
+            Comm::Recv { into, .. } => Some(into),
+            _ => None,
+        }
+    }
 }
 
 /// A local operation.
@@ -115,6 +167,10 @@ impl Schedule {
         self.step(step).comms.push(Comm::Send { peer, from });
     }
 
+    pub fn comm(&mut self, step: usize, c: Comm) {
+        self.step(step).comms.push(c);
+    }
+
     pub fn recv(&mut self, step: usize, peer: usize, into: Region) {
         self.step(step).comms.push(Comm::Recv { peer, into });
     }
@@ -167,24 +223,20 @@ impl Schedule {
                 }
             }
             for (j, c) in s.comms.iter().enumerate() {
-                let (peer, r) = match c {
-                    Comm::Send { peer, from } => (*peer, from),
-                    Comm::Recv { peer, into } => (*peer, into),
-                };
+                let peer = c.peer();
                 let into_src = matches!(c, Comm::Recv { into, .. } if into.buf == BufId::Src);
-                if !inside(r) || peer == me || into_src {
+                if c.region().is_some_and(|r| !inside(r)) || peer == me || into_src {
                     return bad(&format!("step {i}: {c:?}"));
                 }
+                let writes = |c: &Comm| matches!(c, Comm::Recv { .. });
                 for d in &s.comms[..j] {
-                    let clash = match (c, d) {
-                        (Comm::Send { peer: a, .. }, Comm::Send { peer: b, .. }) => a == b,
-                        (Comm::Recv { peer: a, into: x }, Comm::Recv { peer: b, into: y }) => {
-                            a == b || x.overlaps(y)
-                        }
-                        (Comm::Send { from: x, .. }, Comm::Recv { into: y, .. })
-                        | (Comm::Recv { into: y, .. }, Comm::Send { from: x, .. }) => x.overlaps(y),
+                    let same_msg =
+                        c.tagged().is_some() && c.tagged() == d.tagged() && peer == d.peer();
+                    let overlap = match (c.region(), d.region()) {
+                        (Some(x), Some(y)) => (writes(c) || writes(d)) && x.overlaps(y),
+                        _ => false,
                     };
-                    if clash {
+                    if same_msg || overlap {
                         return bad(&format!("step {i}: {c:?} clashes with {d:?}"));
                     }
                 }

@@ -86,7 +86,7 @@ impl CollType {
             CollType::Reduce => &[Knomial, ReduceScatterGather],
             CollType::Allreduce => &[RecursiveDoubling, Rabenseifner, Ring],
             CollType::Allgather | CollType::Allgatherv => &[RecursiveDoubling, Bruck, Ring],
-            CollType::Alltoall => &[Bruck, Direct, Pairwise],
+            CollType::Alltoall => &[Bruck, Direct, Pairwise, Rma],
             CollType::Alltoallv => &[Direct, Pairwise],
             CollType::ReduceScatter | CollType::ReduceScatterv => &[Ring],
             CollType::Gather | CollType::Gatherv | CollType::Scatter | CollType::Scatterv => {
@@ -110,10 +110,12 @@ pub enum Alg {
     Direct,
     Pairwise,
     Linear,
+    /// Zero-copy direct alltoall: puts into the receivers' buffers.
+    Rma,
 }
 
 impl Alg {
-    pub const ALL: [Alg; 11] = [
+    pub const ALL: [Alg; 12] = [
         Alg::Dissemination,
         Alg::Knomial,
         Alg::ScatterAllgather,
@@ -125,6 +127,7 @@ impl Alg {
         Alg::Direct,
         Alg::Pairwise,
         Alg::Linear,
+        Alg::Rma,
     ];
 
     /// The name accepted by `UCX_COLL_*_ALG`.
@@ -141,6 +144,7 @@ impl Alg {
             Alg::Direct => "direct",
             Alg::Pairwise => "pairwise",
             Alg::Linear => "linear",
+            Alg::Rma => "rma",
         }
     }
 

@@ -137,6 +137,7 @@ fn large_vectors() {
         (CollType::Allgather, coll::Alg::Bruck, 3, big / 3),
         (CollType::Alltoall, coll::Alg::Pairwise, 8, big / 8),
         (CollType::Alltoall, coll::Alg::Direct, 3, big / 3),
+        (CollType::Alltoall, coll::Alg::Rma, 5, big / 5),
     ];
     for (coll, alg, p, count) in cases {
         let c = Case {

@@ -205,3 +205,35 @@ fn bad_arguments() {
             .is_err());
     });
 }
+
+/// The zero-copy alltoall on one buffer again and again (the key goes once, then the
+/// cached one is used), on a new buffer, and back on the first.
+#[test]
+fn rma_alltoall_buffers_come_back() {
+    let p = 4;
+    with_team(p, Transport::Shm, Options::default(), |rank, cx, team| {
+        let n = 3;
+        let src: Vec<i64> = (0..p * n).map(|i| (rank * 100 + i) as i64).collect();
+        let want: Vec<i64> = (0..p)
+            .flat_map(|q| (0..n).map(move |k| (q * 100 + rank * n + k) as i64))
+            .collect();
+        let src = ints(&src);
+        let mut a = vec![0u8; 8 * p * n];
+        let mut b = vec![0u8; 8 * p * n];
+        for round in 0..6 {
+            let dst = if round == 3 { &mut b } else { &mut a };
+            dst.fill(0);
+            cx.run(
+                team,
+                Args::new(CollType::Alltoall)
+                    .src(Buffer::from_slice(&src))
+                    .dst(Buffer::from_mut(dst))
+                    .dtype(DataType::Int64)
+                    .count(n)
+                    .alg(Alg::Rma),
+            )
+            .unwrap();
+            assert_eq!(*dst, ints(&want), "round {round}");
+        }
+    });
+}

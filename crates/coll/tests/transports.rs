@@ -183,6 +183,7 @@ fn large(tl: Transport) {
         (CollType::Reduce, Alg::ReduceScatterGather, big),
         (CollType::Alltoall, Alg::Pairwise, big / 3),
         (CollType::Allgather, Alg::Ring, big / 3),
+        (CollType::Alltoall, Alg::Rma, big / 3),
     ];
     let p = 3;
     let out = with_team(p, tl, Options::default(), |rank, cx, team| {

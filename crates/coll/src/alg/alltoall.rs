@@ -4,7 +4,7 @@
 //! memory and send from there.
 
 use super::{log2_ceil, Shape};
-use crate::schedule::{BufId, Region, Schedule};
+use crate::schedule::{BufId, Comm, Region, Schedule};
 use ucs::{Result, Status};
 
 fn extent(blocks: &[(usize, usize)]) -> usize {
@@ -133,5 +133,46 @@ pub fn bruck(s: &Shape) -> Result<Schedule> {
             Region::new(BufId::Dst, ((r + p - i) % p) * bl, bl),
         );
     }
+    Ok(sc)
+}
+
+/// Zero-copy direct alltoall over RMA (equal blocks only): in the synchronisation step
+/// every rank sends each peer the address and key of its destination buffer (the key
+/// only the first time the peer sees that buffer: see `exec::KeyCache`); then it writes
+/// its block for each peer straight into the peer's buffer, flushes, and tells the peer
+/// it is done; a rank's result is complete once every peer said so.
+pub fn rma(s: &Shape) -> Result<Schedule> {
+    let (p, r) = (s.size, s.rank);
+    let bl = s.dst_blocks[0].1;
+    let uniform = |b: &[(usize, usize)]| b.iter().enumerate().all(|(i, &x)| x == (i * bl, bl));
+    if !uniform(&s.dst_blocks) || (!s.in_place && !uniform(&s.src_blocks)) {
+        return Err(Status::Unsupported);
+    }
+    let mut sc = Schedule::new(0);
+    // In place, the input moves to scratch before the buffer is exposed.
+    let src = source(s, &mut sc);
+    if !s.in_place {
+        sc.copy_before(0, src(r), dst(s, r));
+    }
+    for i in 1..p {
+        let (to, from) = ((r + i) % p, (r + p - i) % p);
+        sc.comm(0, Comm::RecvKey { peer: from });
+        sc.comm(0, Comm::SendKey { peer: to });
+    }
+    let empty = Region::new(BufId::Tmp, 0, 0);
+    for i in 1..p {
+        let to = (r + i) % p;
+        sc.comm(
+            1,
+            Comm::Put {
+                peer: to,
+                from: src(to),
+                remote_off: r * bl,
+            },
+        );
+        sc.recv(2, (r + p - i) % p, empty);
+        sc.send(2, to, empty);
+    }
+    sc.step(0);
     Ok(sc)
 }

@@ -85,6 +85,7 @@ pub fn build(coll: CollType, alg: Alg, s: &Shape) -> Result<Schedule> {
         (C::Gather | C::Gatherv, A::Linear) => Ok(gather::gather_linear(s)),
         (C::Scatter | C::Scatterv, A::Linear) => Ok(gather::scatter_linear(s)),
         (C::Alltoall, A::Bruck) => alltoall::bruck(s),
+        (C::Alltoall, A::Rma) => alltoall::rma(s),
         (C::Alltoall | C::Alltoallv, A::Pairwise) => Ok(alltoall::pairwise(s)),
         (C::Alltoall | C::Alltoallv, A::Direct) => Ok(alltoall::direct(s)),
         _ => Err(Status::Unsupported),
