@@ -184,11 +184,14 @@ impl<'a> Buffer<'a> {
 /// the id and address, and keeps the unpacked key per (endpoint, id).
 #[derive(Default)]
 pub(crate) struct KeyCache {
-    mems: Vec<((usize, usize), u64, MemH, Vec<u8>)>,
+    mems: Vec<Registration>,
     next_id: u64,
     remote: HashMap<(Ep, u64), RemoteKey>,
     sent: HashSet<(Ep, u64)>,
 }
+
+/// A registered destination: (address, length), id, handle, packed key.
+type Registration = ((usize, usize), u64, MemH, Vec<u8>);
 
 /// Registrations kept at most (the oldest goes first; its id is never reused).
 const MAX_MEMS: usize = 64;
