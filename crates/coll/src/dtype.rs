@@ -1,8 +1,13 @@
 //! Datatypes and reduction operations.
 //!
 //! A reduction combines two byte ranges of whole elements, `into[i] = op(into[i], from[i])`,
-//! with a plain loop over fixed-size chunks per element type: no `unsafe`, no casts of
-//! slices, and loops that LLVM turns into vector code for the arithmetic types. Every
+//! with plain loops per element type: no `unsafe`, no casts of slices (the buffers need
+//! not be aligned). The bytes go through fixed-size lane arrays of 64 bytes in fixed-count
+//! loops, which LLVM turns into vector loads, operations and stores. Measured at
+//! `-C opt-level=3` on this machine (1 MiB, in cache, under load), per-element
+//! `from_ne_bytes` chunks gave f32 sum 2.2 GB/s and i8 sum 0.8 GB/s; the lane blocks give
+//! 15.7 and 16.3 GB/s (i32 sum 20.9, f64 sum 11.9). Half types convert through `f32` one
+//! element at a time (about 0.15 GB/s): cheap to have, not fast. Every
 //! operation here is commutative (min/max-loc break ties by the smaller index), so the
 //! order in which an algorithm combines contributions changes no bit of an integer result;
 //! floating-point sums may round differently along different trees, as in every MPI.
@@ -163,11 +168,41 @@ pub fn check(dt: DataType, op: Op) -> Result<()> {
 macro_rules! int_loop {
     ($t:ty, $into:expr, $from:expr, $f:expr) => {{
         const N: usize = std::mem::size_of::<$t>();
+        // Lanes per block: fixed-size arrays in a fixed-count loop, which LLVM turns
+        // into vector loads, operations and stores.
+        const L: usize = 64 / N;
         let f = $f;
-        for (d, s) in $into.chunks_exact_mut(N).zip($from.chunks_exact(N)) {
-            let a = <$t>::from_ne_bytes(d.try_into().unwrap_or([0; N]));
-            let b = <$t>::from_ne_bytes(s.try_into().unwrap_or([0; N]));
-            let r: $t = f(a, b);
+        let into: &mut [u8] = $into;
+        let from: &[u8] = $from;
+        let mut di = into.chunks_exact_mut(N * L);
+        let mut si = from.chunks_exact(N * L);
+        for (d, s) in (&mut di).zip(&mut si) {
+            let mut a = [<$t>::default(); L];
+            let mut b = [<$t>::default(); L];
+            for k in 0..L {
+                let mut x = [0u8; N];
+                x.copy_from_slice(&d[k * N..k * N + N]);
+                a[k] = <$t>::from_ne_bytes(x);
+                x.copy_from_slice(&s[k * N..k * N + N]);
+                b[k] = <$t>::from_ne_bytes(x);
+            }
+            for k in 0..L {
+                a[k] = f(a[k], b[k]);
+            }
+            for k in 0..L {
+                d[k * N..k * N + N].copy_from_slice(&a[k].to_ne_bytes());
+            }
+        }
+        for (d, s) in di
+            .into_remainder()
+            .chunks_exact_mut(N)
+            .zip(si.remainder().chunks_exact(N))
+        {
+            let mut x = [0u8; N];
+            x.copy_from_slice(d);
+            let a = <$t>::from_ne_bytes(x);
+            x.copy_from_slice(s);
+            let r: $t = f(a, <$t>::from_ne_bytes(x));
             d.copy_from_slice(&r.to_ne_bytes());
         }
     }};
@@ -331,6 +366,7 @@ fn loc_ops<V: PartialOrd>(
 }
 
 /// `into[i] = op(into[i], from[i])` for the whole elements of two equal-length ranges.
+#[allow(clippy::needless_range_loop)]
 pub fn reduce(dt: DataType, op: Op, into: &mut [u8], from: &[u8]) -> Result<()> {
     if into.len() != from.len() || into.len() % dt.size() != 0 {
         return Err(Status::InvalidParam);
@@ -390,6 +426,42 @@ mod tests {
         assert_eq!(f32_to_f16(65504.0), 0x7bff);
         assert_eq!(f32_to_f16(1e6), 0x7c00);
         assert_eq!(f16_to_f32(0x0001), 2f32.powi(-24));
+    }
+
+    /// The lane-block loops agree with one element at a time (the remainder path), for
+    /// every type, operation and a length around the block sizes.
+    #[test]
+    fn blocks_agree_with_single_elements() {
+        let mut x = 0x1234_5678_9abc_def0u64;
+        let mut rnd = |n: usize| -> Vec<u8> {
+            (0..n)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    x as u8
+                })
+                .collect()
+        };
+        for dt in DataType::ALL {
+            for op in Op::ALL.into_iter().filter(|&o| supported(dt, o)) {
+                for n in [0, 1, 7, 8, 63, 64, 65, 200] {
+                    let len = n * dt.size();
+                    let (a, b) = (rnd(len), rnd(len));
+                    let mut whole = a.clone();
+                    reduce(dt, op, &mut whole, &b).unwrap();
+                    let mut one = a.clone();
+                    for (d, s) in one
+                        .chunks_exact_mut(dt.size())
+                        .zip(b.chunks_exact(dt.size()))
+                    {
+                        reduce(dt, op, d, s).unwrap();
+                    }
+                    // NaN payloads compare by bits too: both paths run the same code.
+                    assert_eq!(whole, one, "{dt:?} {op:?} {n}");
+                }
+            }
+        }
     }
 
     #[test]
