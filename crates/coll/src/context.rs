@@ -582,14 +582,26 @@ impl Context {
         }
     }
 
-    /// Releases a request (canceling it if it runs) and gives its arguments back.
+    /// Releases a request and gives its arguments back. A request still running is
+    /// canceled: the other members are told and fail theirs, and the team is broken.
     pub fn finalize(&mut self, r: CollReq) -> Result<Args<'static>> {
         self.req_mut(r)?;
         let mut st = self.reqs[r.idx as usize]
             .take()
             .ok_or(Status::InvalidParam)?;
         if let Some(mut t) = st.task.take() {
+            // Given up while running: the other members would wait for this rank's
+            // messages, so they are told, and the team is broken (as after a failure).
             t.cancel(&mut self.worker);
+            let dead = &self.dead;
+            t.notify_abort(&mut self.worker, |e| dead.contains(&e));
+            if let Some(team) = self
+                .teams
+                .get_mut(st.team as usize)
+                .and_then(Option::as_mut)
+            {
+                team.failed.get_or_insert(Status::Canceled);
+            }
         }
         self.running.retain(|&i| i != r.idx);
         Ok(st.args)

@@ -237,3 +237,32 @@ fn rma_alltoall_buffers_come_back() {
         }
     });
 }
+
+/// A member that finalizes a collective it posted without waiting for it: the others'
+/// collective ends too (with an error or, if everything they needed arrived, with
+/// success), nothing hangs, and that member's team is broken afterwards.
+#[test]
+fn abandoned_collective_ends_everywhere() {
+    let p = 3;
+    let n = 512 << 10;
+    let out = with_team(p, Transport::Tcp, Options::default(), |rank, cx, team| {
+        let a = Args::new(CollType::Allgather)
+            .src(Buffer::from_vec(vec![rank as u8; n]))
+            .dst(Buffer::from_vec(vec![0; n * p]))
+            .count(n)
+            .alg(Alg::Ring);
+        let r = cx.init(team, a).unwrap();
+        cx.post(r).unwrap();
+        if rank == 0 {
+            cx.finalize(r).unwrap();
+            assert!(cx.team_failed(team).unwrap().is_some());
+            assert!(cx.barrier(team).is_err());
+            return None;
+        }
+        let res = cx.wait(r);
+        cx.finalize(r).unwrap();
+        Some(res)
+    });
+    // The ring's first receive at rank 1 is from rank 0: it cannot have everything.
+    assert!(matches!(out[1], Some(Err(_))), "{out:?}");
+}
