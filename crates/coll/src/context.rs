@@ -267,13 +267,14 @@ impl Context {
             tracing::error!("coll: team_create: this worker is not member {rank} of {size}");
             return Err(Status::InvalidParam);
         }
-        let mut eps = Vec::with_capacity(size);
-        for (i, a) in addrs.iter().enumerate() {
-            eps.push(if i == rank {
-                None
-            } else {
-                Some(self.ep_for(a)?)
-            });
+        // Connect in the order rank+1, rank+2, ...: the order in which the pairwise and
+        // direct alltoalls meet their peers, so that a budget of connected endpoints
+        // (UCX_TCP_MAX_EPS=k, the rest over udp) goes to the first k steps: the seed's
+        // hybrid alltoall.
+        let mut eps = vec![None; size];
+        for i in 1..size {
+            let q = (rank + i) % size;
+            eps[q] = Some(self.ep_for(&addrs[q])?);
         }
         let mut h = 0xcbf2_9ce4_8422_2325u64;
         for a in &addrs {
@@ -548,7 +549,7 @@ impl Context {
                 self.running.push(r.idx);
             }
             Err(s) => {
-                task.cancel(&mut self.worker);
+                task.cancel(&mut self.worker, &mut self.keys);
                 st.status = Some(s);
             }
         }
@@ -556,9 +557,11 @@ impl Context {
     }
 
     /// `Ok(true)` once the collective completed, `Ok(false)` while it runs, the error if
-    /// it failed. Makes progress.
+    /// it failed (`InvalidParam` if it was never posted). Makes progress.
     pub fn test(&mut self, r: CollReq) -> Result<bool> {
-        self.req_mut(r)?;
+        if !self.req_mut(r)?.posted {
+            return Err(Status::InvalidParam);
+        }
         if self.req_mut(r)?.status.is_none() {
             self.progress();
         }
@@ -571,7 +574,9 @@ impl Context {
 
     /// Waits for a collective (see the module documentation for how it waits).
     pub fn wait(&mut self, r: CollReq) -> Result<()> {
-        self.req_mut(r)?;
+        if !self.req_mut(r)?.posted {
+            return Err(Status::InvalidParam);
+        }
         let mut waiter = Waiter::new(self.oversubscribed);
         loop {
             let n = self.progress();
@@ -592,7 +597,7 @@ impl Context {
         if let Some(mut t) = st.task.take() {
             // Given up while running: the other members would wait for this rank's
             // messages, so they are told, and the team is broken (as after a failure).
-            t.cancel(&mut self.worker);
+            t.cancel(&mut self.worker, &mut self.keys);
             let dead = &self.dead;
             t.notify_abort(&mut self.worker, |e| dead.contains(&e));
             if let Some(team) = self
@@ -647,7 +652,7 @@ impl Context {
         });
         let res = self.drive(team.0, &mut task);
         if res.is_err() {
-            task.cancel(&mut self.worker);
+            task.cancel(&mut self.worker, &mut self.keys);
         }
         // `args` (and the borrows in it) outlive the task: it is done or canceled here.
         drop(task);
@@ -694,10 +699,13 @@ impl Context {
                 t.dead
                     .iter()
                     .enumerate()
-                    .any(|(r, &d)| d && task.needs(&self.worker, r)),
+                    .any(|(r, &d)| d && task.blocked_on(&self.worker, r)),
             ),
             None => (Some(Status::InvalidParam), false),
         };
+        // Blocked on a member that is gone: fail on the second look, after one more
+        // progress round, so that data the member sent before it left is taken first.
+        let lost = lost && std::mem::replace(&mut task.lost_seen, true);
         let err = err
             .or(failed)
             .or(lost.then_some(Status::ConnectionReset))
@@ -710,11 +718,23 @@ impl Context {
                 })
             });
         let s = err?;
-        tracing::warn!("coll: collective failed: {s}");
+        if let Some(t) = self.teams[team as usize].as_ref() {
+            let dead: Vec<usize> = (0..t.size).filter(|&r| t.dead[r]).collect();
+            tracing::warn!(
+                "coll: collective {} of team {:#x} failed at rank {} in step {}: {s} \
+                 (members gone: {dead:?}, team failed before: {:?}, aborted by a peer: {})",
+                task.seq(),
+                t.id,
+                t.rank,
+                task.step_index(),
+                failed,
+                task.aborted_remotely(&self.worker)
+            );
+        }
         if let Some(t) = self.teams[team as usize].as_mut() {
             t.failed.get_or_insert(s);
         }
-        task.cancel(&mut self.worker);
+        task.cancel(&mut self.worker, &mut self.keys);
         let dead = &self.dead;
         task.notify_abort(&mut self.worker, |e| dead.contains(&e));
         Some(Err(s))
@@ -831,7 +851,7 @@ impl Drop for Context {
     fn drop(&mut self) {
         for st in self.reqs.iter_mut().flatten() {
             if let Some(mut t) = st.task.take() {
-                t.cancel(&mut self.worker);
+                t.cancel(&mut self.worker, &mut self.keys);
             }
         }
         // Messages of completed collectives may still sit in send buffers: let them

@@ -248,6 +248,10 @@ pub(crate) struct Task {
     key_out: Vec<Vec<u8>>,
     key_in: Vec<Vec<u8>>,
     remote: Vec<Option<(u64, u64)>>,
+    /// (endpoint, key id) pairs whose key this task sent for the first time.
+    announced: Vec<(Ep, u64)>,
+    /// The task was seen blocked on a member that is gone.
+    pub(crate) lost_seen: bool,
 }
 
 // SAFETY: the raw pointers are into buffers the owning request keeps alive (see the
@@ -296,6 +300,8 @@ impl Task {
             key_out: Vec::new(),
             key_in: Vec::new(),
             remote: Vec::new(),
+            announced: Vec::new(),
+            lost_seen: false,
             sched: s.sched,
         }
     }
@@ -332,27 +338,25 @@ impl Task {
         base.wrapping_add(r.off)
     }
 
+    /// The sequence number of this collective in its team.
+    pub(crate) fn seq(&self) -> u32 {
+        self.seq
+    }
+
     /// The index of the step running now.
     pub(crate) fn step_index(&self) -> usize {
         self.step
     }
 
-    /// True when the rest of the schedule still exchanges data with `rank` (a transfer
-    /// of the running step that completed does not count).
-    pub(crate) fn needs(&self, w: &Worker, rank: usize) -> bool {
-        let peer_of = |c: &Comm| c.peer();
-        let later = self.step + usize::from(self.posted);
-        let pending_now = if self.posted {
-            self.inflight
+    /// True when the running step waits for a transfer with `rank`. (Later steps do not
+    /// count: the messages of a member that finished and left may already be here,
+    /// unexpected, and match when their receive is posted.)
+    pub(crate) fn blocked_on(&self, w: &Worker, rank: usize) -> bool {
+        self.posted
+            && self
+                .inflight
                 .iter()
                 .any(|&(r, _, p)| p == rank && !matches!(w.request_test(r), Ok(Some(_))))
-        } else {
-            false
-        };
-        pending_now
-            || self.sched.steps[later.min(self.sched.steps.len())..]
-                .iter()
-                .any(|s| s.comms.iter().any(|c| peer_of(c) == rank))
     }
 
     /// Posts the abort-notice receive, then runs as far as possible. `Ok(true)`: done.
@@ -472,6 +476,7 @@ impl Task {
                 m.extend_from_slice(&(self.dst.0 as u64).to_le_bytes());
                 if id != 0 && keys.sent.insert((ep, id)) {
                     m.extend_from_slice(&packed);
+                    self.announced.push((ep, id));
                 }
                 if self.key_out.len() < p {
                     self.key_out.resize(p, Vec::new());
@@ -549,7 +554,13 @@ impl Task {
 
     /// Stops the task: every request in flight is aborted, so ucp touches its memory no
     /// more.
-    pub(crate) fn cancel(&mut self, w: &mut Worker) {
+    ///
+    /// Keys this task announced are forgotten as announced: the peer may not have got
+    /// them, and must be sent them again next time.
+    pub(crate) fn cancel(&mut self, w: &mut Worker, keys: &mut KeyCache) {
+        for a in self.announced.drain(..) {
+            keys.sent.remove(&a);
+        }
         for (r, _, _) in self.inflight.drain(..) {
             let _ = w.request_abort(r);
             let _ = w.request_free(r);

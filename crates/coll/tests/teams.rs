@@ -107,7 +107,12 @@ fn forced_algorithms() {
         };
         let r = cx.init(team, mk()).unwrap();
         assert_eq!(cx.algorithm(r).unwrap(), Alg::Ring);
+        // Not posted yet: nothing to test or wait for.
+        assert!(cx.test(r).is_err());
+        assert!(cx.wait(r).is_err());
         cx.post(r).unwrap();
+        // Posted again while running: refused.
+        assert!(cx.post(r).is_err() || cx.test(r).unwrap());
         cx.wait(r).unwrap();
         assert_eq!(
             cx.finalize(r).unwrap().dst.unwrap().into_vec().unwrap(),
