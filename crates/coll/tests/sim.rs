@@ -10,11 +10,15 @@ use coll::{plan, CollType, DataType};
 use common::*;
 
 fn run_case(c: &Case) -> Result<(), String> {
+    run_case_radix(c, 4)
+}
+
+fn run_case_radix(c: &Case, radix: usize) -> Result<(), String> {
     let io = make(c);
     let mut ranks = Vec::new();
     for (r, x) in io.iter().enumerate() {
         let a = args(c, x);
-        let pl = plan(&a, r, c.p, None, 4).map_err(|e| format!("plan rank {r}: {e:?}"))?;
+        let pl = plan(&a, r, c.p, None, radix).map_err(|e| format!("plan rank {r}: {e:?}"))?;
         ranks.push(Rank {
             schedule: pl.schedule,
             src: x.src.clone().unwrap_or_default(),
@@ -156,4 +160,50 @@ fn large_vectors() {
         }
     }
     assert!(failures.is_empty(), "{failures:?}");
+}
+
+/// Larger teams (up to 33, powers of two and their neighbours) and other tree radices,
+/// for every collective and algorithm, with two datatype/op pairs.
+#[test]
+fn larger_teams_and_radices() {
+    use coll::Op;
+    let mut failures = Vec::new();
+    let mut n = 0;
+    for coll in CollType::ALL {
+        for &alg in coll.algorithms() {
+            for p in [9, 12, 15, 16, 17, 31, 33] {
+                for (count, radix) in [(0, 2), (1, 3), (7, 4), (40, 5)] {
+                    for (dt, op) in [(DataType::Int32, Op::Sum), (DataType::Float64, Op::Max)] {
+                        for in_place in [false, true] {
+                            if in_place && !has_in_place(coll) {
+                                continue;
+                            }
+                            n += 1;
+                            let c = Case {
+                                coll,
+                                alg,
+                                dt,
+                                op,
+                                p,
+                                root: (n * 7) % p,
+                                count,
+                                in_place,
+                                seed: n as u64,
+                            };
+                            if let Err(e) = run_case_radix(&c, radix) {
+                                failures.push(format!("{c:?} radix {radix}: {e}"));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {n} failed:\n{}",
+        failures.len(),
+        failures[..failures.len().min(10)].join("\n")
+    );
+    eprintln!("{n} cases");
 }
