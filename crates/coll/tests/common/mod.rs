@@ -195,21 +195,41 @@ pub fn ref_reduce(dt: DataType, op: Op, inputs: &[Vec<u8>]) -> Vec<u8> {
     acc
 }
 
-/// Irregular counts with zeros, and displacements with one-element gaps.
+/// Seeds at or above this make the v-layouts random (counts and gaps), for property tests.
+pub const RANDOM_LAYOUT: u64 = 1 << 48;
+
+/// Irregular counts with zeros, and displacements with gaps (one element, or random in
+/// random-layout mode).
 pub fn vlayout(counts: Vec<usize>) -> (Vec<usize>, Vec<usize>) {
+    vlayout_seeded(counts, 0)
+}
+
+fn vlayout_seeded(counts: Vec<usize>, seed: u64) -> (Vec<usize>, Vec<usize>) {
     let mut at = 0;
     let displs = counts
         .iter()
-        .map(|&c| {
+        .enumerate()
+        .map(|(i, &c)| {
             let d = at;
-            at += c + 1;
+            let gap = if seed >= RANDOM_LAYOUT {
+                (mix(seed ^ 0x9a9 ^ i as u64) % 4) as usize
+            } else {
+                1
+            };
+            at += c + gap;
             d
         })
         .collect();
     (counts, displs)
 }
 
-fn vcounts(count: usize, p: usize, salt: usize) -> Vec<usize> {
+fn vcounts(count: usize, p: usize, seed: u64) -> Vec<usize> {
+    if seed >= RANDOM_LAYOUT {
+        return (0..p)
+            .map(|i| (mix(seed ^ (i as u64) << 8) % (2 * count as u64 + 2)) as usize)
+            .collect();
+    }
+    let salt = seed as usize % 3;
     (0..p)
         .map(|i| (count + 3 * i + salt) % (count + 2))
         .collect()
@@ -255,7 +275,7 @@ pub fn make(c: &Case) -> Vec<Io> {
         C::Allgather | C::Allgatherv | C::Gather | C::Gatherv => {
             let v = matches!(c.coll, C::Allgatherv | C::Gatherv);
             let (counts, displs) = if v {
-                vlayout(vcounts(n, p, c.seed as usize % 3))
+                vlayout_seeded(vcounts(n, p, c.seed), c.seed)
             } else {
                 (vec![n; p], (0..p).map(|i| i * n).collect())
             };
@@ -293,7 +313,7 @@ pub fn make(c: &Case) -> Vec<Io> {
         C::Scatter | C::Scatterv => {
             let v = c.coll == C::Scatterv;
             let (counts, displs) = if v {
-                vlayout(vcounts(n, p, c.seed as usize % 3))
+                vlayout_seeded(vcounts(n, p, c.seed), c.seed)
             } else {
                 (vec![n; p], (0..p).map(|i| i * n).collect())
             };
@@ -321,7 +341,15 @@ pub fn make(c: &Case) -> Vec<Io> {
             let v = c.coll == C::Alltoallv;
             // cnt(i, k): elements from rank i to rank k.
             let cnt = |i: usize, k: usize| {
-                if v && !c.in_place {
+                if v && c.seed >= RANDOM_LAYOUT {
+                    // Symmetric in place (the input shares the receive layout).
+                    let (a, b) = if c.in_place {
+                        (i.min(k), i.max(k))
+                    } else {
+                        (i, k)
+                    };
+                    (mix(c.seed ^ ((a * 64 + b) as u64) << 16) % (n as u64 + 3)) as usize
+                } else if v && !c.in_place {
                     (n + i + 2 * k) % (n + 3)
                 } else if v {
                     (n + i + k) % (n + 3)
@@ -331,12 +359,12 @@ pub fn make(c: &Case) -> Vec<Io> {
             };
             for (r, x) in io.iter_mut().enumerate() {
                 let (sc, sd) = if v {
-                    vlayout((0..p).map(|k| cnt(r, k)).collect())
+                    vlayout_seeded((0..p).map(|k| cnt(r, k)).collect(), c.seed ^ 1)
                 } else {
                     (vec![n; p], (0..p).map(|i| i * n).collect())
                 };
                 let (rc, rd) = if v {
-                    vlayout((0..p).map(|i| cnt(i, r)).collect())
+                    vlayout_seeded((0..p).map(|i| cnt(i, r)).collect(), c.seed ^ 2)
                 } else {
                     (vec![n; p], (0..p).map(|i| i * n).collect())
                 };
@@ -373,7 +401,7 @@ pub fn make(c: &Case) -> Vec<Io> {
             let counts = if c.coll == C::ReduceScatter {
                 vec![n; p]
             } else {
-                vcounts(n, p, c.seed as usize % 3)
+                vcounts(n, p, c.seed)
             };
             let total: usize = counts.iter().sum();
             let inputs: Vec<Vec<u8>> = (0..p).map(|r| d(r, 0, total)).collect();
