@@ -1,4 +1,4 @@
-//! Teams of threads over shm and over tcp run every collective with every algorithm at
+//! Teams of threads over shm, tcp and udp run every collective with every algorithm at
 //! team sizes 1–8, in place and not, blocking (borrowed slices), nonblocking and
 //! persistent (posted twice), and check every byte against the reference.
 
@@ -126,12 +126,20 @@ fn run_one(cx: &mut Context, team: Team, rank: usize, i: usize, c: &Case) -> Opt
 }
 
 fn all_collectives(tl: Transport) {
+    all_collectives_at(tl, &[1, 2, 3, 4, 5, 6, 7, 8]);
+}
+
+fn all_collectives_at(tl: Transport, sizes: &[usize]) {
     let mut failures = Vec::new();
     let mut total = 0;
     let only: Option<usize> = std::env::var("COLL_TEST_P")
         .ok()
         .and_then(|v| v.parse().ok());
-    for p in (1..=8).filter(|p| only.map_or(true, |o| o == *p)) {
+    for p in sizes
+        .iter()
+        .copied()
+        .filter(|p| only.map_or(true, |o| o == *p))
+    {
         let t0 = std::time::Instant::now();
         let list = cases(p);
         total += list.len() * p;
@@ -171,6 +179,12 @@ fn every_collective_over_shm() {
 #[test]
 fn every_collective_over_tcp() {
     all_collectives(Transport::Tcp);
+}
+
+/// udp (reliability in software).
+#[test]
+fn every_collective_over_udp() {
+    all_collectives(Transport::Udp);
 }
 
 /// 4 MiB vectors (sizes not dividing by the team) through rendezvous.
