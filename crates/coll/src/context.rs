@@ -174,6 +174,15 @@ pub fn cores() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
+/// True when the host already has about as many runnable tasks as cores (the 1-minute
+/// load average of /proc/loadavg): ranks that spin would then take cores from others.
+fn busy_host() -> bool {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<f64>().ok())
+        .is_some_and(|l| l >= cores() as f64)
+}
+
 /// The state of a team being created through an out-of-band allgather.
 pub struct TeamCreate {
     oob: Box<dyn Oob + Send>,
@@ -289,7 +298,7 @@ impl Context {
             .iter()
             .filter(|a| host_of(a) == Some(self.host))
             .count();
-        if self.opts.oversubscribed.is_none() && local > cores() {
+        if self.opts.oversubscribed.is_none() && (local > cores() || busy_host()) {
             self.oversubscribed = true;
         }
         let st = TeamState {
