@@ -441,6 +441,15 @@ impl Context {
         self.team_ref(team).map(|t| t.addrs.to_vec())
     }
 
+    /// The endpoint to member `rank` of `team` (`None` for this rank itself).
+    pub fn endpoint(&self, team: Team, rank: usize) -> Result<Option<Ep>> {
+        self.team_ref(team)?
+            .eps
+            .get(rank)
+            .copied()
+            .ok_or(Status::InvalidParam)
+    }
+
     /// The failure `team` saw, if any (its collectives then fail at once).
     pub fn team_failed(&self, team: Team) -> Result<Option<Status>> {
         self.team_ref(team).map(|t| t.failed)

@@ -271,3 +271,54 @@ fn abandoned_collective_ends_everywhere() {
     // The ring's first receive at rank 1 is from rank 0: it cannot have everything.
     assert!(matches!(out[1], Some(Err(_))), "{out:?}");
 }
+
+/// The hybrid alltoall's shape: tcp for the first k peers a rank meets, udp beyond
+/// (`UCX_TCP_MAX_EPS=k`), under pairwise and direct, data checked.
+#[test]
+fn hybrid_tcp_udp_alltoall() {
+    let p = 5;
+    let cfg = ucp::Config {
+        transports: vec![Transport::Tcp, Transport::Udp],
+        tcp_max_eps: 2,
+        ..ucp::Config::default()
+    };
+    common::team::with_team_cfg(p, cfg, Options::default(), |rank, cx, team| {
+        let n = 700;
+        let src: Vec<i64> = (0..p * n).map(|i| (rank * 10_000 + i) as i64).collect();
+        let want: Vec<i64> = (0..p)
+            .flat_map(|q| (0..n).map(move |k| (q * 10_000 + rank * n + k) as i64))
+            .collect();
+        let src = ints(&src);
+        for alg in [Alg::Pairwise, Alg::Direct] {
+            let mut dst = vec![0u8; 8 * p * n];
+            cx.run(
+                team,
+                Args::new(CollType::Alltoall)
+                    .src(Buffer::from_slice(&src))
+                    .dst(Buffer::from_mut(&mut dst))
+                    .dtype(DataType::Int64)
+                    .count(n)
+                    .alg(alg),
+            )
+            .unwrap();
+            assert_eq!(dst, ints(&want), "{alg}");
+        }
+        // Which transport each peer got: tcp for rank+1 and rank+2, udp beyond.
+        let tls: Vec<_> = (1..p)
+            .map(|i| {
+                let ep = cx.endpoint(team, (rank + i) % p).unwrap().unwrap();
+                cx.worker().ep_transport(ep).unwrap()
+            })
+            .collect();
+        assert_eq!(
+            tls,
+            [
+                Some(Transport::Tcp),
+                Some(Transport::Tcp),
+                Some(Transport::Udp),
+                Some(Transport::Udp)
+            ],
+            "rank {rank}"
+        );
+    });
+}

@@ -68,10 +68,14 @@ impl Oob for LocalOob {
 
 /// A worker over the transport `tl`.
 pub fn worker(tl: uct::Transport) -> Worker {
-    let cfg = Config {
+    worker_with(Config {
         transports: vec![tl],
         ..Config::default()
-    };
+    })
+}
+
+/// A worker with configuration `cfg`.
+pub fn worker_with(cfg: Config) -> Worker {
     let ctx = ucp::Context::with_config(
         Features::TAG | Features::RMA,
         cfg,
@@ -89,15 +93,29 @@ pub fn with_team<T: Send>(
     opts: Options,
     f: impl Fn(usize, &mut Context, coll::Team) -> T + Sync,
 ) -> Vec<T> {
+    let cfg = Config {
+        transports: vec![tl],
+        ..Config::default()
+    };
+    with_team_cfg(p, cfg, opts, f)
+}
+
+/// As [`with_team`], with a ucp configuration.
+pub fn with_team_cfg<T: Send>(
+    p: usize,
+    cfg: Config,
+    opts: Options,
+    f: impl Fn(usize, &mut Context, coll::Team) -> T + Sync,
+) -> Vec<T> {
     let oobs = LocalOob::group(p);
     std::thread::scope(|s| {
         let hs: Vec<_> = oobs
             .into_iter()
             .map(|oob| {
-                let (f, opts) = (&f, opts.clone());
+                let (f, opts, cfg) = (&f, opts.clone(), cfg.clone());
                 s.spawn(move || {
                     let rank = oob.rank;
-                    let mut cx = Context::with_options(worker(tl), opts).unwrap();
+                    let mut cx = Context::with_options(worker_with(cfg), opts).unwrap();
                     let team = cx.team_create_oob(Box::new(oob)).unwrap();
                     assert_eq!(cx.rank(team).unwrap(), rank);
                     let out = f(rank, &mut cx, team);
