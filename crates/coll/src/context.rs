@@ -8,11 +8,17 @@
 //! [`Context::finalize`] releases it and gives the buffers back. [`Context::run`] is the
 //! blocking form on borrowed slices.
 //!
-//! Failure: every team endpoint has an error handler. When a member's endpoint fails, the
-//! collectives of every team holding it fail with `ConnectionReset`, and this rank sends
-//! an abort notice for each of them to the other members, which fail theirs too (the
-//! notice is matched by a wildcard receive that every posted collective has). A
-//! collective that makes no progress for `UCX_COLL_TIMEOUT` fails with `TimedOut`.
+//! Failure: every team endpoint is connected at team creation and has an error handler;
+//! a member whose endpoint failed is marked gone in every team holding it. A collective
+//! whose running step waits for a transfer with a member that is gone fails with
+//! `ConnectionReset` (later steps do not count: a member that finished and left may have
+//! sent what they need already). The failing rank sends an abort notice to the other
+//! members, which fail theirs too (every posted collective has a wildcard receive for
+//! it), and the team is marked failed: its later collectives fail at once. A collective
+//! that makes no progress for `UCX_COLL_TIMEOUT` fails with `TimedOut`.
+//!
+//! Waiting: spin briefly on progress, then sleep on the worker's wakeup; a team whose members on this host outnumber the cores, or a
+//! host whose load average already reaches the cores, makes waits sleep early.
 
 use crate::args::{plan, Args};
 use crate::exec::{tag, Buffer, KeyCache, Task, TaskSpec};
