@@ -304,7 +304,25 @@ pub fn plan(
         dst_blocks,
         radix: radix.max(2),
     };
-    let schedule = alg::build(args.coll, alg, &shape)?;
+    let mut schedule = alg::build(args.coll, alg, &shape)?;
+    if args.op == Op::Avg && args.coll.reduces() {
+        // The sum becomes a mean where the result lands.
+        let out = match args.coll {
+            C::Allreduce => Some(c * es),
+            C::Reduce => root.then_some(c * es),
+            _ => Some(shape.src_blocks[rank].1),
+        };
+        if let Some(len) = out.filter(|&l| l > 0) {
+            let last = schedule.steps.len().saturating_sub(1);
+            schedule
+                .step(last)
+                .after
+                .push(crate::schedule::Local::Scale {
+                    into: crate::schedule::Region::new(crate::schedule::BufId::Dst, 0, len),
+                    by: p,
+                });
+        }
+    }
     schedule.validate(rank, have(&args.src), have(&args.dst))?;
     Ok(Plan {
         alg,

@@ -826,7 +826,9 @@ fn check_buffers(args: &Args<'_>, s: &Schedule) -> Result<()> {
             .iter()
             .any(|c| matches!(c, Comm::Recv { into, .. } if into.buf == BufId::Dst))
             || st.before.iter().chain(&st.after).any(|l| {
-                let (Local::Copy { to: r, .. } | Local::Reduce { into: r, .. }) = l;
+                let (Local::Copy { to: r, .. }
+                | Local::Reduce { into: r, .. }
+                | Local::Scale { into: r, .. }) = l;
                 r.buf == BufId::Dst
             })
     });

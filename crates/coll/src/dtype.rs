@@ -126,11 +126,14 @@ pub enum Op {
     Minloc,
     /// Largest value, and the smallest index holding it (pair types only).
     Maxloc,
+    /// Mean over the team (floating-point types only): a sum, divided by the team size
+    /// where the result lands (UCC's UCC_OP_AVG).
+    Avg,
 }
 
 impl Op {
     /// Every operation.
-    pub const ALL: [Op; 12] = [
+    pub const ALL: [Op; 13] = [
         Op::Sum,
         Op::Prod,
         Op::Min,
@@ -143,6 +146,7 @@ impl Op {
         Op::Bxor,
         Op::Minloc,
         Op::Maxloc,
+        Op::Avg,
     ];
 }
 
@@ -152,6 +156,10 @@ pub fn supported(dt: DataType, op: Op) -> bool {
         Op::Minloc | Op::Maxloc => dt.is_pair(),
         _ if dt.is_pair() => false,
         Op::Sum | Op::Prod | Op::Min | Op::Max => true,
+        Op::Avg => matches!(
+            dt,
+            DataType::Float32 | DataType::Float64 | DataType::Float16 | DataType::Bfloat16
+        ),
         Op::Land | Op::Lor | Op::Lxor | Op::Band | Op::Bor | Op::Bxor => dt.is_integer(),
     }
 }
@@ -221,7 +229,7 @@ macro_rules! int_ops {
             Op::Band => int_loop!($t, $into, $from, |a: $t, b: $t| a & b),
             Op::Bor => int_loop!($t, $into, $from, |a: $t, b: $t| a | b),
             Op::Bxor => int_loop!($t, $into, $from, |a: $t, b: $t| a ^ b),
-            Op::Minloc | Op::Maxloc => return Err(Status::InvalidParam),
+            Op::Minloc | Op::Maxloc | Op::Avg => return Err(Status::InvalidParam),
         }
     };
 }
@@ -229,7 +237,7 @@ macro_rules! int_ops {
 macro_rules! float_ops {
     ($t:ty, $op:expr, $into:expr, $from:expr) => {
         match $op {
-            Op::Sum => int_loop!($t, $into, $from, |a: $t, b: $t| a + b),
+            Op::Sum | Op::Avg => int_loop!($t, $into, $from, |a: $t, b: $t| a + b),
             Op::Prod => int_loop!($t, $into, $from, |a: $t, b: $t| a * b),
             Op::Min => int_loop!($t, $into, $from, |a: $t, b: $t| if b < a { b } else { a }),
             Op::Max => int_loop!($t, $into, $from, |a: $t, b: $t| if b > a { b } else { a }),
@@ -319,7 +327,7 @@ fn half_ops(
     from32: fn(f32) -> u16,
 ) -> Result<()> {
     let f: fn(f32, f32) -> f32 = match op {
-        Op::Sum => |a, b| a + b,
+        Op::Sum | Op::Avg => |a, b| a + b,
         Op::Prod => |a, b| a * b,
         Op::Min => |a, b| if b < a { b } else { a },
         Op::Max => |a, b| if b > a { b } else { a },
@@ -407,6 +415,38 @@ pub fn reduce(dt: DataType, op: Op, into: &mut [u8], from: &[u8]) -> Result<()> 
         DataType::ShortInt => {
             return loc_ops(op, into, from, 8, 4, |c| i16::from_ne_bytes([c[0], c[1]]))
         }
+    }
+    Ok(())
+}
+
+/// Divides every element by `n` (the last step of `Op::Avg`; floating-point types).
+pub fn scale(dt: DataType, data: &mut [u8], n: usize) -> Result<()> {
+    let d = n.max(1);
+    match dt {
+        DataType::Float32 => {
+            for c in data.chunks_exact_mut(4) {
+                let x = f32::from_ne_bytes([c[0], c[1], c[2], c[3]]) / d as f32;
+                c.copy_from_slice(&x.to_ne_bytes());
+            }
+        }
+        DataType::Float64 => {
+            for c in data.chunks_exact_mut(8) {
+                let x = f64::from_ne_bytes(c.try_into().unwrap_or([0; 8])) / d as f64;
+                c.copy_from_slice(&x.to_ne_bytes());
+            }
+        }
+        DataType::Float16 | DataType::Bfloat16 => {
+            let (to, from): (fn(u16) -> f32, fn(f32) -> u16) = if dt == DataType::Float16 {
+                (f16_to_f32, f32_to_f16)
+            } else {
+                (bf16_to_f32, f32_to_bf16)
+            };
+            for c in data.chunks_exact_mut(2) {
+                let x = to(u16::from_ne_bytes([c[0], c[1]])) / d as f32;
+                c.copy_from_slice(&from(x).to_ne_bytes());
+            }
+        }
+        _ => return Err(Status::InvalidParam),
     }
     Ok(())
 }

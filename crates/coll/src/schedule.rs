@@ -121,6 +121,11 @@ pub enum Local {
         from: Region,
         into: Region,
     },
+    /// `into /= by`, element-wise (the end of an average).
+    Scale {
+        into: Region,
+        by: usize,
+    },
 }
 
 /// One step: local work, then transfers that run concurrently, then local work.
@@ -214,7 +219,17 @@ impl Schedule {
         };
         for (i, s) in self.steps.iter().enumerate() {
             for l in s.before.iter().chain(&s.after) {
-                let (Local::Copy { from, to: into } | Local::Reduce { from, into }) = l;
+                let (from, into) = match l {
+                    Local::Copy { from, to } => (from, to),
+                    Local::Reduce { from, into } => (from, into),
+                    Local::Scale { into, .. } => (into, into),
+                };
+                if let Local::Scale { into, .. } = l {
+                    if !inside(into) || into.buf == BufId::Src {
+                        return bad(&format!("step {i}: local {l:?}"));
+                    }
+                    continue;
+                }
                 if !inside(from) || !inside(into) || from.len != into.len {
                     return bad(&format!("step {i}: local {l:?}"));
                 }
@@ -316,6 +331,10 @@ impl Bufs<'_> {
             Local::Reduce { from, into } => {
                 let (f, t) = self.pair(from, into)?;
                 dtype::reduce(dt, op, t, f)
+            }
+            Local::Scale { into, by } => {
+                let b = self.get_mut(into.buf)?;
+                dtype::scale(dt, &mut b[into.off..into.off + into.len], by)
             }
         }
     }

@@ -168,7 +168,7 @@ pub fn ref_op(dt: DataType, op: Op, a: &[u8], b: &[u8]) -> Vec<u8> {
     };
     let (x, y) = (rd(a), rd(b));
     let r = match op {
-        Op::Sum => x + y,
+        Op::Sum | Op::Avg => x + y,
         Op::Prod => x * y,
         Op::Min => x.min(y),
         Op::Max => x.max(y),
@@ -182,7 +182,8 @@ pub fn ref_op(dt: DataType, op: Op, a: &[u8], b: &[u8]) -> Vec<u8> {
     }
 }
 
-/// Element-wise reduction of equal-length vectors, in rank order.
+/// Element-wise reduction of equal-length vectors, in rank order (an average divides
+/// the sum by the number of inputs, in f64, rounded once to the type).
 pub fn ref_reduce(dt: DataType, op: Op, inputs: &[Vec<u8>]) -> Vec<u8> {
     let w = dt.size();
     let mut acc = inputs[0].clone();
@@ -190,6 +191,24 @@ pub fn ref_reduce(dt: DataType, op: Op, inputs: &[Vec<u8>]) -> Vec<u8> {
         for (a, b) in acc.chunks_exact_mut(w).zip(x.chunks_exact(w)) {
             let r = ref_op(dt, op, a, b);
             a.copy_from_slice(&r);
+        }
+    }
+    if op == Op::Avg {
+        let n = inputs.len() as f64;
+        for a in acc.chunks_exact_mut(w) {
+            let v = match dt {
+                DataType::Float32 => f32::from_ne_bytes(a.try_into().unwrap()) as f64,
+                DataType::Float64 => f64::from_ne_bytes(a.try_into().unwrap()),
+                DataType::Float16 => f16_to_f32(u16::from_ne_bytes(a.try_into().unwrap())) as f64,
+                _ => bf16_to_f32(u16::from_ne_bytes(a.try_into().unwrap())) as f64,
+            } / n;
+            let b = match dt {
+                DataType::Float32 => (v as f32).to_ne_bytes().to_vec(),
+                DataType::Float64 => v.to_ne_bytes().to_vec(),
+                DataType::Float16 => f32_to_f16(v as f32).to_ne_bytes().to_vec(),
+                _ => f32_to_bf16(v as f32).to_ne_bytes().to_vec(),
+            };
+            a.copy_from_slice(&b);
         }
     }
     acc
