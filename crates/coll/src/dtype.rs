@@ -436,7 +436,8 @@ pub fn scale(dt: DataType, data: &mut [u8], n: usize) -> Result<()> {
             }
         }
         DataType::Float16 | DataType::Bfloat16 => {
-            let (to, from): (fn(u16) -> f32, fn(f32) -> u16) = if dt == DataType::Float16 {
+            type Conv = (fn(u16) -> f32, fn(f32) -> u16);
+            let (to, from): Conv = if dt == DataType::Float16 {
                 (f16_to_f32, f32_to_f16)
             } else {
                 (bf16_to_f32, f32_to_bf16)
