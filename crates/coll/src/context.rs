@@ -246,6 +246,11 @@ impl Context {
         &self.opts
     }
 
+    /// Whether collectives of this context are still running.
+    pub fn busy(&self) -> bool {
+        !self.running.is_empty()
+    }
+
     /// Whether waits sleep early (ranks outnumber cores, or set so).
     pub fn is_oversubscribed(&self) -> bool {
         self.oversubscribed
@@ -877,7 +882,10 @@ impl Drop for Context {
     fn drop(&mut self) {
         for st in self.reqs.iter_mut().flatten() {
             if let Some(mut t) = st.task.take() {
+                // Still running: the other members are told not to wait for us.
                 t.cancel(&mut self.worker, &mut self.keys);
+                let dead = &self.dead;
+                t.notify_abort(&mut self.worker, |e| dead.contains(&e));
             }
         }
         // Messages of completed collectives may still sit in send buffers: let them

@@ -322,3 +322,29 @@ fn hybrid_tcp_udp_alltoall() {
         );
     });
 }
+
+/// A member that drops its context with a collective running: the others' collective
+/// ends with an error instead of waiting for the timeout.
+#[test]
+fn context_dropped_mid_collective() {
+    let p = 3;
+    let out = with_team(p, Transport::Shm, Options::default(), |rank, cx, team| {
+        let a = Args::new(CollType::Allgather)
+            .src(Buffer::from_vec(vec![rank as u8; 1 << 20]))
+            .dst(Buffer::from_vec(vec![0; p << 20]))
+            .count(1 << 20)
+            .alg(Alg::Ring);
+        if rank == 0 {
+            // Posted and left running: the harness then drops this context.
+            let r = cx.init(team, a).unwrap();
+            cx.post(r).unwrap();
+            return None;
+        }
+        let r = cx.init(team, a).unwrap();
+        cx.post(r).unwrap();
+        let res = cx.wait(r);
+        cx.finalize(r).unwrap();
+        Some(res.is_err())
+    });
+    assert_eq!(out, [None, Some(true), Some(true)]);
+}
