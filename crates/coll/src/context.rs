@@ -578,8 +578,8 @@ impl Context {
                 self.running.push(r.idx);
             }
             Err(s) => {
-                task.cancel(&mut self.worker, &mut self.keys);
                 st.status = Some(s);
+                self.fail_task(team_idx as u32, &mut task, s, None);
             }
         }
         Ok(())
@@ -689,8 +689,13 @@ impl Context {
     }
 
     fn drive(&mut self, team: u32, task: &mut Task) -> Result<()> {
-        if task.start(&mut self.worker, &mut self.keys)? {
-            return Ok(());
+        match task.start(&mut self.worker, &mut self.keys) {
+            Ok(true) => return Ok(()),
+            Ok(false) => {}
+            Err(s) => {
+                self.fail_task(team, task, s, None);
+                return Err(s);
+            }
         }
         let mut waiter = Waiter::new(self.oversubscribed);
         let mut last = Instant::now();
@@ -747,6 +752,13 @@ impl Context {
                 })
             });
         let s = err?;
+        self.fail_task(team, task, s, failed);
+        Some(Err(s))
+    }
+
+    /// A collective failed here with `s`: it stops, the team is marked failed and the
+    /// other members are told.
+    fn fail_task(&mut self, team: u32, task: &mut Task, s: Status, before: Option<Status>) {
         if let Some(t) = self.teams[team as usize].as_ref() {
             let dead: Vec<usize> = (0..t.size).filter(|&r| t.dead[r]).collect();
             tracing::warn!(
@@ -756,7 +768,7 @@ impl Context {
                 t.id,
                 t.rank,
                 task.step_index(),
-                failed,
+                before,
                 task.aborted_remotely(&self.worker)
             );
         }
@@ -766,7 +778,6 @@ impl Context {
         task.cancel(&mut self.worker, &mut self.keys);
         let dead = &self.dead;
         task.notify_abort(&mut self.worker, |e| dead.contains(&e));
-        Some(Err(s))
     }
 
     /// Progresses the worker and every running collective; returns the events handled.

@@ -329,6 +329,8 @@ fn hybrid_tcp_udp_alltoall() {
 fn context_dropped_mid_collective() {
     let p = 3;
     let out = with_team(p, Transport::Shm, Options::default(), |rank, cx, team| {
+        // Everyone has its endpoints before rank 0 goes.
+        cx.barrier(team).unwrap();
         let a = Args::new(CollType::Allgather)
             .src(Buffer::from_vec(vec![rank as u8; 1 << 20]))
             .dst(Buffer::from_vec(vec![0; p << 20]))
