@@ -1,0 +1,923 @@
+//! The collectives context: one per ucp worker. It owns the worker, caches endpoints by
+//! peer address, holds teams and collective requests, drives them from [`Context::progress`]
+//! and waits for them in a way that works when ranks outnumber cores.
+//!
+//! Lifecycle of a collective (UCC's): [`Context::init`] checks the arguments, picks the
+//! algorithm and builds the schedule; [`Context::post`] starts it (again and again for a
+//! persistent request); [`Context::test`] / [`Context::wait`] see it complete;
+//! [`Context::finalize`] releases it and gives the buffers back. [`Context::run`] is the
+//! blocking form on borrowed slices.
+//!
+//! Failure: every team endpoint is connected at team creation and has an error handler;
+//! a member whose endpoint failed is marked gone in every team holding it. A collective
+//! whose running step waits for a transfer with a member that is gone fails with
+//! `ConnectionReset` (later steps do not count: a member that finished and left may have
+//! sent what they need already). The failing rank sends an abort notice to the other
+//! members, which fail theirs too (every posted collective has a wildcard receive for
+//! it), and the team is marked failed: its later collectives fail at once. A collective
+//! that makes no progress for `UCX_COLL_TIMEOUT` fails with `TimedOut`.
+//!
+//! Waiting: spin briefly on progress, then sleep on the worker's wakeup; a team whose members on this host outnumber the cores, or a
+//! host whose load average already reaches the cores, makes waits sleep early.
+
+use crate::args::{plan, Args};
+use crate::exec::{tag, Buffer, KeyCache, Task, TaskSpec};
+use crate::schedule::Schedule;
+use crate::select::{Alg, CollType, Forced, COLL_VARS};
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use ucp::{Ep, Worker};
+use ucs::{Result, Status};
+
+/// Settings of a context.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// A collective that makes no progress this long fails with `TimedOut`.
+    pub timeout: Duration,
+    /// Wait by sleeping soon (`Some(true)`), by spinning longer (`Some(false)`), or decide
+    /// from the ranks of a team on this host against the cores (`None`).
+    pub oversubscribed: Option<bool>,
+    /// Radix of the k-nomial trees.
+    pub radix: usize,
+    /// Algorithms forced per collective.
+    pub forced: Forced,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            timeout: Duration::from_secs(120),
+            oversubscribed: None,
+            radix: 4,
+            forced: Forced::default(),
+        }
+    }
+}
+
+impl Options {
+    /// Reads the `UCX_COLL_*` variables (see `select::COLL_VARS`).
+    pub fn from_env() -> Result<Options> {
+        ucs::config::register(COLL_VARS);
+        let var = |n: &str| COLL_VARS.iter().find(|v| v.name == n).copied();
+        let mut o = Options {
+            forced: Forced::from_env()?,
+            ..Options::default()
+        };
+        if let Some(v) = var("COLL_TIMEOUT") {
+            o.timeout = ucs::config::time(&v)?;
+        }
+        if let Some(v) = var("COLL_KNOMIAL_RADIX") {
+            o.radix = (ucs::config::u64_value(&v)? as usize).max(2);
+        }
+        if let Some(v) = var("COLL_OVERSUBSCRIBED") {
+            let s = ucs::config::raw(&v);
+            o.oversubscribed = if s.trim().eq_ignore_ascii_case("auto") {
+                None
+            } else {
+                Some(ucs::config::parse_bool(&s).ok_or(Status::InvalidParam)?)
+            };
+        }
+        Ok(o)
+    }
+}
+
+/// A team of this context (a handle; [`Context::team_destroy`] releases it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Team(u32);
+
+/// A collective request of this context.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct CollReq {
+    idx: u32,
+    gen: u32,
+}
+
+/// An out-of-band allgather, as the launcher provides it (UCC's `ucc_oob_coll`): each
+/// member contributes the same number of bytes, and gets everyone's, in rank order.
+pub trait Oob {
+    /// This member's rank in the out-of-band group.
+    fn rank(&self) -> usize;
+    /// Members of the group.
+    fn size(&self) -> usize;
+    /// Starts an allgather of `data`.
+    fn post(&mut self, data: &[u8]) -> Result<()>;
+    /// The concatenated contributions once the allgather completed, else `None`.
+    fn test(&mut self) -> Result<Option<Vec<u8>>>;
+}
+
+struct TeamState {
+    rank: usize,
+    size: usize,
+    id: u32,
+    seq: u32,
+    eps: Arc<[Option<Ep>]>,
+    addrs: Arc<[Vec<u8>]>,
+    /// Members whose endpoint failed (they may just have left after their last
+    /// collective: only a collective that still needs them fails).
+    dead: Vec<bool>,
+    /// Set once a collective of the team failed: the team is broken.
+    failed: Option<Status>,
+}
+
+struct ReqState {
+    gen: u32,
+    team: u32,
+    coll: CollType,
+    args: Args<'static>,
+    alg: Alg,
+    sched: Arc<Schedule>,
+    task: Option<Task>,
+    /// `None` while running (or before the first post).
+    status: Option<Status>,
+    posted: bool,
+    last: Instant,
+}
+
+/// The collectives context of one worker.
+pub struct Context {
+    worker: Worker,
+    opts: Options,
+    my_addr: Vec<u8>,
+    host: u64,
+    eps: HashMap<Vec<u8>, Ep>,
+    ep_errors: Arc<Mutex<Vec<(Ep, Status)>>>,
+    dead: HashSet<Ep>,
+    teams: Vec<Option<TeamState>>,
+    reqs: Vec<Option<ReqState>>,
+    next_gen: u32,
+    running: Vec<u32>,
+    created: HashMap<u64, u32>,
+    oversubscribed: bool,
+    keys: KeyCache,
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "coll::Context({} teams)",
+            self.teams.iter().flatten().count()
+        )
+    }
+}
+
+fn fnv(h: &mut u64, bytes: &[u8]) {
+    for &b in bytes {
+        *h ^= b as u64;
+        *h = h.wrapping_mul(0x100_0000_01b3);
+    }
+}
+
+fn host_of(addr: &[u8]) -> Option<u64> {
+    ucp::address::WorkerAddress::decode(addr)
+        .ok()
+        .map(|a| a.host_id)
+}
+
+/// Cores this process may run on.
+pub fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// True when the host already has about as many runnable tasks as cores (the 1-minute
+/// load average of /proc/loadavg): ranks that spin would then take cores from others.
+fn busy_host() -> bool {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<f64>().ok())
+        .is_some_and(|l| l >= cores() as f64)
+}
+
+/// The state of a team being created through an out-of-band allgather.
+pub struct TeamCreate {
+    oob: Box<dyn Oob + Send>,
+    phase: u8,
+    lens: Vec<usize>,
+}
+
+impl std::fmt::Debug for TeamCreate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "TeamCreate(phase {})", self.phase)
+    }
+}
+
+impl Context {
+    /// A context over `worker`, with settings from the environment.
+    pub fn new(worker: Worker) -> Result<Context> {
+        Self::with_options(worker, Options::from_env()?)
+    }
+
+    /// A context with explicit settings.
+    pub fn with_options(mut worker: Worker, opts: Options) -> Result<Context> {
+        ucs::config::register(COLL_VARS);
+        let my_addr = worker.address();
+        let host = host_of(&my_addr).unwrap_or(0);
+        Ok(Context {
+            worker,
+            oversubscribed: opts.oversubscribed.unwrap_or(false),
+            opts,
+            my_addr,
+            host,
+            eps: HashMap::new(),
+            ep_errors: Arc::default(),
+            dead: HashSet::new(),
+            teams: Vec::new(),
+            reqs: Vec::new(),
+            next_gen: 1,
+            running: Vec::new(),
+            created: HashMap::new(),
+            keys: KeyCache::default(),
+        })
+    }
+
+    /// The worker (for the application's own traffic).
+    pub fn worker(&mut self) -> &mut Worker {
+        &mut self.worker
+    }
+
+    /// This worker's address (what the other members need).
+    pub fn address(&self) -> &[u8] {
+        &self.my_addr
+    }
+
+    /// The settings in force.
+    pub fn options(&self) -> &Options {
+        &self.opts
+    }
+
+    /// Whether collectives of this context are still running.
+    pub fn busy(&self) -> bool {
+        !self.running.is_empty()
+    }
+
+    /// Whether waits sleep early (ranks outnumber cores, or set so).
+    pub fn is_oversubscribed(&self) -> bool {
+        self.oversubscribed
+    }
+
+    // ----- teams -------------------------------------------------------------------------
+
+    fn ep_for(&mut self, addr: &[u8]) -> Result<Ep> {
+        if let Some(&e) = self.eps.get(addr) {
+            return Ok(e);
+        }
+        let ep = self.worker.ep_create(addr)?;
+        let errs = self.ep_errors.clone();
+        self.worker.ep_set_err_handler(
+            ep,
+            Some(Box::new(move |e, s| {
+                if let Ok(mut v) = errs.lock() {
+                    v.push((e, s));
+                }
+            })),
+        )?;
+        // Connect now: a failed member is then noticed even by ranks that only receive
+        // from it.
+        self.worker.ep_connect(ep)?;
+        self.eps.insert(addr.to_vec(), ep);
+        Ok(ep)
+    }
+
+    /// A team of the workers at `addrs` (in rank order; the same list at every member),
+    /// where this worker is `addrs[rank]`. Creates no traffic.
+    pub fn team_create(&mut self, addrs: Vec<Vec<u8>>, rank: usize) -> Result<Team> {
+        let size = addrs.len();
+        if rank >= size || size > tag::MAX_RANKS || addrs[rank] != self.my_addr {
+            tracing::error!("coll: team_create: this worker is not member {rank} of {size}");
+            return Err(Status::InvalidParam);
+        }
+        // Connect in the order rank+1, rank+2, ...: the order in which the pairwise and
+        // direct alltoalls meet their peers, so that a budget of connected endpoints
+        // (UCX_TCP_MAX_EPS=k, the rest over udp) goes to the first k steps: the seed's
+        // hybrid alltoall.
+        let mut eps = vec![None; size];
+        for i in 1..size {
+            let q = (rank + i) % size;
+            eps[q] = Some(self.ep_for(&addrs[q])?);
+        }
+        let mut h = 0xcbf2_9ce4_8422_2325u64;
+        for a in &addrs {
+            fnv(&mut h, &(a.len() as u64).to_le_bytes());
+            fnv(&mut h, a);
+        }
+        let n = self.created.entry(h).or_insert(0);
+        *n += 1;
+        fnv(&mut h, &n.to_le_bytes());
+        let id = ((h >> 32) ^ h) as u32 & ((1 << tag::TEAM_BITS) - 1);
+        let local = addrs
+            .iter()
+            .filter(|a| host_of(a) == Some(self.host))
+            .count();
+        if self.opts.oversubscribed.is_none() && (local > cores() || busy_host()) {
+            self.oversubscribed = true;
+        }
+        let st = TeamState {
+            rank,
+            size,
+            id,
+            seq: 0,
+            eps: eps.into(),
+            addrs: addrs.into(),
+            dead: vec![false; size],
+            failed: None,
+        };
+        let slot = self.teams.iter().position(Option::is_none);
+        let i = match slot {
+            Some(i) => {
+                self.teams[i] = Some(st);
+                i
+            }
+            None => {
+                self.teams.push(Some(st));
+                self.teams.len() - 1
+            }
+        };
+        Ok(Team(i as u32))
+    }
+
+    /// Starts creating a team through an out-of-band allgather of worker addresses.
+    pub fn team_create_post(&mut self, mut oob: Box<dyn Oob + Send>) -> Result<TeamCreate> {
+        oob.post(&(self.my_addr.len() as u64).to_le_bytes())?;
+        Ok(TeamCreate {
+            oob,
+            phase: 0,
+            lens: Vec::new(),
+        })
+    }
+
+    /// Drives a team creation: the team once it exists, else `None`.
+    pub fn team_create_test(&mut self, tc: &mut TeamCreate) -> Result<Option<Team>> {
+        self.progress();
+        let Some(all) = tc.oob.test()? else {
+            return Ok(None);
+        };
+        let n = tc.oob.size();
+        if tc.phase == 0 {
+            if all.len() != 8 * n {
+                return Err(Status::InvalidParam);
+            }
+            tc.lens = all
+                .chunks_exact(8)
+                .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])) as usize)
+                .collect();
+            let max = tc.lens.iter().copied().max().unwrap_or(0);
+            let mut mine = self.my_addr.clone();
+            mine.resize(max, 0);
+            tc.oob.post(&mine)?;
+            tc.phase = 1;
+            return Ok(None);
+        }
+        let max = tc.lens.iter().copied().max().unwrap_or(0);
+        if all.len() != max * n {
+            return Err(Status::InvalidParam);
+        }
+        let addrs = (0..n)
+            .map(|i| all[i * max..i * max + tc.lens[i]].to_vec())
+            .collect();
+        self.team_create(addrs, tc.oob.rank()).map(Some)
+    }
+
+    /// Creates a team through an out-of-band allgather, blocking.
+    pub fn team_create_oob(&mut self, oob: Box<dyn Oob + Send>) -> Result<Team> {
+        let mut tc = self.team_create_post(oob)?;
+        let deadline = Instant::now() + self.opts.timeout;
+        loop {
+            if let Some(t) = self.team_create_test(&mut tc)? {
+                return Ok(t);
+            }
+            if Instant::now() > deadline {
+                return Err(Status::TimedOut);
+            }
+            std::thread::yield_now();
+        }
+    }
+
+    /// Splits `team` (MPI_Comm_split, blocking, called by every member): members with the
+    /// same `color` form a new team, ordered by `key` then by rank in `team`; `None` as
+    /// color joins no team.
+    pub fn team_split(&mut self, team: Team, color: Option<u32>, key: i64) -> Result<Option<Team>> {
+        let (rank, size, addrs) = {
+            let t = self.team_ref(team)?;
+            (t.rank, t.size, t.addrs.clone())
+        };
+        let mut mine = Vec::with_capacity(16);
+        mine.extend_from_slice(&color.map_or(u64::MAX, u64::from).to_le_bytes());
+        mine.extend_from_slice(&key.to_le_bytes());
+        let mut all = vec![0u8; 16 * size];
+        self.run(
+            team,
+            Args::new(CollType::Allgather)
+                .src(Buffer::from_slice(&mine))
+                .dst(Buffer::from_mut(&mut all))
+                .count(16),
+        )?;
+        let Some(c) = color else { return Ok(None) };
+        let mut members: Vec<(i64, usize)> = (0..size)
+            .filter_map(|r| {
+                let e = &all[16 * r..16 * r + 16];
+                let col = u64::from_le_bytes(e[..8].try_into().unwrap_or([0; 8]));
+                let k = i64::from_le_bytes(e[8..].try_into().unwrap_or([0; 8]));
+                (col == u64::from(c)).then_some((k, r))
+            })
+            .collect();
+        members.sort();
+        let me = members
+            .iter()
+            .position(|m| m.1 == rank)
+            .ok_or(Status::InvalidParam)?;
+        let list = members.iter().map(|m| addrs[m.1].clone()).collect();
+        self.team_create(list, me).map(Some)
+    }
+
+    fn team_ref(&self, t: Team) -> Result<&TeamState> {
+        self.teams
+            .get(t.0 as usize)
+            .and_then(Option::as_ref)
+            .ok_or(Status::InvalidParam)
+    }
+
+    /// This rank in `team`.
+    pub fn rank(&self, team: Team) -> Result<usize> {
+        self.team_ref(team).map(|t| t.rank)
+    }
+
+    /// Members of `team`.
+    pub fn size(&self, team: Team) -> Result<usize> {
+        self.team_ref(team).map(|t| t.size)
+    }
+
+    /// Worker addresses of the members of `team`, in rank order.
+    pub fn addresses(&self, team: Team) -> Result<Vec<Vec<u8>>> {
+        self.team_ref(team).map(|t| t.addrs.to_vec())
+    }
+
+    /// The endpoint to member `rank` of `team` (`None` for this rank itself).
+    pub fn endpoint(&self, team: Team, rank: usize) -> Result<Option<Ep>> {
+        self.team_ref(team)?
+            .eps
+            .get(rank)
+            .copied()
+            .ok_or(Status::InvalidParam)
+    }
+
+    /// The failure `team` saw, if any (its collectives then fail at once).
+    pub fn team_failed(&self, team: Team) -> Result<Option<Status>> {
+        self.team_ref(team).map(|t| t.failed)
+    }
+
+    /// Releases `team`. Its requests must have been finalized (else `Busy`).
+    pub fn team_destroy(&mut self, team: Team) -> Result<()> {
+        self.team_ref(team)?;
+        if self.reqs.iter().flatten().any(|r| r.team == team.0) {
+            return Err(Status::Busy);
+        }
+        self.teams[team.0 as usize] = None;
+        Ok(())
+    }
+
+    // ----- collectives -------------------------------------------------------------------
+
+    /// Prepares a collective (checks, algorithm, schedule); [`Context::post`] starts it.
+    /// The request may be posted again once complete (persistent).
+    pub fn init(&mut self, team: Team, args: Args<'static>) -> Result<CollReq> {
+        let t = self.team_ref(team)?;
+        let forced = self.opts.forced.get(args.coll);
+        let p = plan(&args, t.rank, t.size, forced, self.opts.radix)?;
+        check_buffers(&args, &p.schedule)?;
+        if p.schedule.steps.len() >= tag::MAX_STEPS {
+            return Err(Status::Unsupported);
+        }
+        let gen = self.next_gen;
+        self.next_gen = self.next_gen.wrapping_add(1).max(1);
+        let st = ReqState {
+            gen,
+            team: team.0,
+            coll: args.coll,
+            args,
+            alg: p.alg,
+            sched: Arc::new(p.schedule),
+            task: None,
+            status: Some(Status::Ok),
+            posted: false,
+            last: Instant::now(),
+        };
+        let idx = match self.reqs.iter().position(Option::is_none) {
+            Some(i) => {
+                self.reqs[i] = Some(st);
+                i
+            }
+            None => {
+                self.reqs.push(Some(st));
+                self.reqs.len() - 1
+            }
+        };
+        Ok(CollReq {
+            idx: idx as u32,
+            gen,
+        })
+    }
+
+    fn req_mut(&mut self, r: CollReq) -> Result<&mut ReqState> {
+        self.reqs
+            .get_mut(r.idx as usize)
+            .and_then(Option::as_mut)
+            .filter(|s| s.gen == r.gen)
+            .ok_or(Status::InvalidParam)
+    }
+
+    /// The collective of a request.
+    pub fn coll_type(&mut self, r: CollReq) -> Result<CollType> {
+        self.req_mut(r).map(|s| s.coll)
+    }
+
+    /// The algorithm chosen for a request.
+    pub fn algorithm(&mut self, r: CollReq) -> Result<Alg> {
+        self.req_mut(r).map(|s| s.alg)
+    }
+
+    /// Starts (or restarts, when persistent and complete) a collective.
+    pub fn post(&mut self, r: CollReq) -> Result<()> {
+        let team_idx = self.req_mut(r)?.team as usize;
+        let st = self.req_mut(r)?;
+        if st.status.is_none() {
+            return Err(Status::Busy);
+        }
+        let t = self.teams[team_idx].as_mut().ok_or(Status::InvalidParam)?;
+        let seq = t.seq;
+        t.seq = t.seq.wrapping_add(1);
+        let failed = t.failed;
+        let (id, me, eps) = (t.id, t.rank, t.eps.clone());
+        let st = self
+            .reqs
+            .get_mut(r.idx as usize)
+            .and_then(Option::as_mut)
+            .ok_or(Status::InvalidParam)?;
+        st.posted = true;
+        st.last = Instant::now();
+        if let Some(s) = failed {
+            st.status = Some(s);
+            return Ok(());
+        }
+        let mut task = Task::new(TaskSpec {
+            sched: st.sched.clone(),
+            dt: st.args.dt,
+            op: st.args.op,
+            src: st.args.src.as_ref(),
+            dst: st.args.dst.as_ref(),
+            team: id,
+            seq,
+            me,
+            eps,
+        });
+        st.status = None;
+        match task.start(&mut self.worker, &mut self.keys) {
+            Ok(true) => st.status = Some(Status::Ok),
+            Ok(false) => {
+                st.task = Some(task);
+                self.running.push(r.idx);
+            }
+            Err(s) => {
+                st.status = Some(s);
+                self.fail_task(team_idx as u32, &mut task, s, None);
+            }
+        }
+        Ok(())
+    }
+
+    /// `Ok(true)` once the collective completed, `Ok(false)` while it runs, the error if
+    /// it failed (`InvalidParam` if it was never posted). Makes progress.
+    pub fn test(&mut self, r: CollReq) -> Result<bool> {
+        if !self.req_mut(r)?.posted {
+            return Err(Status::InvalidParam);
+        }
+        if self.req_mut(r)?.status.is_none() {
+            self.progress();
+        }
+        match self.req_mut(r)?.status {
+            None => Ok(false),
+            Some(Status::Ok) => Ok(true),
+            Some(s) => Err(s),
+        }
+    }
+
+    /// Waits for a collective (see the module documentation for how it waits).
+    pub fn wait(&mut self, r: CollReq) -> Result<()> {
+        if !self.req_mut(r)?.posted {
+            return Err(Status::InvalidParam);
+        }
+        let mut waiter = Waiter::new(self.oversubscribed);
+        loop {
+            let n = self.progress();
+            if let Some(s) = self.req_mut(r)?.status {
+                return if s == Status::Ok { Ok(()) } else { Err(s) };
+            }
+            waiter.idle(&mut self.worker, n)?;
+        }
+    }
+
+    /// Releases a request and gives its arguments back. A request still running is
+    /// canceled: the other members are told and fail theirs, and the team is broken.
+    pub fn finalize(&mut self, r: CollReq) -> Result<Args<'static>> {
+        self.req_mut(r)?;
+        let mut st = self.reqs[r.idx as usize]
+            .take()
+            .ok_or(Status::InvalidParam)?;
+        if let Some(mut t) = st.task.take() {
+            // Given up while running: the other members would wait for this rank's
+            // messages, so they are told, and the team is broken (as after a failure).
+            t.cancel(&mut self.worker, &mut self.keys);
+            let dead = &self.dead;
+            t.notify_abort(&mut self.worker, |e| dead.contains(&e));
+            if let Some(team) = self
+                .teams
+                .get_mut(st.team as usize)
+                .and_then(Option::as_mut)
+            {
+                team.failed.get_or_insert(Status::Canceled);
+            }
+        }
+        self.running.retain(|&i| i != r.idx);
+        Ok(st.args)
+    }
+
+    /// Init, post and wait, then finalize: a blocking collective on owned buffers.
+    pub fn run_owned(&mut self, team: Team, args: Args<'static>) -> Result<Args<'static>> {
+        let r = self.init(team, args)?;
+        self.post(r)?;
+        let res = self.wait(r);
+        let args = self.finalize(r)?;
+        res.map(|_| args)
+    }
+
+    /// A blocking collective on any buffers (borrowed slices included); returns the
+    /// algorithm used.
+    pub fn run(&mut self, team: Team, args: Args<'_>) -> Result<Alg> {
+        let t = self.team_ref(team)?;
+        let forced = self.opts.forced.get(args.coll);
+        let p = plan(&args, t.rank, t.size, forced, self.opts.radix)?;
+        check_buffers(&args, &p.schedule)?;
+        if p.schedule.steps.len() >= tag::MAX_STEPS {
+            return Err(Status::Unsupported);
+        }
+        let t = self.teams[team.0 as usize]
+            .as_mut()
+            .ok_or(Status::InvalidParam)?;
+        if let Some(s) = t.failed {
+            return Err(s);
+        }
+        let seq = t.seq;
+        t.seq = t.seq.wrapping_add(1);
+        let mut task = Task::new(TaskSpec {
+            sched: Arc::new(p.schedule),
+            dt: args.dt,
+            op: args.op,
+            src: args.src.as_ref(),
+            dst: args.dst.as_ref(),
+            team: t.id,
+            seq,
+            me: t.rank,
+            eps: t.eps.clone(),
+        });
+        let res = self.drive(team.0, &mut task);
+        if res.is_err() {
+            task.cancel(&mut self.worker, &mut self.keys);
+        }
+        // `args` (and the borrows in it) outlive the task: it is done or canceled here.
+        drop(task);
+        res.map(|_| p.alg)
+    }
+
+    fn drive(&mut self, team: u32, task: &mut Task) -> Result<()> {
+        match task.start(&mut self.worker, &mut self.keys) {
+            Ok(true) => return Ok(()),
+            Ok(false) => {}
+            Err(s) => {
+                self.fail_task(team, task, s, None);
+                return Err(s);
+            }
+        }
+        let mut waiter = Waiter::new(self.oversubscribed);
+        let mut last = Instant::now();
+        loop {
+            let n = self.progress();
+            let step = task.step_index();
+            if let Some(res) = self.check_task(team, task, &mut last) {
+                return res;
+            }
+            if task.step_index() != step {
+                continue;
+            }
+            waiter.idle(&mut self.worker, n)?;
+        }
+    }
+
+    /// Advances a task and checks it for failure: `Some` once it finished or failed.
+    fn check_task(&mut self, team: u32, task: &mut Task, last: &mut Instant) -> Option<Result<()>> {
+        // Advance first: a collective whose messages all arrived completes even if a
+        // member failed right after sending them.
+        let before = task.step_index();
+        let err = match task.advance(&mut self.worker, &mut self.keys) {
+            Ok(true) => return Some(Ok(())),
+            Ok(false) if task.step_index() != before => {
+                *last = Instant::now();
+                None
+            }
+            Ok(false) if last.elapsed() > self.opts.timeout => Some(Status::TimedOut),
+            Ok(false) => None,
+            Err(s) => Some(s),
+        };
+        let (failed, lost) = match self.teams[team as usize].as_ref() {
+            Some(t) => (
+                t.failed,
+                t.dead
+                    .iter()
+                    .enumerate()
+                    .any(|(r, &d)| d && task.blocked_on(&self.worker, r)),
+            ),
+            None => (Some(Status::InvalidParam), false),
+        };
+        // Blocked on a member that is gone: fail on the second look, after one more
+        // progress round, so that data the member sent before it left is taken first.
+        let lost = lost && std::mem::replace(&mut task.lost_seen, true);
+        let err = err
+            .or(failed)
+            .or(lost.then_some(Status::ConnectionReset))
+            .or_else(|| {
+                task.aborted_remotely(&self.worker).then(|| {
+                    if let Some(t) = self.teams[team as usize].as_mut() {
+                        t.failed = Some(Status::ConnectionReset);
+                    }
+                    Status::ConnectionReset
+                })
+            });
+        let s = err?;
+        self.fail_task(team, task, s, failed);
+        Some(Err(s))
+    }
+
+    /// A collective failed here with `s`: it stops, the team is marked failed and the
+    /// other members are told.
+    fn fail_task(&mut self, team: u32, task: &mut Task, s: Status, before: Option<Status>) {
+        if let Some(t) = self.teams[team as usize].as_ref() {
+            let dead: Vec<usize> = (0..t.size).filter(|&r| t.dead[r]).collect();
+            tracing::warn!(
+                "coll: collective {} of team {:#x} failed at rank {} in step {}: {s} \
+                 (members gone: {dead:?}, team failed before: {:?}, aborted by a peer: {})",
+                task.seq(),
+                t.id,
+                t.rank,
+                task.step_index(),
+                before,
+                task.aborted_remotely(&self.worker)
+            );
+        }
+        if let Some(t) = self.teams[team as usize].as_mut() {
+            t.failed.get_or_insert(s);
+        }
+        task.cancel(&mut self.worker, &mut self.keys);
+        let dead = &self.dead;
+        task.notify_abort(&mut self.worker, |e| dead.contains(&e));
+    }
+
+    /// Progresses the worker and every running collective; returns the events handled.
+    pub fn progress(&mut self) -> usize {
+        let mut n = self.worker.progress();
+        let errs: Vec<(Ep, Status)> = match self.ep_errors.lock() {
+            Ok(mut v) => v.drain(..).collect(),
+            Err(_) => Vec::new(),
+        };
+        for (ep, s) in errs {
+            tracing::info!("coll: the endpoint of a team member failed ({s})");
+            self.dead.insert(ep);
+            for t in self.teams.iter_mut().flatten() {
+                for (r, e) in t.eps.iter().enumerate() {
+                    if *e == Some(ep) {
+                        t.dead[r] = true;
+                    }
+                }
+            }
+            n += 1;
+        }
+        let running = std::mem::take(&mut self.running);
+        let mut still = Vec::with_capacity(running.len());
+        for idx in running {
+            let Some(Some(st)) = self.reqs.get_mut(idx as usize) else {
+                continue;
+            };
+            let (Some(mut task), team) = (st.task.take(), st.team) else {
+                continue;
+            };
+            let mut last = st.last;
+            let res = self.check_task(team, &mut task, &mut last);
+            let Some(Some(st)) = self.reqs.get_mut(idx as usize) else {
+                continue;
+            };
+            if last != st.last {
+                n += 1;
+            }
+            st.last = last;
+            match res {
+                None => {
+                    st.task = Some(task);
+                    still.push(idx);
+                }
+                Some(r) => {
+                    n += 1;
+                    st.status = Some(r.err().unwrap_or(Status::Ok));
+                }
+            }
+        }
+        still.append(&mut self.running);
+        self.running = still;
+        n
+    }
+}
+
+/// Checks that destinations are writable and that in place there is no source.
+fn check_buffers(args: &Args<'_>, s: &Schedule) -> Result<()> {
+    use crate::schedule::{BufId, Comm, Local};
+    let writes_dst = s.steps.iter().any(|st| {
+        st.comms
+            .iter()
+            .any(|c| matches!(c, Comm::Recv { into, .. } if into.buf == BufId::Dst))
+            || st.before.iter().chain(&st.after).any(|l| {
+                let (Local::Copy { to: r, .. }
+                | Local::Reduce { into: r, .. }
+                | Local::Scale { into: r, .. }) = l;
+                r.buf == BufId::Dst
+            })
+    });
+    if writes_dst && !args.dst.as_ref().is_some_and(Buffer::writable) {
+        tracing::error!("coll: the destination must be writable");
+        return Err(Status::InvalidParam);
+    }
+    Ok(())
+}
+
+/// How a rank waits: spin on progress a little, then sleep on the worker's wakeup
+/// descriptor (armed by `Worker::wait`) for at most a few milliseconds. Oversubscribed,
+/// the spin is short (and yields), so that the ranks that have work get the cores.
+struct Waiter {
+    spins: u32,
+    limit: u32,
+    yield_between: bool,
+}
+
+impl Waiter {
+    fn new(oversubscribed: bool) -> Waiter {
+        Waiter {
+            spins: 0,
+            limit: if oversubscribed { 4 } else { 2000 },
+            yield_between: oversubscribed,
+        }
+    }
+
+    fn idle(&mut self, w: &mut Worker, events: usize) -> Result<()> {
+        if events > 0 {
+            self.spins = 0;
+            return Ok(());
+        }
+        self.spins += 1;
+        if self.spins >= self.limit {
+            self.spins = 0;
+            w.wait(5)?;
+        } else if self.yield_between {
+            std::thread::yield_now();
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Context {
+    fn drop(&mut self) {
+        for st in self.reqs.iter_mut().flatten() {
+            if let Some(mut t) = st.task.take() {
+                // Still running: the other members are told not to wait for us.
+                t.cancel(&mut self.worker, &mut self.keys);
+                let dead = &self.dead;
+                t.notify_abort(&mut self.worker, |e| dead.contains(&e));
+            }
+        }
+        // Messages of completed collectives may still sit in send buffers: let them
+        // reach their peers before the worker goes (bounded: a dead peer never answers).
+        if let Ok(Some(r)) = self.worker.flush_nb(None) {
+            let _ = self.worker.wait_request(r, Duration::from_secs(2));
+        }
+    }
+}
+
+/// Blocking conveniences on byte slices.
+impl Context {
+    /// Barrier.
+    pub fn barrier(&mut self, team: Team) -> Result<()> {
+        self.run(team, Args::new(CollType::Barrier)).map(|_| ())
+    }
+}
+
+// A context and its requests' arguments may move to another thread (a C caller's).
+const _: fn() = || {
+    fn is_send<T: Send>() {}
+    is_send::<Context>();
+    is_send::<Args<'static>>();
+};

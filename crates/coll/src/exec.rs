@@ -1,0 +1,597 @@
+//! The executor: runs one rank's [`Schedule`] over ucp's tag API, step by step, driven by
+//! progress. The only module of the crate with `unsafe` code.
+//!
+//! Why `unsafe` is needed: ucp's nonblocking tag calls take raw [`ucp::Buf`]s whose memory
+//! must stay valid until the request completes; a collective keeps sends and receives in
+//! flight across calls, so it hands ucp raw pointers into its buffers. The rules that make
+//! this sound, kept here and nowhere else:
+//! - every buffer a task addresses is a [`Buffer`] (owned by the task, borrowed for the
+//!   task's lifetime, or raw with the caller's promise) or the task's own scratch `Vec`,
+//!   whose heap memory does not move while the task lives;
+//! - a task never finishes, fails or is dropped with a request in flight: it waits for
+//!   completion or aborts the request first (after `request_abort` ucp touches the memory
+//!   no more);
+//! - local copies and reductions build slices only between calls into ucp, which accesses
+//!   the memory only inside those calls (the worker is single-threaded), and only on
+//!   regions whose transfers of the current step have completed;
+//! - `Src` is never written (the schedule validator refuses such schedules).
+//!
+//! Tags: see [`tag`]. Every message of a collective is named by (team, sequence number,
+//! step, sender); an extra wildcard receive per collective catches an abort notice from
+//! any member.
+
+use crate::dtype::{DataType, Op};
+use crate::schedule::{BufId, Bufs, Comm, Region, Schedule};
+use std::collections::{HashMap, HashSet};
+use std::marker::PhantomData;
+use std::sync::Arc;
+use ucp::{Buf, Ep, MemH, RemoteKey, Request, Worker};
+use ucs::{Result, Status};
+
+/// The tag layout of collective traffic (bits, high to low):
+///
+/// ```text
+///  63..60  59........40  39....28  27....16  15.......0
+///  0b1101  team id (20)  seq (12)  step (12) sender (16)
+/// ```
+///
+/// User traffic must not use tags whose top four bits are `0b1101` (with a mask covering
+/// them); step `0xfff` is the abort notice.
+pub mod tag {
+    /// The reserved value of the top four bits.
+    pub const MARK: u64 = 0xd << 60;
+    /// Mask of the reserved bits.
+    pub const MARK_MASK: u64 = 0xf << 60;
+    /// Team ids are this many bits.
+    pub const TEAM_BITS: u32 = 20;
+    /// Steps per collective at most (the last value is the abort notice).
+    pub const MAX_STEPS: usize = 0xfff;
+    /// Largest team.
+    pub const MAX_RANKS: usize = 1 << 16;
+    pub const ABORT_STEP: u64 = 0xfff;
+
+    /// The tag of the message from `src` in `step` of collective `seq` of `team`.
+    pub const fn make(team: u32, seq: u32, step: u64, src: usize) -> u64 {
+        MARK | ((team as u64 & 0xf_ffff) << 40)
+            | ((seq as u64 & 0xfff) << 28)
+            | ((step & 0xfff) << 16)
+            | (src as u64 & 0xffff)
+    }
+}
+
+enum Kind<'a> {
+    Owned(Vec<u8>),
+    Shared(PhantomData<&'a [u8]>),
+    Borrowed(PhantomData<&'a mut [u8]>),
+    Raw,
+}
+
+/// Memory of a collective: an owned vector, a borrowed slice, or raw memory.
+pub struct Buffer<'a> {
+    ptr: *mut u8,
+    len: usize,
+    writable: bool,
+    kind: Kind<'a>,
+}
+
+impl std::fmt::Debug for Buffer<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let k = match self.kind {
+            Kind::Owned(_) => "owned",
+            Kind::Shared(_) => "shared",
+            Kind::Borrowed(_) => "borrowed",
+            Kind::Raw => "raw",
+        };
+        write!(f, "Buffer({k}, {} bytes)", self.len)
+    }
+}
+
+// SAFETY: a Buffer is an owned Vec, a borrow (whose referent is Send/Sync as [u8] is), or
+// raw memory that the creator promised stays valid and unaliased for the buffer's use,
+// from whatever thread completes the collective.
+unsafe impl Send for Buffer<'_> {}
+
+impl Buffer<'static> {
+    /// Owned memory (given back by [`Buffer::into_vec`]).
+    pub fn from_vec(mut v: Vec<u8>) -> Buffer<'static> {
+        Buffer {
+            ptr: v.as_mut_ptr(),
+            len: v.len(),
+            writable: true,
+            kind: Kind::Owned(v),
+        }
+    }
+
+    /// Raw memory (for C callers).
+    ///
+    /// # Safety
+    /// `ptr..ptr+len` must be valid for reads (and for writes if used as a destination)
+    /// until the collective using the buffer is finalized, and not be accessed otherwise
+    /// meanwhile (except for reading a source); source and destination must not overlap.
+    pub unsafe fn from_raw(ptr: *mut u8, len: usize) -> Buffer<'static> {
+        Buffer {
+            ptr,
+            len,
+            writable: true,
+            kind: Kind::Raw,
+        }
+    }
+}
+
+impl<'a> Buffer<'a> {
+    /// A read-only borrowed source.
+    pub fn from_slice(s: &'a [u8]) -> Buffer<'a> {
+        Buffer {
+            ptr: s.as_ptr().cast_mut(),
+            len: s.len(),
+            writable: false,
+            kind: Kind::Shared(PhantomData),
+        }
+    }
+
+    /// A borrowed destination (or source).
+    pub fn from_mut(s: &'a mut [u8]) -> Buffer<'a> {
+        Buffer {
+            ptr: s.as_mut_ptr(),
+            len: s.len(),
+            writable: true,
+            kind: Kind::Borrowed(PhantomData),
+        }
+    }
+
+    /// Bytes of the buffer.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// False for a read-only source.
+    pub fn writable(&self) -> bool {
+        self.writable
+    }
+
+    /// The address (as given, or of the owned vector).
+    pub fn as_ptr(&self) -> *const u8 {
+        self.ptr
+    }
+
+    /// The owned vector back (`None` for borrowed or raw memory).
+    pub fn into_vec(self) -> Option<Vec<u8>> {
+        match self.kind {
+            Kind::Owned(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// The contents (a copy), for any kind of buffer.
+    pub fn to_vec(&self) -> Vec<u8> {
+        if self.len == 0 {
+            return Vec::new();
+        }
+        // SAFETY: every constructor guarantees ptr..ptr+len readable while the buffer
+        // lives; no collective writes it during this call (we hold &self, and a running
+        // collective owns its buffers).
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }.to_vec()
+    }
+}
+
+/// Registrations of destination buffers and the remote keys of peers' buffers, for the
+/// zero-copy RMA algorithms. A buffer is registered once per (address, length) and gets
+/// an id; a peer is sent the packed key the first time it sees that id, afterwards only
+/// the id and address, and keeps the unpacked key per (endpoint, id).
+#[derive(Default)]
+pub(crate) struct KeyCache {
+    mems: Vec<Registration>,
+    next_id: u64,
+    remote: HashMap<(Ep, u64), RemoteKey>,
+    sent: HashSet<(Ep, u64)>,
+}
+
+/// A registered destination: (address, length), id, handle, packed key.
+type Registration = ((usize, usize), u64, MemH, Vec<u8>);
+
+/// Registrations kept at most (the oldest goes first; its id is never reused).
+const MAX_MEMS: usize = 64;
+
+/// Bytes of a key message at most (id, address, packed key).
+const KEY_MSG: usize = 4096;
+
+/// Marks a receive of a key message in `Task::inflight`.
+const KEY_RECV: usize = usize::MAX - 1;
+
+impl KeyCache {
+    /// The id and packed key of the registration of `ptr..ptr+len`.
+    fn local(&mut self, w: &Worker, ptr: *mut u8, len: usize) -> Result<(u64, Vec<u8>)> {
+        let k = (ptr as usize, len);
+        if let Some(i) = self.mems.iter().position(|m| m.0 == k) {
+            let m = self.mems.remove(i);
+            let out = (m.1, m.3.clone());
+            self.mems.push(m);
+            return Ok(out);
+        }
+        let mh = w.context().mem_map(Some(ptr), len)?;
+        let packed = mh.rkey_pack();
+        if packed.len() + 16 > KEY_MSG {
+            return Err(Status::Unsupported);
+        }
+        self.next_id += 1;
+        if self.mems.len() >= MAX_MEMS {
+            self.mems.remove(0);
+        }
+        self.mems.push((k, self.next_id, mh, packed.clone()));
+        Ok((self.next_id, packed))
+    }
+}
+
+/// A schedule running at one rank.
+pub(crate) struct Task {
+    sched: Arc<Schedule>,
+    dt: DataType,
+    op: Op,
+    src: (*mut u8, usize),
+    dst: (*mut u8, usize),
+    tmp: Vec<u8>,
+    tmp_ptr: *mut u8,
+    step: usize,
+    posted: bool,
+    inflight: Vec<(Request, usize, usize)>,
+    team: u32,
+    seq: u32,
+    me: usize,
+    eps: Arc<[Option<Ep>]>,
+    abort: Option<Request>,
+    abort_buf: Box<[u8; 8]>,
+    /// Zero-copy RMA: key messages out and in, and each peer's (address, key id).
+    key_out: Vec<Vec<u8>>,
+    key_in: Vec<Vec<u8>>,
+    remote: Vec<Option<(u64, u64)>>,
+    /// (endpoint, key id) pairs whose key this task sent for the first time.
+    announced: Vec<(Ep, u64)>,
+    /// The task was seen blocked on a member that is gone.
+    pub(crate) lost_seen: bool,
+}
+
+// SAFETY: the raw pointers are into buffers the owning request keeps alive (see the
+// module documentation); the task moves between threads only with its request.
+unsafe impl Send for Task {}
+
+/// What a task needs to start.
+pub(crate) struct TaskSpec<'s> {
+    pub sched: Arc<Schedule>,
+    pub dt: DataType,
+    pub op: Op,
+    pub src: Option<&'s Buffer<'s>>,
+    pub dst: Option<&'s Buffer<'s>>,
+    pub team: u32,
+    pub seq: u32,
+    pub me: usize,
+    pub eps: Arc<[Option<Ep>]>,
+}
+
+fn raw(b: Option<&Buffer<'_>>) -> (*mut u8, usize) {
+    b.map_or((std::ptr::NonNull::dangling().as_ptr(), 0), |b| {
+        (b.ptr, b.len)
+    })
+}
+
+impl Task {
+    pub(crate) fn new(s: TaskSpec<'_>) -> Task {
+        let mut tmp = vec![0u8; s.sched.tmp_len];
+        let tmp_ptr = tmp.as_mut_ptr();
+        Task {
+            dt: s.dt,
+            op: s.op,
+            src: raw(s.src),
+            dst: raw(s.dst),
+            tmp,
+            tmp_ptr,
+            step: 0,
+            posted: false,
+            inflight: Vec::new(),
+            team: s.team,
+            seq: s.seq,
+            me: s.me,
+            eps: s.eps,
+            abort: None,
+            abort_buf: Box::new([0; 8]),
+            key_out: Vec::new(),
+            key_in: Vec::new(),
+            remote: Vec::new(),
+            announced: Vec::new(),
+            lost_seen: false,
+            sched: s.sched,
+        }
+    }
+
+    fn bufs(&mut self) -> Bufs<'_> {
+        let mk = |(p, l): (*mut u8, usize)| -> &mut [u8] {
+            if l == 0 {
+                &mut []
+            } else {
+                // SAFETY: see the module documentation: valid, not accessed by ucp while
+                // this slice lives, and distinct from the other two buffers.
+                unsafe { std::slice::from_raw_parts_mut(p, l) }
+            }
+        };
+        let src: &[u8] = if self.src.1 == 0 {
+            &[]
+        } else {
+            // SAFETY: as above; the source is only read.
+            unsafe { std::slice::from_raw_parts(self.src.0, self.src.1) }
+        };
+        Bufs {
+            src,
+            dst: mk(self.dst),
+            tmp: mk((self.tmp_ptr, self.tmp.len())),
+        }
+    }
+
+    fn ptr(&self, r: &Region) -> *mut u8 {
+        let base = match r.buf {
+            BufId::Src => self.src.0,
+            BufId::Dst => self.dst.0,
+            BufId::Tmp => self.tmp_ptr,
+        };
+        base.wrapping_add(r.off)
+    }
+
+    /// The sequence number of this collective in its team.
+    pub(crate) fn seq(&self) -> u32 {
+        self.seq
+    }
+
+    /// The index of the step running now.
+    pub(crate) fn step_index(&self) -> usize {
+        self.step
+    }
+
+    /// True when the running step waits for a transfer with `rank`. (Later steps do not
+    /// count: the messages of a member that finished and left may already be here,
+    /// unexpected, and match when their receive is posted.)
+    pub(crate) fn blocked_on(&self, w: &Worker, rank: usize) -> bool {
+        self.posted
+            && self
+                .inflight
+                .iter()
+                .any(|&(r, _, p)| p == rank && !matches!(w.request_test(r), Ok(Some(_))))
+    }
+
+    /// Posts the abort-notice receive, then runs as far as possible. `Ok(true)`: done.
+    pub(crate) fn start(&mut self, w: &mut Worker, keys: &mut KeyCache) -> Result<bool> {
+        let t = tag::make(self.team, self.seq, tag::ABORT_STEP, 0);
+        let b = Buf::contig(self.abort_buf.as_mut_ptr(), 8);
+        // SAFETY: abort_buf is boxed in the task, which aborts this receive before it goes.
+        self.abort = Some(unsafe { w.tag_recv_nb(b, t, !0xffff, None)? });
+        self.advance(w, keys)
+    }
+
+    /// True when a member told us it gave this collective up.
+    pub(crate) fn aborted_remotely(&self, w: &Worker) -> bool {
+        self.abort
+            .is_some_and(|r| matches!(w.request_test(r), Ok(Some(Status::Ok))))
+    }
+
+    /// Runs completed steps and posts the next; `Ok(true)` when the schedule finished.
+    pub(crate) fn advance(&mut self, w: &mut Worker, keys: &mut KeyCache) -> Result<bool> {
+        loop {
+            if self.posted {
+                for &(r, want, _) in &self.inflight {
+                    match w.request_test(r)? {
+                        None => return Ok(false),
+                        Some(Status::Ok) => {
+                            if want < KEY_RECV && w.request_info(r)?.length != want {
+                                tracing::error!("coll: a message has the wrong length");
+                                return Err(Status::MessageTruncated);
+                            }
+                        }
+                        Some(s) => return Err(s),
+                    }
+                }
+                let got: Vec<(Request, usize)> = self
+                    .inflight
+                    .iter()
+                    .filter(|x| x.1 == KEY_RECV)
+                    .map(|x| (x.0, x.2))
+                    .collect();
+                for (r, peer) in got {
+                    let n = w.request_info(r)?.length;
+                    self.take_key(w, keys, peer, n)?;
+                }
+                for (r, _, _) in self.inflight.drain(..) {
+                    w.request_free(r)?;
+                }
+                let (sched, dt, op, i) = (self.sched.clone(), self.dt, self.op, self.step);
+                let mut b = self.bufs();
+                for l in &sched.steps[i].after {
+                    b.apply(l, dt, op)?;
+                }
+                self.step += 1;
+                self.posted = false;
+            }
+            if self.step == self.sched.steps.len() {
+                self.finish(w);
+                return Ok(true);
+            }
+            let (sched, dt, op) = (self.sched.clone(), self.dt, self.op);
+            let step = &sched.steps[self.step];
+            let mut b = self.bufs();
+            for l in &step.before {
+                b.apply(l, dt, op)?;
+            }
+            self.posted = true;
+            // Receives first, so that data finds its buffer.
+            let recv_first = |c: &&Comm| matches!(c, Comm::Recv { .. } | Comm::RecvKey { .. });
+            for c in step.comms.iter().filter(recv_first) {
+                self.post(w, keys, c)?;
+            }
+            for c in step.comms.iter().filter(|c| !recv_first(c)) {
+                self.post(w, keys, c)?;
+            }
+        }
+    }
+
+    /// Takes the key message of `peer` (`n` bytes): its destination address, key id and,
+    /// the first time, the packed key.
+    fn take_key(
+        &mut self,
+        w: &mut Worker,
+        keys: &mut KeyCache,
+        peer: usize,
+        n: usize,
+    ) -> Result<()> {
+        let m = self.key_in.get(peer).ok_or(Status::InvalidParam)?;
+        if n < 16 || n > m.len() {
+            return Err(Status::InvalidParam);
+        }
+        let id = u64::from_le_bytes(m[..8].try_into().map_err(|_| Status::InvalidParam)?);
+        let addr = u64::from_le_bytes(m[8..16].try_into().map_err(|_| Status::InvalidParam)?);
+        let ep = self.eps[peer].ok_or(Status::InvalidParam)?;
+        if n > 16 {
+            let rk = w.rkey_unpack(ep, &m[16..n])?;
+            keys.remote.insert((ep, id), rk);
+        }
+        if self.remote.len() < self.eps.len() {
+            self.remote.resize(self.eps.len(), None);
+        }
+        self.remote[peer] = Some((addr, id));
+        Ok(())
+    }
+
+    fn post(&mut self, w: &mut Worker, keys: &mut KeyCache, c: &Comm) -> Result<()> {
+        let st = self.step as u64;
+        let p = self.eps.len();
+        match *c {
+            Comm::SendKey { peer } => {
+                let ep = self.eps[peer].ok_or(Status::InvalidParam)?;
+                let (id, packed) = if self.dst.1 == 0 {
+                    (0, Vec::new())
+                } else {
+                    keys.local(w, self.dst.0, self.dst.1)?
+                };
+                let mut m = Vec::with_capacity(16 + packed.len());
+                m.extend_from_slice(&id.to_le_bytes());
+                m.extend_from_slice(&(self.dst.0 as u64).to_le_bytes());
+                if id != 0 && keys.sent.insert((ep, id)) {
+                    m.extend_from_slice(&packed);
+                    self.announced.push((ep, id));
+                }
+                if self.key_out.len() < p {
+                    self.key_out.resize(p, Vec::new());
+                }
+                self.key_out[peer] = m;
+                let b = Buf::contig(self.key_out[peer].as_mut_ptr(), self.key_out[peer].len());
+                let t = tag::make(self.team, self.seq, st, self.me);
+                // SAFETY: the message is kept in the task (not touched again) until the
+                // request completed or was aborted.
+                if let Some(r) = unsafe { w.tag_send_nb(ep, b, t, false, None)? } {
+                    self.inflight.push((r, usize::MAX, peer));
+                }
+            }
+            Comm::RecvKey { peer } => {
+                if self.key_in.len() < p {
+                    self.key_in.resize(p, Vec::new());
+                }
+                self.key_in[peer] = vec![0; KEY_MSG];
+                let b = Buf::contig(self.key_in[peer].as_mut_ptr(), KEY_MSG);
+                let t = tag::make(self.team, self.seq, st, peer);
+                // SAFETY: as for the key send.
+                let r = unsafe { w.tag_recv_nb(b, t, u64::MAX, None)? };
+                self.inflight.push((r, KEY_RECV, peer));
+            }
+            Comm::Put {
+                peer,
+                from,
+                remote_off,
+            } => {
+                if from.len == 0 {
+                    return Ok(());
+                }
+                let ep = self.eps[peer].ok_or(Status::InvalidParam)?;
+                let (addr, id) = self
+                    .remote
+                    .get(peer)
+                    .copied()
+                    .flatten()
+                    .ok_or(Status::InvalidParam)?;
+                let rk = keys.remote.get(&(ep, id)).ok_or(Status::InvalidParam)?;
+                let data = self.bufs();
+                let data = data.read(from);
+                w.put_nbi(ep, data, addr + remote_off as u64, rk)?;
+                if let Some(r) = w.ep_flush_nb(ep, None)? {
+                    self.inflight.push((r, usize::MAX, peer));
+                }
+            }
+            Comm::Recv { peer, into } => {
+                let t = tag::make(self.team, self.seq, st, peer);
+                let b = Buf::contig(self.ptr(&into), into.len);
+                // SAFETY: the region lies in a buffer of this task (validated), which
+                // waits for or aborts the request before the memory goes or is reused.
+                let r = unsafe { w.tag_recv_nb(b, t, u64::MAX, None)? };
+                self.inflight.push((r, into.len, peer));
+            }
+            Comm::Send { peer, from } => {
+                let ep = self.eps[peer].ok_or(Status::InvalidParam)?;
+                let t = tag::make(self.team, self.seq, st, self.me);
+                let b = Buf::contig(self.ptr(&from), from.len);
+                // SAFETY: as for receives; the region is not written during this step.
+                if let Some(r) = unsafe { w.tag_send_nb(ep, b, t, false, None)? } {
+                    self.inflight.push((r, usize::MAX, peer));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self, w: &mut Worker) {
+        if let Some(r) = self.abort.take() {
+            let _ = w.request_abort(r);
+            let _ = w.request_free(r);
+        }
+    }
+
+    /// Stops the task: every request in flight is aborted, so ucp touches its memory no
+    /// more.
+    ///
+    /// Keys this task announced are forgotten as announced: the peer may not have got
+    /// them, and must be sent them again next time.
+    pub(crate) fn cancel(&mut self, w: &mut Worker, keys: &mut KeyCache) {
+        for a in self.announced.drain(..) {
+            keys.sent.remove(&a);
+        }
+        for (r, _, _) in self.inflight.drain(..) {
+            let _ = w.request_abort(r);
+            let _ = w.request_free(r);
+        }
+        self.finish(w);
+        self.step = self.sched.steps.len();
+        self.posted = false;
+    }
+
+    /// Tells every other member that this collective failed here (best effort: the
+    /// notices are not tracked).
+    pub(crate) fn notify_abort(&self, w: &mut Worker, dead: impl Fn(Ep) -> bool) {
+        static NOTICE: [u8; 1] = [0];
+        let t = tag::make(self.team, self.seq, tag::ABORT_STEP, self.me);
+        for ep in self.eps.iter().flatten().filter(|&&e| !dead(e)) {
+            let b = Buf::contig(NOTICE.as_ptr().cast_mut(), NOTICE.len());
+            // SAFETY: a static buffer, never written, valid forever.
+            if let Ok(Some(r)) = unsafe { w.tag_send_nb(*ep, b, t, false, None) } {
+                let _ = w.request_free(r);
+            }
+        }
+    }
+}
+
+impl Drop for Task {
+    fn drop(&mut self) {
+        // A task is canceled or finished by its owner before it goes (it needs the
+        // worker for that); reaching here with requests in flight is a bug of this crate.
+        debug_assert!(
+            self.inflight.is_empty(),
+            "collective task dropped in flight"
+        );
+    }
+}

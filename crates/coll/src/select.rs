@@ -1,0 +1,276 @@
+//! Collective types, algorithm names, the selection table and the `UCX_COLL_*` variables.
+//!
+//! The table (its reasoning is in docs/collectives.md) picks an algorithm by collective,
+//! team size and message size; `UCX_COLL_<NAME>_ALG=<alg>` forces one for a collective,
+//! and [`crate::Args::alg`] forces one for a single call.
+
+use ucs::config::Var;
+use ucs::{Result, Status};
+
+/// A collective operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CollType {
+    Barrier,
+    Bcast,
+    Reduce,
+    Allreduce,
+    Allgather,
+    Allgatherv,
+    Alltoall,
+    Alltoallv,
+    /// MPI_Reduce_scatter_block: `count` elements per rank.
+    ReduceScatter,
+    /// MPI_Reduce_scatter: `counts[i]` elements for rank `i`.
+    ReduceScatterv,
+    Gather,
+    Gatherv,
+    Scatter,
+    Scatterv,
+}
+
+impl CollType {
+    pub const ALL: [CollType; 14] = [
+        CollType::Barrier,
+        CollType::Bcast,
+        CollType::Reduce,
+        CollType::Allreduce,
+        CollType::Allgather,
+        CollType::Allgatherv,
+        CollType::Alltoall,
+        CollType::Alltoallv,
+        CollType::ReduceScatter,
+        CollType::ReduceScatterv,
+        CollType::Gather,
+        CollType::Gatherv,
+        CollType::Scatter,
+        CollType::Scatterv,
+    ];
+
+    /// The name used in `UCX_COLL_<NAME>_ALG`.
+    pub const fn env_name(self) -> &'static str {
+        match self {
+            CollType::Barrier => "BARRIER",
+            CollType::Bcast => "BCAST",
+            CollType::Reduce => "REDUCE",
+            CollType::Allreduce => "ALLREDUCE",
+            CollType::Allgather => "ALLGATHER",
+            CollType::Allgatherv => "ALLGATHERV",
+            CollType::Alltoall => "ALLTOALL",
+            CollType::Alltoallv => "ALLTOALLV",
+            CollType::ReduceScatter => "REDUCE_SCATTER",
+            CollType::ReduceScatterv => "REDUCE_SCATTERV",
+            CollType::Gather => "GATHER",
+            CollType::Gatherv => "GATHERV",
+            CollType::Scatter => "SCATTER",
+            CollType::Scatterv => "SCATTERV",
+        }
+    }
+
+    /// True for the collectives that reduce.
+    pub const fn reduces(self) -> bool {
+        matches!(
+            self,
+            CollType::Reduce
+                | CollType::Allreduce
+                | CollType::ReduceScatter
+                | CollType::ReduceScatterv
+        )
+    }
+
+    /// The algorithms that implement this collective.
+    pub fn algorithms(self) -> &'static [Alg] {
+        use Alg::*;
+        match self {
+            CollType::Barrier => &[Dissemination],
+            CollType::Bcast => &[Knomial, ScatterAllgather],
+            CollType::Reduce => &[Knomial, ReduceScatterGather],
+            CollType::Allreduce => &[RecursiveDoubling, Rabenseifner, Ring],
+            CollType::Allgather | CollType::Allgatherv => &[RecursiveDoubling, Bruck, Ring],
+            CollType::Alltoall => &[Bruck, Direct, Pairwise, Rma],
+            CollType::Alltoallv => &[Direct, Pairwise],
+            CollType::ReduceScatter | CollType::ReduceScatterv => &[Ring],
+            CollType::Gather | CollType::Gatherv | CollType::Scatter | CollType::Scatterv => {
+                &[Linear]
+            }
+        }
+    }
+}
+
+/// An algorithm, by name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Alg {
+    Dissemination,
+    Knomial,
+    ScatterAllgather,
+    ReduceScatterGather,
+    RecursiveDoubling,
+    Rabenseifner,
+    Ring,
+    Bruck,
+    Direct,
+    Pairwise,
+    Linear,
+    /// Zero-copy direct alltoall: puts into the receivers' buffers.
+    Rma,
+}
+
+impl Alg {
+    pub const ALL: [Alg; 12] = [
+        Alg::Dissemination,
+        Alg::Knomial,
+        Alg::ScatterAllgather,
+        Alg::ReduceScatterGather,
+        Alg::RecursiveDoubling,
+        Alg::Rabenseifner,
+        Alg::Ring,
+        Alg::Bruck,
+        Alg::Direct,
+        Alg::Pairwise,
+        Alg::Linear,
+        Alg::Rma,
+    ];
+
+    /// The name accepted by `UCX_COLL_*_ALG`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Alg::Dissemination => "dissemination",
+            Alg::Knomial => "knomial",
+            Alg::ScatterAllgather => "scatter_allgather",
+            Alg::ReduceScatterGather => "reduce_scatter_gather",
+            Alg::RecursiveDoubling => "recursive_doubling",
+            Alg::Rabenseifner => "rabenseifner",
+            Alg::Ring => "ring",
+            Alg::Bruck => "bruck",
+            Alg::Direct => "direct",
+            Alg::Pairwise => "pairwise",
+            Alg::Linear => "linear",
+            Alg::Rma => "rma",
+        }
+    }
+
+    /// The algorithm named `s` (case-insensitive; `rd` for recursive doubling).
+    pub fn from_name(s: &str) -> Option<Alg> {
+        let s = s.trim().to_ascii_lowercase();
+        if s == "rd" {
+            return Some(Alg::RecursiveDoubling);
+        }
+        Alg::ALL.into_iter().find(|a| a.name() == s)
+    }
+}
+
+impl std::fmt::Display for Alg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+macro_rules! alg_var {
+    ($name:literal) => {
+        Var {
+            name: concat!("COLL_", $name, "_ALG"),
+            default: "auto",
+            doc: concat!(
+                "Algorithm of ",
+                $name,
+                " (auto: the selection table; else a name listed in docs/collectives.md)"
+            ),
+        }
+    };
+}
+
+/// The variables of this crate (registered for `rucx-info -c` and the unknown-variable
+/// check when a [`crate::Context`] is created).
+pub static COLL_VARS: &[Var] = &[
+    alg_var!("BARRIER"),
+    alg_var!("BCAST"),
+    alg_var!("REDUCE"),
+    alg_var!("ALLREDUCE"),
+    alg_var!("ALLGATHER"),
+    alg_var!("ALLGATHERV"),
+    alg_var!("ALLTOALL"),
+    alg_var!("ALLTOALLV"),
+    alg_var!("REDUCE_SCATTER"),
+    alg_var!("REDUCE_SCATTERV"),
+    alg_var!("GATHER"),
+    alg_var!("GATHERV"),
+    alg_var!("SCATTER"),
+    alg_var!("SCATTERV"),
+    Var {
+        name: "COLL_OVERSUBSCRIBED",
+        default: "auto",
+        doc: "Wait by sleeping on the worker's wakeup after a short spin (y), by spinning \
+              longer (n), or decide from ranks per host against cores (auto)",
+    },
+    Var {
+        name: "COLL_TIMEOUT",
+        default: "120s",
+        doc: "A collective that makes no progress for this long fails with TimedOut",
+    },
+    Var {
+        name: "COLL_KNOMIAL_RADIX",
+        default: "4",
+        doc: "Radix of the k-nomial trees of bcast and reduce",
+    },
+];
+
+/// The algorithms forced through the environment, by collective.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Forced(pub Vec<(CollType, Alg)>);
+
+impl Forced {
+    /// Reads `UCX_COLL_<NAME>_ALG` for every collective. An unknown name, or one that does
+    /// not implement that collective, is an error.
+    pub fn from_env() -> Result<Forced> {
+        let mut out = Vec::new();
+        for c in CollType::ALL {
+            let var = format!("UCX_COLL_{}_ALG", c.env_name());
+            let Ok(v) = std::env::var(&var) else { continue };
+            if v.trim().eq_ignore_ascii_case("auto") || v.trim().is_empty() {
+                continue;
+            }
+            match Alg::from_name(&v).filter(|a| c.algorithms().contains(a)) {
+                Some(a) => out.push((c, a)),
+                None => {
+                    tracing::error!("{var}={v}: not an algorithm of {c:?}");
+                    return Err(Status::InvalidParam);
+                }
+            }
+        }
+        Ok(Forced(out))
+    }
+
+    /// The forced algorithm of `c`.
+    pub fn get(&self, c: CollType) -> Option<Alg> {
+        self.0.iter().find(|x| x.0 == c).map(|x| x.1)
+    }
+}
+
+/// The selection table: the algorithm for `c` over `p` ranks moving `bytes` (the vector
+/// of reductions and bcast, the total of the gathers, one block of alltoall), where
+/// `uniform` says all blocks have one size.
+pub fn select(c: CollType, p: usize, bytes: usize, uniform: bool) -> Alg {
+    use Alg::*;
+    match c {
+        CollType::Barrier => Dissemination,
+        CollType::Bcast if p > 2 && bytes >= 32 << 10 => ScatterAllgather,
+        CollType::Bcast => Knomial,
+        CollType::Reduce if p > 2 && bytes >= 64 << 10 => ReduceScatterGather,
+        CollType::Reduce => Knomial,
+        CollType::Allreduce if bytes < 8 << 10 || p == 2 && bytes < 64 << 10 => RecursiveDoubling,
+        CollType::Allreduce if bytes < 1 << 20 => Rabenseifner,
+        CollType::Allreduce => Ring,
+        CollType::Allgather | CollType::Allgatherv if bytes < 16 << 10 => {
+            if p.is_power_of_two() {
+                RecursiveDoubling
+            } else {
+                Bruck
+            }
+        }
+        CollType::Allgather | CollType::Allgatherv => Ring,
+        CollType::Alltoall if uniform && p >= 8 && bytes <= 256 => Bruck,
+        CollType::Alltoall | CollType::Alltoallv if bytes < 8 << 10 => Direct,
+        CollType::Alltoall | CollType::Alltoallv => Pairwise,
+        CollType::ReduceScatter | CollType::ReduceScatterv => Ring,
+        CollType::Gather | CollType::Gatherv | CollType::Scatter | CollType::Scatterv => Linear,
+    }
+}
