@@ -182,7 +182,7 @@ fn fold_mul(a: u64, b: u64) -> u64 {
 /// SipHash would cost more than the rest of a match; the keys are single integers, so one
 /// folded multiply suffices. The seed is random per matcher so that a set of tags that
 /// happens to collide does not collide in every process.
-struct KeyHasher(u64);
+pub(crate) struct KeyHasher(u64);
 
 impl Hasher for KeyHasher {
     fn write(&mut self, bytes: &[u8]) {
@@ -205,13 +205,14 @@ impl Hasher for KeyHasher {
     }
 }
 
+/// The seeded hash of `u64` keys (tags here; worker ids in the endpoint table).
 #[derive(Clone, Copy)]
-struct KeyHash {
+pub(crate) struct KeyHash {
     seed: u64,
 }
 
 impl KeyHash {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self {
             seed: RandomState::new().hash_one(0x7461_675f_6d61_7463_u64),
         }

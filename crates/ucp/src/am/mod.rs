@@ -215,22 +215,25 @@ pub(crate) unsafe fn send_nb(
     if flags.eager && flags.rndv {
         return Err(Status::InvalidParam);
     }
-    let info = Box::new(AmInfo {
-        id,
-        header: header.to_vec(),
-        flags,
-    });
+    // Made only when a request is (a message sent in the call allocates nothing).
+    let info = || {
+        Box::new(AmInfo {
+            id,
+            header: header.to_vec(),
+            flags,
+        })
+    };
     let lane = match route(tls, core, ep)? {
         Route::Lane(l) => l,
         Route::Queue => {
             // Connecting: the protocol is chosen once the lane is known.
-            let mut s = SendState::new(SendKind::Am(info), ep, data);
+            let mut s = SendState::new(SendKind::Am(info()), ep, data);
             s.select = true;
             return Ok(Post::Queue(core.new_req(ReqKind::Send(s), cb)));
         }
         Route::Fail(s) => {
             let r = core.new_req(
-                ReqKind::Send(SendState::new(SendKind::Am(info), ep, data)),
+                ReqKind::Send(SendState::new(SendKind::Am(info()), ep, data)),
                 cb,
             );
             core.failed_ops.push((r, s));
@@ -286,7 +289,7 @@ pub(crate) unsafe fn send_nb(
             return Ok(Post::Done);
         }
     }
-    let mut s = SendState::new(SendKind::Am(info), ep, data);
+    let mut s = SendState::new(SendKind::Am(info()), ep, data);
     s.proto = proto;
     Ok(Post::Queue(core.new_req(ReqKind::Send(s), cb)))
 }

@@ -42,7 +42,9 @@ pub(crate) struct Core {
     pub eps: Vec<Option<EpState>>,
     /// Generation of each endpoint slot: bumped when the slot is freed.
     pub ep_gens: Vec<u32>,
-    pub by_uuid: HashMap<u64, u32>,
+    /// The endpoint answering for each peer worker (a seeded one-multiply hash: the
+    /// ids are random, and a lookup is on every control message's path).
+    pub by_uuid: HashMap<u64, u32, crate::matcher::KeyHash>,
     /// This worker's encoded address (sent in wireup messages).
     pub my_address: Vec<u8>,
     pub reqs: Pool<Req>,
@@ -80,7 +82,7 @@ impl Core {
             cfg: ctx.config().clone(),
             eps: Vec::new(),
             ep_gens: Vec::new(),
-            by_uuid: HashMap::new(),
+            by_uuid: HashMap::with_hasher(crate::matcher::KeyHash::new()),
             my_address,
             reqs: Pool::new(),
             active: VecDeque::new(),

@@ -38,9 +38,30 @@ pub(crate) struct StreamEp {
 #[derive(Default)]
 pub(crate) struct StreamState {
     eps: Vec<StreamEp>,
+    /// Spare chunk buffers of `CHUNK` bytes, so that bytes waiting for a receive do not
+    /// allocate in steady traffic.
+    spare: Vec<Vec<u8>>,
 }
 
+/// Capacity of pooled chunk buffers; larger pieces are allocated.
+const CHUNK: usize = 4096;
+/// Spare chunk buffers kept.
+const SPARE_MAX: usize = 32;
+
 impl StreamState {
+    fn keep(&mut self, data: &[u8]) -> Vec<u8> {
+        if data.len() > CHUNK {
+            return data.to_vec();
+        }
+        let mut v = self
+            .spare
+            .pop()
+            .unwrap_or_else(|| Vec::with_capacity(CHUNK));
+        v.clear();
+        v.extend_from_slice(data);
+        v
+    }
+
     fn at(&mut self, ep: u32) -> &mut StreamEp {
         let i = ep as usize;
         if self.eps.len() <= i {
@@ -286,7 +307,8 @@ fn append(core: &mut Core, st: &mut StreamState, ep: u32, mut data: &[u8]) -> Re
         core.complete(r, Status::Ok);
     }
     if !data.is_empty() {
-        st.at(ep).rx.push_back(data.to_vec());
+        let v = st.keep(data);
+        st.at(ep).rx.push_back(v);
         satisfy(core, st, ep);
     }
     Ok(())
@@ -294,7 +316,9 @@ fn append(core: &mut Core, st: &mut StreamState, ep: u32, mut data: &[u8]) -> Re
 
 /// Moves received stream bytes into waiting receives, in order.
 pub(crate) fn satisfy(core: &mut Core, st: &mut StreamState, ep: u32) {
-    let e = st.at(ep);
+    st.at(ep);
+    let StreamState { eps, spare } = st;
+    let e = &mut eps[ep as usize];
     loop {
         let Some(&r) = e.reqs.front() else {
             return;
@@ -323,7 +347,11 @@ pub(crate) fn satisfy(core: &mut Core, st: &mut StreamState, ep: u32) {
             rs.received += n;
             e.off += n;
             if e.off == front.len() {
-                e.rx.pop_front();
+                if let Some(v) = e.rx.pop_front() {
+                    if v.capacity() == CHUNK && spare.len() < SPARE_MAX {
+                        spare.push(v);
+                    }
+                }
                 e.off = 0;
             }
         }
