@@ -153,7 +153,8 @@ pub(crate) enum Deferred {
     Rtr {
         rreq: u64,
     },
-    /// Put the data of send `sreq` from `off` on into the receiver's buffer.
+    /// Put the data of send `sreq` from `off` on into the receiver's buffer; `fin`: the
+    /// RndvFin was sent, the send completes once the transport's send buffer is empty.
     RndvPut {
         sreq: u64,
         rreq: u64,
@@ -161,6 +162,7 @@ pub(crate) enum Deferred {
         len: usize,
         rkey: Vec<u8>,
         off: usize,
+        fin: bool,
     },
 }
 

@@ -12,6 +12,9 @@
 //! refused by the transport instead of writing freed memory. The sender puts a piece only
 //! when its endpoint's send buffer is empty, so that pieces go from the user's buffer to
 //! the socket without a copy (only a piece the socket took partly is copied, its rest).
+//! It completes the send only once the last piece and the RndvFin are out of the send
+//! buffer, so that a sender that stops progressing after its send completed does not keep
+//! them (and the receiver waits for them forever).
 
 use crate::proto::header::{encode_rndv_fin, Rtr, AM_RNDV_FIN, AM_RTR};
 use crate::request::{Buf, Req, ReqKind, Request};
@@ -133,6 +136,7 @@ pub(crate) fn put_data(tls: &mut [Tl], st: &mut State, d: Deferred) -> Result<Op
         len,
         rkey,
         mut off,
+        mut fin,
     } = d
     else {
         return Err(Status::InvalidParam);
@@ -173,12 +177,20 @@ pub(crate) fn put_data(tls: &mut [Tl], st: &mut State, d: Deferred) -> Result<Op
                 _ => return Ok(false),
             }
         }
-        // am_short's header travels in native order: its bytes are the message's first 8.
-        let fin = encode_rndv_fin(rreq, st.uuid);
-        let (hdr, rest) = fin.split_at(8);
-        let hdr = u64::from_ne_bytes(hdr.try_into().map_err(|_| Status::InvalidParam)?);
-        let out = t.iface.am_short(lane.ep, AM_RNDV_FIN, hdr, rest)?;
-        Ok(out.is_done())
+        // The send completes only once its last piece and the RndvFin left this process
+        // (the transport's send buffer is empty): a sender may stop progressing once its
+        // send completed, and bytes still in the send buffer would then never leave.
+        if !fin {
+            if !t.iface.ep_is_flushed(lane.ep)? {
+                return Ok(false);
+            }
+            // am_short's header travels in native order: its bytes are the message's first 8.
+            let msg = encode_rndv_fin(rreq, st.uuid);
+            let (hdr, rest) = msg.split_at(8);
+            let hdr = u64::from_ne_bytes(hdr.try_into().map_err(|_| Status::InvalidParam)?);
+            fin = t.iface.am_short(lane.ep, AM_RNDV_FIN, hdr, rest)?.is_done();
+        }
+        Ok(fin && t.iface.ep_is_flushed(lane.ep)?)
     })();
     match res {
         Ok(false) => Ok(Some(Deferred::RndvPut {
@@ -188,6 +200,7 @@ pub(crate) fn put_data(tls: &mut [Tl], st: &mut State, d: Deferred) -> Result<Op
             len,
             rkey,
             off,
+            fin,
         })),
         Ok(true) => {
             st.complete(r, Status::Ok);
@@ -223,6 +236,7 @@ impl State {
             len: h.len as usize,
             rkey: h.rkey.to_vec(),
             off: 0,
+            fin: false,
         });
         Ok(())
     }
