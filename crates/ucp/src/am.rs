@@ -559,7 +559,11 @@ pub(crate) fn am_send_step(tls: &mut [Tl], st: &mut State, lane: Lane, r: Reques
     }
     if s.mem.is_none() {
         let ptr = s.buf.contig_ptr().ok_or(Status::InvalidParam)?;
-        s.mem = Some(Box::new(tls[lane.tl].md.mem_reg(ptr, len.max(1))?));
+        // SAFETY: the sender promised the buffer stays valid until the send completes,
+        // and the registration (s.mem) is dropped with the request.
+        s.mem = Some(Box::new(unsafe {
+            tls[lane.tl].md.mem_reg(ptr, len.max(1))
+        }?));
     }
     let (rkey, addr) = match &s.mem {
         Some(m) => (m.pack_rkey_compact(), m.address() as u64),

@@ -211,8 +211,21 @@ impl Md {
     }
 
     /// Registers existing memory `[addr, addr+len)` of this process. The memory stays the
-    /// caller's; it must stay mapped while the handle and any key packed from it live.
-    pub fn mem_reg(&self, addr: *mut u8, len: usize) -> Result<MemHandle> {
+    /// caller's. Keys packed from the handle let peers (and, for tcp, the receiving
+    /// transport on their behalf) read and write that range until the handle is dropped.
+    ///
+    /// A null `addr` or a range that wraps is refused (`InvalidParam`); nothing else about
+    /// the range can be checked here.
+    ///
+    /// # Safety
+    /// Until the returned handle is dropped:
+    /// - `[addr, addr+len)` must stay allocated (mapped) and valid for reads and writes;
+    /// - the range may be written at any progress of an interface of this process (remote
+    ///   puts, atomics, tcp's put frames) or read (remote gets), so the caller must not
+    ///   keep references to it that promise it does not change or that no one else reads
+    ///   (`&[u8]`, `&mut [u8]`) across such progress; it reads and writes it only through
+    ///   raw pointers or between progress calls.
+    pub unsafe fn mem_reg(&self, addr: *mut u8, len: usize) -> Result<MemHandle> {
         let base = addr as u64;
         if addr.is_null() || base.checked_add(len as u64).is_none() {
             return Err(Status::InvalidParam);
@@ -349,7 +362,8 @@ mod tests {
     fn local_keys_only_for_live_registrations() {
         let md = Md::open(Transport::SelfTl);
         let mut buf = vec![0u8; 64];
-        let h = md.mem_reg(buf.as_mut_ptr(), 64).unwrap();
+        // SAFETY: `buf` outlives `h` and is only read through the key while `h` lives.
+        let h = unsafe { md.mem_reg(buf.as_mut_ptr(), 64) }.unwrap();
         let packed = h.pack_rkey();
         let rk = md.rkey_unpack(&packed).unwrap();
         assert!(rk.ptr(buf.as_ptr() as u64, 64).is_ok());
@@ -402,7 +416,8 @@ mod tests {
     fn registered_memory_on_shm_is_cma() {
         let md = Md::open(Transport::Shm);
         let mut buf = vec![0u8; 64];
-        let h = md.mem_reg(buf.as_mut_ptr(), 64).unwrap();
+        // SAFETY: `buf` outlives `h` and is only read through the key while `h` lives.
+        let h = unsafe { md.mem_reg(buf.as_mut_ptr(), 64) }.unwrap();
         let rk = md.rkey_unpack(&h.pack_rkey()).unwrap();
         assert!(!rk.is_direct());
         assert_eq!(

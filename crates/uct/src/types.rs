@@ -96,8 +96,10 @@ impl<T> Outcome<T> {
 /// with this token by the interface's completion callback.
 pub type Comp = u64;
 
-/// An endpoint of an interface. Ids are reused after `ep_destroy`; using a destroyed id is
-/// an error (`InvalidParam`), never a crash.
+/// An endpoint of an interface. An id names one endpoint for good: after `ep_destroy` its
+/// slot may hold a new endpoint, under a new id (the slot's generation is part of the id),
+/// and using the destroyed id is an error (`InvalidParam`), never a crash or another
+/// endpoint.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct EpId(pub u32);
 

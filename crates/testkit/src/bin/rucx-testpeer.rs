@@ -443,7 +443,9 @@ fn rma_target(input: &mut Input) -> R {
                     Some("reg") => {
                         let mut buf = vec![0u64; len.div_ceil(8).max(1)].into_boxed_slice();
                         let ptr = buf.as_mut_ptr().cast::<u8>();
-                        let handle = st(md.mem_reg(ptr, len), "mem_reg")?;
+                        // SAFETY: `buf` moves into the TargetMem beside the handle, which
+                        // is dropped first; the memory is used through `ptr` only.
+                        let handle = st(unsafe { md.mem_reg(ptr, len) }, "mem_reg")?;
                         TargetMem {
                             ptr,
                             len,

@@ -474,7 +474,9 @@ pub(crate) fn send_step(tls: &mut [Tl], st: &mut State, lane: Lane, r: Request) 
             // A lane that puts sends no key: the receiver answers with an Rtr.
             if s.mem.is_none() && !lane.th.put {
                 let ptr = s.buf.contig_ptr().ok_or(Status::InvalidParam)?;
-                s.mem = Some(Box::new(tls[lane.tl].md.mem_reg(ptr, len)?));
+                // SAFETY: the sender promised the buffer stays valid until the send
+                // completes; the registration (s.mem) is dropped with the request.
+                s.mem = Some(Box::new(unsafe { tls[lane.tl].md.mem_reg(ptr, len) }?));
             }
             let iface = &mut tls[lane.tl].iface;
             let (rkey, addr) = match &s.mem {

@@ -78,10 +78,14 @@ pub(crate) fn start(
         }));
     }
     let (mem, bounce) = match rs.buf {
-        Buf::Contig { ptr, .. } => (md.mem_reg(ptr, n)?, None),
+        // SAFETY: the receiver promised the buffer stays valid until the receive
+        // completes; the registration lives in `rndv_rx` and goes before completion.
+        Buf::Contig { ptr, .. } => (unsafe { md.mem_reg(ptr, n) }?, None),
         Buf::Iov(_) | Buf::Generic(_) => {
             let mut b = vec![0u8; n];
-            (md.mem_reg(b.as_mut_ptr(), n)?, Some(b))
+            // SAFETY: the bounce buffer's heap block moves with it into `rndv_rx`, beside
+            // the registration, and is only read there after the data arrived.
+            (unsafe { md.mem_reg(b.as_mut_ptr(), n) }?, Some(b))
         }
     };
     let rreq = req.to_u64();

@@ -138,7 +138,7 @@ impl ShmIface {
             wake,
             peer,
             failed: None,
-        });
+        })?;
         if let Ok(e) = self.eps.get(ep) {
             self.peers
                 .add(&e.peer, ucs::Events::READABLE, u64::from(ep.0))?;
