@@ -11,6 +11,8 @@
 //!   held by anyone, whether a process sleeps in poll).
 //! - [`proto`]: what the peer binary and the tests agree on (size plans, stream ids).
 //! - [`hex`]: the encoding of binary values in the line protocol.
+//! - [`require`]: skipping a test the machine cannot run, or failing it when
+//!   `RUCX_REQUIRE` says the machine must (CI).
 //!
 //! The tests live in `tests/`, each file with a `//!` saying what it proves:
 //! `conformance.rs` (the suite per transport), `am_multiproc.rs` (2 and 4 processes,
@@ -30,6 +32,7 @@ pub mod pattern;
 pub mod peer;
 pub mod procfs;
 pub mod proto;
+pub mod require;
 pub mod simnet;
 
 pub use peer::{Peer, PeerError, PeerOptions};
