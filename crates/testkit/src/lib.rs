@@ -26,6 +26,11 @@
 //! Multi-process tests take [`heavy_test`] so that the polling peers of one test binary
 //! do not compete with another test's; peers that merely wait block in `iface.wait`.
 
+#![deny(unsafe_code)]
+
+// The suite tests Md::mem_reg, an unsafe fn, and checks the memory around registrations
+// (red zones) through raw pointers: the one module of testkit with unsafe code.
+#[allow(unsafe_code)]
 pub mod conformance;
 pub mod hex;
 pub mod pattern;

@@ -367,10 +367,7 @@ impl Iface {
             .min(self.attr().max_put_bcopy as u64) as usize;
         if rkey.is_direct() {
             // Pack straight into the target.
-            let p = rkey.ptr(addr, room)?;
-            // SAFETY: ptr() checked `room` bytes at p lie in mapped memory of the key.
-            let dst = unsafe { std::slice::from_raw_parts_mut(p, room) };
-            let n = pack(dst);
+            let n = rma::with_direct_mut(rkey, addr, room, pack)?;
             return if n <= room {
                 Ok(Outcome::Done(n))
             } else {
@@ -418,9 +415,7 @@ impl Iface {
             return Err(Status::InvalidParam);
         }
         if rkey.is_direct() {
-            let p = rkey.ptr(addr, len)?;
-            // SAFETY: ptr() checked `len` bytes at p lie in mapped memory of the key.
-            unpack(unsafe { std::slice::from_raw_parts(p, len) });
+            rma::with_direct(rkey, addr, len, unpack)?;
             return Ok(Outcome::Done(()));
         }
         let mut buf = vec![0u8; len];

@@ -261,17 +261,10 @@ struct PutRx {
 
 impl PutRx {
     /// The destination of the next read, when the target registration is still alive.
+    /// The range [dst, dst+left) lies inside a registration of this process (checked by
+    /// `wire_target` when the frame arrived).
     fn target(&mut self) -> Option<&mut [u8]> {
-        if self.alive.as_ref().is_some_and(|w| w.strong_count() > 0) {
-            // SAFETY: the range [dst, dst+left) lies inside a registration of this process
-            // (checked by wire_target when the frame arrived) that is still alive (checked
-            // just now, on the thread that would deregister it); a registration's owner
-            // promised the memory stays mapped and writable while it is registered.
-            Some(unsafe { std::slice::from_raw_parts_mut(self.dst as usize as *mut u8, self.left) })
-        } else {
-            self.alive = None;
-            None
-        }
+        crate::rma::registered_mut(&mut self.alive, self.dst, self.left)
     }
 }
 
