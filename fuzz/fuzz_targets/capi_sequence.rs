@@ -156,7 +156,11 @@ struct Arg {
 struct Req {
     p: *mut c_void,
     worker: usize,
+    /// The endpoint that started it (sends and closes).
+    ep: Option<usize>,
     freed: bool,
+    /// Seen complete (test or check_status said so).
+    done: bool,
 }
 
 #[derive(Default)]
@@ -548,10 +552,16 @@ impl World {
                 }
                 7 => {
                     let (a, i) = self.pick(Kind::Ep, inp);
+                    // ucp_ep_destroy blocks until the endpoint is flushed: with an
+                    // operation still waiting for a peer worker of this thread (which
+                    // cannot progress meanwhile) it would wait forever, in UCX as here.
+                    // It is used on bad handles, and on endpoints whose operations all
+                    // completed; the others are closed without blocking.
+                    let blocking_ok = i.map_or(true, |i| self.ep_idle(i));
                     if let Some(i) = i {
                         self.eps[i].live = false;
                     }
-                    if inp.u8() % 2 == 0 {
+                    if inp.u8() % 2 == 0 && blocking_ok {
                         t!("ucp_ep_destroy({:?} bad={})", a.p, a.bad);
                         ucp_ep_destroy(a.p);
                     } else {
@@ -564,7 +574,7 @@ impl World {
                             assert!(is_err_ptr(r), "close of a bad endpoint: {r:?}");
                         }
                         let worker = i.map(|i| self.eps[i].owner);
-                        self.keep_request(r, worker);
+                        self.keep_request(r, worker, i);
                     }
                 }
                 8 | 9 => {
@@ -579,7 +589,7 @@ impl World {
                         assert!(is_err_ptr(r), "send on a bad endpoint: {r:?}");
                     }
                     let worker = i.map(|i| self.eps[i].owner);
-                    self.keep_request(r, worker);
+                    self.keep_request(r, worker, i);
                 }
                 10 | 11 => {
                     let (a, i) = self.pick(Kind::Worker, inp);
@@ -592,10 +602,10 @@ impl World {
                     if a.bad {
                         assert!(is_err_ptr(r), "receive on a bad worker: {r:?}");
                     }
-                    self.keep_request(r, i);
+                    self.keep_request(r, i, None);
                 }
                 12 => {
-                    let (r, bad, _) = self.pick_req(inp);
+                    let (r, bad, ri) = self.pick_req(inp);
                     let info = self.buffer(16).cast::<ucp_tag_recv_info_t>();
                     let st = ucp_request_test(
                         r,
@@ -609,14 +619,16 @@ impl World {
                     if bad {
                         assert!(st < 0, "test of a bad request: {st}");
                     }
+                    self.saw(ri, st);
                 }
                 13 => {
-                    let (r, bad, _) = self.pick_req(inp);
+                    let (r, bad, ri) = self.pick_req(inp);
                     let st = ucp_request_check_status(r);
                     t!("ucp_request_check_status({r:?} bad={bad}) = {st}");
                     if bad {
                         assert!(st < 0, "check_status of a bad request: {st}");
                     }
+                    self.saw(ri, st);
                 }
                 14 => {
                     let (r, _, i) = self.pick_req(inp);
@@ -761,7 +773,7 @@ impl World {
     }
 
     /// Records the request a nonblocking call returned (if it is one).
-    fn keep_request(&mut self, r: *mut c_void, worker: Option<usize>) {
+    fn keep_request(&mut self, r: *mut c_void, worker: Option<usize>, ep: Option<usize>) {
         if r.is_null() || is_err_ptr(r) {
             return;
         }
@@ -769,11 +781,38 @@ impl World {
             Some(w) if self.workers[w].live => self.reqs.push(Req {
                 p: r,
                 worker: w,
+                ep,
                 freed: false,
+                done: false,
             }),
             Some(_) => panic!("an endpoint of a destroyed worker started an operation"),
             None => panic!("an operation on a bad handle returned a request"),
         }
+    }
+
+    /// Request `i` (if known and not freed) reported status `st`.
+    fn saw(&mut self, i: Option<usize>, st: ucs_status_t) {
+        if let Some(r) = i.and_then(|i| self.reqs.get_mut(i)) {
+            if !r.freed && st != UCS_INPROGRESS {
+                r.done = true;
+            }
+        }
+    }
+
+    /// True when every operation endpoint `ep` started is known to be complete.
+    fn ep_idle(&mut self, ep: usize) -> bool {
+        for r in self.reqs.iter_mut().filter(|r| r.ep == Some(ep) && !r.done) {
+            if r.freed {
+                return false;
+            }
+            // SAFETY: a request of a live worker (requests of destroyed workers are
+            // forgotten), not freed.
+            if unsafe { ucp_request_check_status(r.p) } == UCS_INPROGRESS {
+                return false;
+            }
+            r.done = true;
+        }
+        true
     }
 
     /// Destroys everything, in the API's order.
