@@ -14,7 +14,7 @@ use ucs::{Result, Status};
 
 /// Bits of an id that name the slot: at most 2^20 objects live at once.
 pub const INDEX_BITS: u32 = 20;
-const INDEX_MASK: u32 = (1 << INDEX_BITS) - 1;
+pub(crate) const INDEX_MASK: u32 = (1 << INDEX_BITS) - 1;
 /// The last generation of a slot; a slot removed in it is retired.
 const GEN_MAX: u32 = u32::MAX >> INDEX_BITS;
 

@@ -103,6 +103,15 @@ pub type Comp = u64;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct EpId(pub u32);
 
+impl EpId {
+    /// The slot of the endpoint in its interface (the id without its generation): small
+    /// and dense, for tables indexed by endpoint.
+    #[inline]
+    pub fn slot(self) -> usize {
+        (self.0 & crate::slab::INDEX_MASK) as usize
+    }
+}
+
 /// The 32 active-message ids of UCT.
 pub const AM_ID_MAX: u8 = 32;
 
