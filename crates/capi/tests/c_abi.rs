@@ -30,7 +30,10 @@ fn build_and_run_on(src: &str, env: &[(&str, &str)]) -> Vec<String> {
     if have_ucx_headers() {
         sets.push(Headers::Ucx);
     } else {
-        eprintln!("UCX headers (libucx-dev) not installed: {src} built with rucx's only");
+        common::require::skip(
+            "ucx",
+            &format!("UCX headers (libucx-dev) not installed: {src} built with rucx's only"),
+        );
     }
     sets.into_iter()
         .map(|h| {
@@ -173,7 +176,7 @@ fn version_and_load_log_name_rucx() {
 #[test]
 fn exports_are_exactly_the_version_script() {
     if !common::have("nm") {
-        eprintln!("nm not found: export check skipped");
+        common::require::skip("nm", "nm not found: export check skipped");
         return;
     }
     let lib = common::cdylib();
@@ -222,8 +225,15 @@ fn exports_are_exactly_the_version_script() {
 fn open_mpi_imports_are_exported() {
     let comps = "/usr/lib/x86_64-linux-gnu/openmpi/lib/openmpi3";
     let common_ucx = "/usr/lib/x86_64-linux-gnu/libmca_common_ucx.so";
-    if !std::path::Path::new(common_ucx).exists() || !common::have("nm") {
-        eprintln!("Open MPI's ucx components not installed: import check skipped");
+    if !common::have("nm") {
+        common::require::skip("nm", "nm not found: import check skipped");
+        return;
+    }
+    if !std::path::Path::new(common_ucx).exists() {
+        common::require::skip(
+            "mpi",
+            "Open MPI's ucx components not installed: import check skipped",
+        );
         return;
     }
     let mut files: Vec<String> = std::fs::read_dir(comps)
@@ -276,7 +286,10 @@ fn ucx_hello_world_example_runs_on_rucx() {
     let dir = std::path::Path::new("/usr/share/doc/libucx-dev/examples");
     let src = dir.join("ucp_hello_world.c");
     if !src.exists() {
-        eprintln!("{} not found (libucx-dev): skipped", src.display());
+        common::require::skip(
+            "ucx",
+            &format!("{} not found (libucx-dev): skipped", src.display()),
+        );
         return;
     }
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
@@ -291,14 +304,36 @@ fn ucx_hello_world_example_runs_on_rucx() {
             .args(["-lucp", "-lucs"]);
         let o = cc.output().expect("cc");
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        for (i, mode) in ["-b", "-w", "-f"].iter().enumerate() {
-            let port = (20000 + (std::process::id() % 20000) + i as u32).to_string();
-            let mut server = Command::new(&out);
-            server
-                .args([mode, "-p", &port])
-                .env("LD_LIBRARY_PATH", common::lib_dir());
-            let srv = std::thread::spawn(move || common::run(server, LIMIT));
-            std::thread::sleep(Duration::from_millis(500));
+        for mode in ["-b", "-w", "-f"] {
+            // The example refuses port 0 and prints nothing once it listens: the port is
+            // one the kernel just chose for us, and the server is ready when the kernel
+            // shows its listening socket. A server that could not take the port (someone
+            // took it meanwhile) ends before it listens; it is started again on another.
+            let (port, srv) = (0..5)
+                .find_map(|_| {
+                    let port = common::free_port().to_string();
+                    let mut server = Command::new(&out);
+                    server
+                        .args([mode, "-p", &port])
+                        .env("LD_LIBRARY_PATH", common::lib_dir());
+                    let (tx, rx) = std::sync::mpsc::channel();
+                    let srv = std::thread::spawn(move || {
+                        common::run_with(server, LIMIT, |pid| tx.send(pid).unwrap())
+                    });
+                    let pid = rx.recv().expect("server started");
+                    let p: u16 = port.parse().unwrap();
+                    if common::await_listening(pid, p, LIMIT, || srv.is_finished()) {
+                        return Some((port, srv));
+                    }
+                    let o = srv.join().expect("server thread");
+                    eprintln!(
+                        "server {mode} on port {port} ended before it listened ({}): {}",
+                        o.status,
+                        String::from_utf8_lossy(&o.stderr)
+                    );
+                    None
+                })
+                .expect("the server never listened");
             let mut client = Command::new(&out);
             client
                 .args([mode, "-p", &port, "-n", "127.0.0.1"])
@@ -337,7 +372,10 @@ fn struct_layouts_match_ucx() {
         }
         assert_eq!(ours.lines().count(), theirs.lines().count());
     } else {
-        eprintln!("UCX headers not installed: compared with the Rust mirrors only");
+        common::require::skip(
+            "ucx",
+            "UCX headers not installed: compared with the Rust mirrors only",
+        );
     }
     // The Rust mirrors against the C headers.
     use rucx_capi::ffi::*;

@@ -16,8 +16,11 @@ const LIMIT: Duration = Duration::from_secs(180);
 fn have_open_mpi(wrapper: &str) -> bool {
     let ok = have(wrapper) && have("mpirun");
     if !ok {
-        eprintln!(
-            "{wrapper}/mpirun not found (apt-get install openmpi-bin libopenmpi-dev): skipped"
+        common::require::skip(
+            "mpi",
+            &format!(
+                "{wrapper}/mpirun not found (apt-get install openmpi-bin libopenmpi-dev): skipped"
+            ),
         );
     }
     ok

@@ -18,7 +18,7 @@ fn have_uct_headers() -> bool {
 #[test]
 fn uct_struct_layouts_match_ucx() {
     if !have_uct_headers() {
-        eprintln!("UCX headers (libucx-dev) not installed: skipped");
+        common::require::skip("ucx", "UCX headers (libucx-dev) not installed: skipped");
         return;
     }
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
@@ -68,7 +68,7 @@ fn assert_checked(out: &str, what: &[&str]) {
 #[test]
 fn uct_transfer_over_posix_and_sysv() {
     if !have_uct_headers() {
-        eprintln!("UCX headers (libucx-dev) not installed: skipped");
+        common::require::skip("ucx", "UCX headers (libucx-dev) not installed: skipped");
         return;
     }
     for tl in ["posix", "sysv"] {
@@ -93,7 +93,7 @@ fn uct_transfer_over_posix_and_sysv() {
 #[test]
 fn uct_transfer_over_tcp() {
     if !have_uct_headers() {
-        eprintln!("UCX headers (libucx-dev) not installed: skipped");
+        common::require::skip("ucx", "UCX headers (libucx-dev) not installed: skipped");
         return;
     }
     let out = transfer("tcp", "lo");
@@ -105,7 +105,7 @@ fn uct_transfer_over_tcp() {
 #[test]
 fn uct_transfer_over_cma() {
     if !have_uct_headers() {
-        eprintln!("UCX headers (libucx-dev) not installed: skipped");
+        common::require::skip("ucx", "UCX headers (libucx-dev) not installed: skipped");
         return;
     }
     let out = transfer("cma", "memory");
@@ -119,7 +119,7 @@ fn uct_transfer_over_cma() {
 #[test]
 fn uct_self_pending_progress_array_and_misuse() {
     if !have_uct_headers() {
-        eprintln!("UCX headers (libucx-dev) not installed: skipped");
+        common::require::skip("ucx", "UCX headers (libucx-dev) not installed: skipped");
         return;
     }
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
@@ -155,7 +155,10 @@ fn exported_symbols() -> std::collections::HashSet<String> {
 fn ucx_uct_hello_world_example_runs_on_rucx() {
     let src = std::path::Path::new("/usr/share/doc/libucx-dev/examples/uct_hello_world.c");
     if !src.exists() || !have("nm") {
-        eprintln!("{} (libucx-dev) or nm not found: skipped", src.display());
+        common::require::skip(
+            "ucx",
+            &format!("{} (libucx-dev) or nm not found: skipped", src.display()),
+        );
         return;
     }
     let have_syms = exported_symbols();
@@ -305,7 +308,7 @@ fn perftest(test: &str, tl: &str, dev: &str, extra: &[&str]) -> String {
 #[test]
 fn ucx_perftest_uct_tests_run_on_rucx() {
     if !have("ucx_perftest") || !have("nm") {
-        eprintln!("ucx_perftest or nm not installed: skipped");
+        common::require::skip("ucx", "ucx_perftest or nm not installed: skipped");
         return;
     }
     let missing = perftest_missing_symbols();

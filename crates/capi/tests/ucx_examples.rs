@@ -30,7 +30,10 @@ const LIMIT: Duration = Duration::from_secs(60);
 fn build(name: &str) -> Option<PathBuf> {
     let src = Path::new(EXAMPLES).join(format!("{name}.c"));
     if !src.exists() {
-        eprintln!("{} not found (libucx-dev): skipped", src.display());
+        common::require::skip(
+            "ucx",
+            &format!("{} not found (libucx-dev): skipped", src.display()),
+        );
         return None;
     }
     let out = common::bin_dir().join(format!("{name}-ucx-example"));

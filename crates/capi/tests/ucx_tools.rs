@@ -276,7 +276,10 @@ fn have_perftest() -> bool {
     if Path::new(PERFTEST).exists() {
         return true;
     }
-    eprintln!("{PERFTEST} not found (apt-get install ucx-utils): skipped");
+    common::require::skip(
+        "ucx",
+        &format!("{PERFTEST} not found (apt-get install ucx-utils): skipped"),
+    );
     false
 }
 
@@ -429,7 +432,10 @@ Final:                  1000      0.441     0.531     0.531       14.36      14.
 #[test]
 fn io_demo_starts_and_connects() {
     if !Path::new(IO_DEMO).exists() {
-        eprintln!("{IO_DEMO} not found (apt-get install ucx-utils): skipped");
+        common::require::skip(
+            "ucx",
+            &format!("{IO_DEMO} not found (apt-get install ucx-utils): skipped"),
+        );
         return;
     }
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
@@ -543,7 +549,7 @@ fn open_mpi_ucx_components() -> Vec<String> {
 #[test]
 fn every_imported_ucx_symbol_is_exported() {
     if !common::have("nm") {
-        eprintln!("nm not found: symbol check skipped");
+        common::require::skip("nm", "nm not found: symbol check skipped");
         return;
     }
     let mut importers: Vec<String> = [PERFTEST, IO_DEMO]
@@ -553,7 +559,10 @@ fn every_imported_ucx_symbol_is_exported() {
         .collect();
     importers.extend(open_mpi_ucx_components());
     if importers.is_empty() {
-        eprintln!("neither ucx-utils nor Open MPI's UCX components installed: skipped");
+        common::require::skip(
+            "ucx",
+            "neither ucx-utils nor Open MPI's UCX components installed: skipped",
+        );
         return;
     }
     let lib = common::cdylib().display().to_string();
@@ -578,7 +587,7 @@ fn every_imported_ucx_symbol_is_exported() {
 #[test]
 fn copied_data_objects_have_ucx_sizes() {
     if !common::have("nm") {
-        eprintln!("nm not found: skipped");
+        common::require::skip("nm", "nm not found: skipped");
         return;
     }
     let lib = common::cdylib().display().to_string();
@@ -662,7 +671,7 @@ fn ucx_perftest_loads_and_lists_the_ucp_tests() {
 #[test]
 fn ucs_utilities_from_c() {
     if !common::have_ucx_headers() {
-        eprintln!("UCX's headers not installed (libucx-dev): skipped");
+        common::require::skip("ucx", "UCX's headers not installed (libucx-dev): skipped");
         return;
     }
     let prog = common::compile("ucs_util.c", common::Headers::Ucx);

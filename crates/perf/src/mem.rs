@@ -138,7 +138,9 @@ impl Region {
     pub fn register(md: &Md, len: usize) -> Result<Region> {
         let heap = HeapBuf::new(len)?;
         let ptr = heap.ptr;
-        let handle = md.mem_reg(ptr.as_ptr(), len)?;
+        // SAFETY: `heap` owns the memory and is kept in the Region beside the handle,
+        // which is dropped first; the region is accessed through `ptr` only.
+        let handle = unsafe { md.mem_reg(ptr.as_ptr(), len) }?;
         Ok(Region {
             handle,
             _heap: Some(heap),

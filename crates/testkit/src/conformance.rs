@@ -411,7 +411,8 @@ impl Target {
                     );
                     if !md.registers() {
                         assert_eq!(
-                            md.mem_reg(ptr, len).err(),
+                            // SAFETY: `ptr..ptr+len` lies in `buf` (above); refused anyway.
+                            unsafe { md.mem_reg(ptr, len) }.err(),
                             Some(Status::Unsupported),
                             "{t:?}: mem_reg of a domain without keys"
                         );
@@ -421,7 +422,9 @@ impl Target {
                 } else {
                     md
                 };
-                let h = md.mem_reg(ptr, len).expect("mem_reg");
+                // SAFETY: `ptr..ptr+len` lies in `buf`, which the Target keeps beside the
+                // handle and outlives it; the test reads it between progress calls only.
+                let h = unsafe { md.mem_reg(ptr, len) }.expect("mem_reg");
                 let rkey = md
                     .rkey_unpack(&h.pack_rkey())
                     .expect("rkey_unpack of a registration");
@@ -1126,7 +1129,8 @@ pub fn register_same_memory_twice(t: Transport) {
     if !f.md.registers() {
         for n in ["first", "second"] {
             assert_eq!(
-                f.md.mem_reg(p, 4096).err(),
+                // SAFETY: `p` names the 4096 bytes of `buf`; refused anyway.
+                unsafe { f.md.mem_reg(p, 4096) }.err(),
                 Some(Status::Unsupported),
                 "{t:?}: {n} mem_reg of a domain without keys"
             );
@@ -1138,10 +1142,11 @@ pub fn register_same_memory_twice(t: Transport) {
         );
         return;
     }
-    let h1 = f.md.mem_reg(p, 4096).expect("first mem_reg");
-    let h2 =
-        f.md.mem_reg(p, 4096)
-            .unwrap_or_else(|e| panic!("{t:?}: registering the same buffer again failed: {e}"));
+    // SAFETY: `p` names the 4096 bytes of `buf`, which outlives the handle.
+    let h1 = unsafe { f.md.mem_reg(p, 4096) }.expect("first mem_reg");
+    // SAFETY: as for h1.
+    let h2 = unsafe { f.md.mem_reg(p, 4096) }
+        .unwrap_or_else(|e| panic!("{t:?}: registering the same buffer again failed: {e}"));
     let k2 = h2.pack_rkey();
     drop(h1);
     let rkey =
@@ -2081,7 +2086,8 @@ pub fn corrupted_rkey(t: Transport) {
         );
         if !f.md.registers() {
             assert_eq!(
-                f.md.mem_reg(buf.as_mut_ptr(), 4096).err(),
+                // SAFETY: 4096 bytes of `buf`; refused anyway.
+                unsafe { f.md.mem_reg(buf.as_mut_ptr(), 4096) }.err(),
                 Some(Status::Unsupported),
                 "{t:?}: mem_reg of a domain without keys"
             );
@@ -2090,7 +2096,8 @@ pub fn corrupted_rkey(t: Transport) {
     };
     let src = maker.as_ref().unwrap_or(&f.md);
     let alloc = src.mem_alloc(4096).expect("mem_alloc");
-    let reg = src.mem_reg(buf.as_mut_ptr(), 4096).expect("mem_reg");
+    // SAFETY: 4096 bytes of `buf`, which outlives the handle.
+    let reg = unsafe { src.mem_reg(buf.as_mut_ptr(), 4096) }.expect("mem_reg");
     for (name, h) in [("alloc", &alloc), ("reg", &reg)] {
         let good = h.pack_rkey();
         for md in [&f.md, &other] {

@@ -13,6 +13,8 @@
 //! - [`hex`]: the encoding of binary values in the line protocol.
 //! - [`fabric`] ([`Fabric`]): the in-memory transport with a virtual clock and fault hooks
 //!   (uct's `fabric` module, which this crate enables), for protocol tests.
+//! - [`require`]: skipping a test the machine cannot run, or failing it when
+//!   `RUCX_REQUIRE` says the machine must (CI).
 //!
 //! The tests live in `tests/`, each file with a `//!` saying what it proves:
 //! `conformance.rs` (the suite per transport), `am_multiproc.rs` (2 and 4 processes,
@@ -26,6 +28,11 @@
 //! Multi-process tests take [`heavy_test`] so that the polling peers of one test binary
 //! do not compete with another test's; peers that merely wait block in `iface.wait`.
 
+#![deny(unsafe_code)]
+
+// The suite tests Md::mem_reg, an unsafe fn, and checks the memory around registrations
+// (red zones) through raw pointers: the one module of testkit with unsafe code.
+#[allow(unsafe_code)]
 pub mod conformance;
 pub mod fabric;
 pub mod hex;
@@ -33,6 +40,7 @@ pub mod pattern;
 pub mod peer;
 pub mod procfs;
 pub mod proto;
+pub mod require;
 pub mod simnet;
 
 pub use fabric::Fabric;

@@ -223,7 +223,7 @@ fn every_flavour_ipv4() {
 #[test]
 fn every_flavour_ipv6() {
     if UdpSocket::bind((Ipv6Addr::LOCALHOST, 0)).is_err() {
-        eprintln!("SKIPPED: no IPv6 loopback");
+        testkit::require::skip("ipv6", "no IPv6 loopback (::1) on this host");
         return;
     }
     every_flavour(IpAddr::V6(Ipv6Addr::LOCALHOST));

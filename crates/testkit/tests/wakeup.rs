@@ -46,7 +46,10 @@ fn receiver_blocked_in_wait_is_woken_by_a_send_from_another_process() {
         );
         let observed = await_sleep_in_poll(peer.pid());
         if !observed {
-            eprintln!("/proc cannot show whether the receiver sleeps; sending anyway");
+            testkit::require::skip(
+                "wakeup",
+                "/proc cannot show whether the receiver sleeps; sending anyway",
+            );
         }
         // One flavour per round: short, bcopy, zcopy.
         let payload = pattern::am_vec(40 + r as usize * 1000, u64::from(r), 9, 0);

@@ -128,7 +128,11 @@ impl Context {
             if handles.iter().any(|(t, _)| *t == r.transport) || !self.md(i).supports_rkeys() {
                 continue;
             }
-            handles.push((r.transport, self.md(i).mem_reg(base, len.max(1))?));
+            // SAFETY: `base` is our allocation (kept in `handles`) or the caller's memory,
+            // which this function's contract says stays valid while the handle lives (it
+            // should be an `unsafe fn`: issue 12, left to the ucp restructuring).
+            let h = unsafe { self.md(i).mem_reg(base, len.max(1)) }?;
+            handles.push((r.transport, h));
         }
         // The key id is the id of the key's registration: the allocation, else the first
         // registration (every domain's key to user memory is the same "memory" key).

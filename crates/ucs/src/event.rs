@@ -104,13 +104,8 @@ impl BitOrAssign for Events {
 /// A set of descriptors to wait on, each with user data.
 pub struct EventSet {
     epfd: OwnedFd,
-    buf: epoll::EventVec,
+    buf: crate::sys::poll::EpollEvents,
 }
-
-// SAFETY: the event buffer holds only the u64 user data we registered (rustix stores it in
-// a pointer-sized union); nothing in it is ever dereferenced, so moving the set to another
-// thread is sound.
-unsafe impl Send for EventSet {}
 
 impl EventSet {
     /// Events reported per wait when not told otherwise; more stay pending for the next.
@@ -129,7 +124,7 @@ impl EventSet {
         })?;
         Ok(EventSet {
             epfd,
-            buf: epoll::EventVec::with_capacity(batch.max(1)),
+            buf: crate::sys::poll::EpollEvents(epoll::EventVec::with_capacity(batch.max(1))),
         })
     }
 
@@ -168,7 +163,7 @@ impl EventSet {
         let deadline = (timeout_ms > 0).then(|| now_ns() + timeout_ms as u64 * 1_000_000);
         let mut timeout = timeout_ms;
         loop {
-            match epoll::wait(&self.epfd, &mut self.buf, timeout) {
+            match epoll::wait(&self.epfd, &mut self.buf.0, timeout) {
                 Ok(()) => break,
                 Err(Errno::INTR) => {
                     if let Some(deadline) = deadline {
@@ -184,7 +179,7 @@ impl EventSet {
             }
         }
         let mut n = 0;
-        for ev in self.buf.iter() {
+        for ev in self.buf.0.iter() {
             f(ev.data.u64(), Events::from_epoll(ev.flags));
             n += 1;
         }

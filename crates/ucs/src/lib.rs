@@ -2,6 +2,9 @@
 //! timers, event sets, and (in [`sys`]) the operating-system calls behind safe wrappers.
 //!
 //! Nothing here knows about transports or protocols; every other crate builds on it.
+//! `unsafe` lives in [`sys`] only.
+
+#![deny(unsafe_code)]
 
 pub mod config;
 pub mod event;
@@ -9,6 +12,8 @@ pub mod log;
 pub mod pool;
 pub mod stats;
 pub mod status;
+// The operating-system calls (DESIGN.md): the one unsafe module of ucs.
+#[allow(unsafe_code)]
 pub mod sys;
 pub mod timer;
 

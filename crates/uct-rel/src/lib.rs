@@ -32,6 +32,8 @@
 //! );
 //! ```
 
+#![forbid(unsafe_code)]
+
 pub mod engine;
 pub mod packet;
 mod pool;

@@ -222,7 +222,8 @@ impl Iface {
     /// Creates an endpoint to the interface at `iface_addr`.
     pub fn ep_create(&mut self, iface_addr: &[u8]) -> Result<EpId> {
         let ep = dispatch!(self, t => t.ep_create(iface_addr))?;
-        let i = ep.0 as usize;
+        // Indexed by slot: ids of reused slots carry a generation in their high bits.
+        let i = ep.slot();
         if self.pending.len() <= i {
             self.pending.resize_with(i + 1, VecDeque::new);
         }
@@ -336,10 +337,7 @@ impl Iface {
     fn blocked(&self, ep: EpId) -> bool {
         !self.pending_eps.is_empty()
             && self.dispatching != Some(ep)
-            && self
-                .pending
-                .get(ep.0 as usize)
-                .is_some_and(|q| !q.is_empty())
+            && self.pending.get(ep.slot()).is_some_and(|q| !q.is_empty())
     }
 
     /// Sends a short active message: `hdr` then `payload` (at most `max_am_short`).
@@ -410,10 +408,7 @@ impl Iface {
             .min(self.attr().max_put_bcopy as u64) as usize;
         if rkey.is_direct() {
             // Pack straight into the target.
-            let p = rkey.ptr(addr, room)?;
-            // SAFETY: ptr() checked `room` bytes at p lie in mapped memory of the key.
-            let dst = unsafe { std::slice::from_raw_parts_mut(p, room) };
-            let n = pack(dst);
+            let n = rma::with_direct_mut(rkey, addr, room, pack)?;
             return if n <= room {
                 Ok(Outcome::Done(n))
             } else {
@@ -465,9 +460,7 @@ impl Iface {
             return Err(Status::InvalidParam);
         }
         if rkey.is_direct() {
-            let p = rkey.ptr(addr, len)?;
-            // SAFETY: ptr() checked `len` bytes at p lie in mapped memory of the key.
-            unpack(unsafe { std::slice::from_raw_parts(p, len) });
+            rma::with_direct(rkey, addr, len, unpack)?;
             return Ok(Outcome::Done(()));
         }
         let mut buf = vec![0u8; len];
@@ -587,7 +580,7 @@ impl Iface {
         };
         let q = self
             .pending
-            .get_mut(ep.0 as usize)
+            .get_mut(ep.slot())
             .ok_or(Status::InvalidParam)?;
         if has_space && q.is_empty() {
             return Err(Status::Busy);
@@ -601,7 +594,7 @@ impl Iface {
 
     /// Drops the pending requests of `ep`; returns how many there were.
     pub fn pending_purge(&mut self, ep: EpId) -> usize {
-        let n = self.pending.get_mut(ep.0 as usize).map_or(0, |q| {
+        let n = self.pending.get_mut(ep.slot()).map_or(0, |q| {
             let n = q.len();
             q.clear();
             n
@@ -646,7 +639,7 @@ impl Iface {
             loop {
                 let Some(mut f) = self
                     .pending
-                    .get_mut(ep.0 as usize)
+                    .get_mut(ep.slot())
                     .and_then(VecDeque::pop_front)
                 else {
                     break;
@@ -654,7 +647,7 @@ impl Iface {
                 match f(self, ep) {
                     PendingResult::Done => done += 1,
                     PendingResult::Again => {
-                        if let Some(q) = self.pending.get_mut(ep.0 as usize) {
+                        if let Some(q) = self.pending.get_mut(ep.slot()) {
                             q.push_front(f);
                         }
                         break;
@@ -662,11 +655,7 @@ impl Iface {
                 }
             }
             self.dispatching = None;
-            if self
-                .pending
-                .get(ep.0 as usize)
-                .is_some_and(|q| !q.is_empty())
-            {
+            if self.pending.get(ep.slot()).is_some_and(|q| !q.is_empty()) {
                 self.pending_eps.push_back(ep);
             }
         }
@@ -735,5 +724,39 @@ impl Iface {
             #[cfg(feature = "fabric")]
             Tl::Fabric(t) => t.dropped(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Endpoint ids of reused slots carry a generation in their high bits; the pending
+    /// table is indexed by slot, so it stays as small as the number of endpoints.
+    #[test]
+    fn pending_table_follows_slots_not_ids() {
+        let cfg = IfaceConfig::default();
+        let mut iface = Iface::open(Transport::SelfTl, &cfg).unwrap();
+        let addr = iface.address();
+        for _ in 0..3 {
+            let ep = iface.ep_create(&addr).unwrap();
+            iface.ep_destroy(ep).unwrap();
+        }
+        let ep = iface.ep_create(&addr).unwrap();
+        assert_ne!(
+            ep.0 as usize,
+            ep.slot(),
+            "the slot was reused under a new id"
+        );
+        assert!(
+            iface.pending.len() <= 1,
+            "pending table of {}",
+            iface.pending.len()
+        );
+        // The table still serves the endpoint: with room, pending_add says retry now.
+        assert_eq!(
+            iface.pending_add(ep, Box::new(|_, _| PendingResult::Done)),
+            Err(Status::Busy)
+        );
     }
 }

@@ -214,8 +214,22 @@ impl Md {
     }
 
     /// Registers existing memory `[addr, addr+len)` of this process. The memory stays the
-    /// caller's; it must stay mapped while the handle and any key packed from it live.
-    pub fn mem_reg(&self, addr: *mut u8, len: usize) -> Result<MemHandle> {
+    /// caller's. Keys packed from the handle let peers (and, for tcp, the receiving
+    /// transport on their behalf) read and write that range until the handle is dropped.
+    ///
+    /// A null `addr` or a range that wraps is refused (`InvalidParam`); nothing else about
+    /// the range can be checked here.
+    ///
+    /// # Safety
+    /// Until the returned handle is dropped:
+    /// - `[addr, addr+len)` must stay allocated (mapped) and valid for reads and writes;
+    /// - the range may be written at any progress of an interface of this process (remote
+    ///   puts, atomics, tcp's put frames) or read (remote gets), so the caller must not
+    ///   keep references to it that promise it does not change or that no one else reads
+    ///   (`&[u8]`, `&mut [u8]`) across such progress; it reads and writes it only through
+    ///   raw pointers or between progress calls.
+    #[allow(unsafe_code)] // registration hands memory to peers: uct's memory access
+    pub unsafe fn mem_reg(&self, addr: *mut u8, len: usize) -> Result<MemHandle> {
         let base = addr as u64;
         if addr.is_null() || base.checked_add(len as u64).is_none() {
             return Err(Status::InvalidParam);
@@ -353,7 +367,9 @@ mod tests {
     fn local_keys_only_for_live_registrations() {
         let md = Md::open(Transport::SelfTl);
         let mut buf = vec![0u8; 64];
-        let h = md.mem_reg(buf.as_mut_ptr(), 64).unwrap();
+        #[allow(unsafe_code)] // testing the unsafe mem_reg
+        // SAFETY: `buf` outlives `h` and is only read through the key while `h` lives.
+        let h = unsafe { md.mem_reg(buf.as_mut_ptr(), 64) }.unwrap();
         let packed = h.pack_rkey();
         let rk = md.rkey_unpack(&packed).unwrap();
         assert!(rk.ptr(buf.as_ptr() as u64, 64).is_ok());
@@ -386,11 +402,13 @@ mod tests {
         let other = Md::open(Transport::Shm);
         let rk = other.rkey_unpack(&h.pack_rkey()).unwrap();
         assert!(rk.is_direct());
-        let p = rk.ptr(h.address() as u64 + 10, 4).unwrap();
-        // SAFETY: p points 10 bytes into a 1000-byte mapping (checked by ptr()).
-        unsafe { p.write(77) };
-        // SAFETY: the handle's region is 1000 bytes of mapped memory.
-        assert_eq!(unsafe { h.address().add(10).read() }, 77);
+        let at = h.address() as u64 + 10;
+        crate::rma::put(&rk, at, &[&[77]]).unwrap();
+        // Read back through the allocating domain's own key (its mapping).
+        let mine = md.rkey_unpack(&h.pack_rkey()).unwrap();
+        let mut b = [0u8; 1];
+        crate::rma::get(&mine, at, &mut [&mut b]).unwrap();
+        assert_eq!(b, [77]);
     }
 
     #[test]
@@ -406,7 +424,9 @@ mod tests {
     fn registered_memory_on_shm_is_cma() {
         let md = Md::open(Transport::Shm);
         let mut buf = vec![0u8; 64];
-        let h = md.mem_reg(buf.as_mut_ptr(), 64).unwrap();
+        #[allow(unsafe_code)] // testing the unsafe mem_reg
+        // SAFETY: `buf` outlives `h` and is only read through the key while `h` lives.
+        let h = unsafe { md.mem_reg(buf.as_mut_ptr(), 64) }.unwrap();
         let rk = md.rkey_unpack(&h.pack_rkey()).unwrap();
         assert!(!rk.is_direct());
         assert_eq!(

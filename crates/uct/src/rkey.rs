@@ -287,11 +287,9 @@ impl Rkey {
                 }
                 Ok(addr as usize as *mut u8)
             }
-            Access::Mapped(seg) => {
-                // SAFETY: check() proved addr - base + len <= key len <= segment len
-                // (the segment was attached with at least the key's length).
-                Ok(unsafe { seg.as_ptr().add((addr - self.base) as usize) })
-            }
+            // check() proved addr - base + len <= key len <= segment len (the segment was
+            // attached with at least the key's length): the pointer stays inside it.
+            Access::Mapped(seg) => Ok(seg.as_ptr().wrapping_add((addr - self.base) as usize)),
             Access::Cma | Access::Wire { .. } => Err(Status::Unsupported),
         }
     }

@@ -1,10 +1,15 @@
 //! Remote memory access and atomics over a resolved [`Rkey`], shared by the self and shm
 //! transports: a direct copy or CPU atomic when the key is local or mapped, a cross-memory
 //! attach copy when it is a CMA key. Every access is range-checked against the key first.
+//!
+//! This is uct's memory-access module: with the shm FIFO it is the only place in uct that
+//! turns addresses into memory (`unsafe`), for the other modules to use through checked,
+//! safe functions (including tcp's receive of put data into a registration).
 
 use crate::rkey::{Access, Rkey};
 use crate::types::{AtomicOp, AtomicSize};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Weak;
 use ucs::sys::cma;
 use ucs::{Result, Status};
 
@@ -49,6 +54,49 @@ pub fn get(rkey: &Rkey, addr: u64, iov: &mut [&mut [u8]]) -> Result<()> {
         off += b.len() as u64;
     }
     Ok(())
+}
+
+/// Calls `f` with the `len` bytes at `addr` of a key with direct access (local or mapped),
+/// to write them in place.
+pub fn with_direct_mut<R>(
+    rkey: &Rkey,
+    addr: u64,
+    len: usize,
+    f: impl FnOnce(&mut [u8]) -> R,
+) -> Result<R> {
+    let p = rkey.ptr(addr, len)?;
+    // SAFETY: ptr() checked that `len` bytes at p lie in the key's memory, mapped (a live
+    // local registration or an attached segment) while the key lives, which outlives `f`.
+    Ok(f(unsafe { std::slice::from_raw_parts_mut(p, len) }))
+}
+
+/// Calls `f` with the `len` bytes at `addr` of a key with direct access, to read them.
+pub fn with_direct<R>(rkey: &Rkey, addr: u64, len: usize, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
+    let p = rkey.ptr(addr, len)?;
+    // SAFETY: as in with_direct_mut.
+    Ok(f(unsafe { std::slice::from_raw_parts(p, len) }))
+}
+
+/// The `len` bytes at `addr`, inside a tcp registration of this process whose liveness
+/// token is `alive` ([`crate::md::wire_target`] checked the range when the put arrived),
+/// for the receive path to read put data into; `None` (and `alive` cleared) once the
+/// registration was dropped.
+pub(crate) fn registered_mut(
+    alive: &mut Option<Weak<()>>,
+    addr: u64,
+    len: usize,
+) -> Option<&mut [u8]> {
+    if alive.as_ref().is_some_and(|w| w.strong_count() > 0) {
+        // SAFETY: the range lies inside a registration of this process that is still
+        // alive (checked just now, on the thread that would deregister it); mem_reg's
+        // caller promised the memory stays allocated and writable, and is not borrowed,
+        // across progress while it is registered. The slice lives no longer than the
+        // unique borrow of `alive`, i.e. within this progress call.
+        Some(unsafe { std::slice::from_raw_parts_mut(addr as usize as *mut u8, len) })
+    } else {
+        *alive = None;
+        None
+    }
 }
 
 /// Performs an atomic operation and returns the previous value. Only keys with direct

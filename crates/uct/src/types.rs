@@ -96,10 +96,21 @@ impl<T> Outcome<T> {
 /// with this token by the interface's completion callback.
 pub type Comp = u64;
 
-/// An endpoint of an interface. Ids are reused after `ep_destroy`; using a destroyed id is
-/// an error (`InvalidParam`), never a crash.
+/// An endpoint of an interface. An id names one endpoint for good: after `ep_destroy` its
+/// slot may hold a new endpoint, under a new id (the slot's generation is part of the id),
+/// and using the destroyed id is an error (`InvalidParam`), never a crash or another
+/// endpoint.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct EpId(pub u32);
+
+impl EpId {
+    /// The slot of the endpoint in its interface (the id without its generation): small
+    /// and dense, for tables indexed by endpoint.
+    #[inline]
+    pub fn slot(self) -> usize {
+        (self.0 & crate::slab::INDEX_MASK) as usize
+    }
+}
 
 /// The 32 active-message ids of UCT.
 pub const AM_ID_MAX: u8 = 32;

@@ -214,7 +214,9 @@ pub(crate) fn alloc(md: &MdObj, len: usize) -> Result<(uct_mem_h, *mut c_void, c
         if p == libc::MAP_FAILED {
             return Err(Status::NoMemory);
         }
-        match md.md.mem_reg(p as *mut u8, len) {
+        // SAFETY: the mapping made just above, unmapped only after the handle is dropped
+        // (MemObj's Drop); the application reaches it through raw pointers only.
+        match unsafe { md.md.mem_reg(p as *mut u8, len) } {
             Ok(h) => (h, Some((p as usize, len)), UCT_ALLOC_METHOD_MMAP),
             Err(e) => {
                 // SAFETY: the mapping made just above.
@@ -519,7 +521,9 @@ pub unsafe extern "C" fn uct_md_mem_reg(
         if memh_p.is_null() {
             return Err(Status::InvalidParam);
         }
-        let h = m.md.mem_reg(address as *mut u8, length)?;
+        // SAFETY: the caller of uct_md_mem_reg keeps the memory valid until
+        // uct_md_mem_dereg (the UCT API's contract), which drops the handle.
+        let h = unsafe { m.md.mem_reg(address as *mut u8, length) }?;
         let obj = Box::new(MemObj {
             magic: MEM_MAGIC,
             handle: Some(h),

@@ -2,6 +2,8 @@
 //! running them with a time limit.
 #![allow(dead_code)]
 
+pub mod require;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::Mutex;
@@ -161,12 +163,18 @@ pub fn compile(src: &str, headers: Headers) -> PathBuf {
 }
 
 /// Runs `cmd` to completion or `limit`, killing it (and its process group) on timeout.
-pub fn run(mut cmd: Command, limit: Duration) -> Output {
+pub fn run(cmd: Command, limit: Duration) -> Output {
+    run_with(cmd, limit, |_| {})
+}
+
+/// [`run`], telling `started` the process id once the program runs.
+pub fn run_with(mut cmd: Command, limit: Duration, started: impl FnOnce(u32)) -> Output {
     use std::os::unix::process::CommandExt;
     cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
     cmd.process_group(0);
     let child = cmd.spawn().expect("spawn");
     let pid = child.id();
+    started(pid);
     let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let d2 = done.clone();
     let watchdog = std::thread::spawn(move || {
@@ -208,4 +216,64 @@ pub fn run_on_rucx(prog: &Path, env: &[(&str, &str)], limit: Duration) -> String
         String::from_utf8_lossy(&out.stderr)
     );
     stdout
+}
+
+/// A TCP port that was free a moment ago: the kernel's choice for a socket bound to port 0
+/// (for programs that cannot be told to take port 0 themselves).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind(("0.0.0.0", 0))
+        .and_then(|l| l.local_addr())
+        .expect("bind to port 0")
+        .port()
+}
+
+/// The TCP ports process `pid` listens on, as the kernel shows them: its socket inodes
+/// (/proc/<pid>/fd) matched with the LISTEN entries of /proc/net/tcp and tcp6.
+pub fn listening_ports(pid: u32) -> Vec<u16> {
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return Vec::new();
+    };
+    let inodes: std::collections::HashSet<String> = fds
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .filter_map(|l| {
+            let l = l.to_string_lossy().into_owned();
+            Some(l.strip_prefix("socket:[")?.strip_suffix(']')?.to_string())
+        })
+        .collect();
+    let mut ports = Vec::new();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = std::fs::read_to_string(table) else {
+            continue;
+        };
+        for line in text.lines().skip(1) {
+            // sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
+            let f: Vec<&str> = line.split_whitespace().collect();
+            if f.len() < 10 || f[3] != "0A" || !inodes.contains(f[9]) {
+                continue;
+            }
+            if let Some(p) = f[1]
+                .rsplit_once(':')
+                .and_then(|(_, p)| u16::from_str_radix(p, 16).ok())
+            {
+                ports.push(p);
+            }
+        }
+    }
+    ports
+}
+
+/// Waits until process `pid` listens on TCP `port` (true), or `gone` says it ended, or
+/// `limit` passes (false).
+pub fn await_listening(pid: u32, port: u16, limit: Duration, gone: impl Fn() -> bool) -> bool {
+    let t0 = Instant::now();
+    while t0.elapsed() < limit {
+        if listening_ports(pid).contains(&port) {
+            return true;
+        }
+        if gone() {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    false
 }

@@ -37,6 +37,8 @@
 //!
 //! `corrupt` and `skip=` inject a fault, for the tests that prove the checkers notice.
 
+#![deny(unsafe_code)]
+
 use std::io::{BufRead, StdinLock};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -88,10 +90,7 @@ fn main() {
 /// Makes the kernel SIGKILL this process when the process that spawned it goes away, so a
 /// test that is itself killed cannot leave peers behind.
 fn die_with_parent() {
-    // SAFETY: PR_SET_PDEATHSIG only sets a signal number in this process's own state.
-    unsafe {
-        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
-    }
+    let _ = rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::Kill));
     // The parent may have died before the call above took effect.
     if rustix::process::getppid().is_none() {
         std::process::exit(3);
@@ -413,6 +412,8 @@ struct TargetMem {
     _buf: Option<Box<[u64]>>,
 }
 
+// Views of memory registered with `mem_reg`, whose remote writes happen between commands.
+#[allow(unsafe_code)]
 impl TargetMem {
     fn bytes(&self) -> &[u8] {
         // SAFETY: ptr..ptr+len is the registered buffer or the allocation, alive as long as
@@ -443,7 +444,10 @@ fn rma_target(input: &mut Input) -> R {
                     Some("reg") => {
                         let mut buf = vec![0u64; len.div_ceil(8).max(1)].into_boxed_slice();
                         let ptr = buf.as_mut_ptr().cast::<u8>();
-                        let handle = st(md.mem_reg(ptr, len), "mem_reg")?;
+                        #[allow(unsafe_code)] // registering memory is unsafe
+                        // SAFETY: `buf` moves into the TargetMem beside the handle, which
+                        // is dropped first; the memory is used through `ptr` only.
+                        let handle = st(unsafe { md.mem_reg(ptr, len) }, "mem_reg")?;
                         TargetMem {
                             ptr,
                             len,

@@ -2,6 +2,8 @@
 //! attributes, and the configuration with its defaults (like `ucx_info -v -d -c`).
 //! Without options it prints all three.
 
+#![forbid(unsafe_code)]
+
 use clap::Parser;
 use std::fmt::Write;
 use std::process::ExitCode;

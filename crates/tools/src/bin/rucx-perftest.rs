@@ -23,6 +23,8 @@
 //!
 //! Exit status: 0 on success, 1 when a test fails, 2 for a bad command line.
 
+#![forbid(unsafe_code)]
+
 use clap::{CommandFactory, FromArgMatches, Parser};
 use perf::channel::LineChannel;
 use perf::{report, Api, Initiator, Layout, Params, PerfResult, TestId};

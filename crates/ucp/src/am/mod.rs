@@ -376,7 +376,9 @@ pub(crate) fn send_step(tls: &mut [Tl], core: &mut Core, lane: Lane, r: Request)
     }
     if s.mem.is_none() {
         let ptr = s.buf.contig_ptr().ok_or(Status::InvalidParam)?;
-        s.mem = Some(Box::new(t.md.mem_reg(ptr, len.max(1))?));
+        // SAFETY: the sender promised the buffer stays valid until the send completes,
+        // and the registration (s.mem) is dropped with the request.
+        s.mem = Some(Box::new(unsafe { t.md.mem_reg(ptr, len.max(1)) }?));
     }
     let (rkey, addr) = match &s.mem {
         Some(m) => (m.pack_rkey_compact(), m.address() as u64),

@@ -80,12 +80,19 @@ pub(crate) fn start(
             status: Status::Ok,
         }));
     }
+    // The registrations below: the receive buffer stays valid until the receive
+    // completes (its owner's contract, or owned by the request), and the bounce buffer
+    // moves into the RndvRx entry with its registration; the registration lives exactly
+    // as long as that entry, which is removed before the receive completes.
     let (mem, bounce) = match rs.buf {
-        Buf::Contig { ptr, .. } => (md.mem_reg(ptr, n)?, None),
-        Buf::Owned(ref o) => (md.mem_reg(o.raw().0, n)?, None),
+        // SAFETY: see above.
+        Buf::Contig { ptr, .. } => (unsafe { md.mem_reg(ptr, n) }?, None),
+        // SAFETY: see above.
+        Buf::Owned(ref o) => (unsafe { md.mem_reg(o.raw().0, n) }?, None),
         Buf::Iov(_) | Buf::Generic(_) => {
             let mut b = vec![0u8; n];
-            (md.mem_reg(b.as_mut_ptr(), n)?, Some(b))
+            // SAFETY: see above (the vector's heap memory does not move with it).
+            (unsafe { md.mem_reg(b.as_mut_ptr(), n) }?, Some(b))
         }
     };
     let rreq = req.to_u64();

@@ -199,7 +199,9 @@ pub(crate) fn send_step(tls: &mut [Tl], core: &mut Core, lane: Lane, r: Request)
             // A lane that puts sends no key: the receiver answers with an Rtr.
             if s.mem.is_none() && !th.put {
                 let ptr = s.buf.contig_ptr().ok_or(Status::InvalidParam)?;
-                s.mem = Some(Box::new(t.md.mem_reg(ptr, len)?));
+                // SAFETY: the sender promised the buffer stays valid until the send
+                // completes; the registration (s.mem) is dropped with the request.
+                s.mem = Some(Box::new(unsafe { t.md.mem_reg(ptr, len) }?));
             }
             let iface = &mut t.iface;
             let (rkey, addr) = match &s.mem {

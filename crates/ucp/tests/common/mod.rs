@@ -2,6 +2,8 @@
 //! `RUCX_TEST_ROLE` set; they talk to the test over stdin/stdout lines starting `@@ `.
 #![allow(dead_code)]
 
+pub mod require;
+
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{channel, Receiver};
@@ -202,14 +204,15 @@ fn ip(args: &[&str]) -> bool {
 }
 
 impl Hosts {
-    /// `None` (with the reason printed) when this process may not make namespaces.
+    /// `None` (with the reason printed) when this process may not make namespaces; a
+    /// failure instead when `RUCX_REQUIRE` names netns.
     pub fn new(n: usize) -> Option<Hosts> {
         if !rustix::process::geteuid().is_root() {
-            eprintln!("SKIPPED: network-namespace tests need root");
+            require::skip("netns", "network-namespace tests need root");
             return None;
         }
         if !ip(&["netns", "list"]) {
-            eprintln!("SKIPPED: the ip command (iproute2) is not available");
+            require::skip("netns", "the ip command (iproute2) is not available");
             return None;
         }
         let tag = std::process::id();

@@ -180,7 +180,7 @@ impl FabricIface {
         let now = net::lock(&self.net).now;
         let peer = self.peer_of(a.node, now);
         let failed = self.dead.then_some(Status::ConnectionReset);
-        Ok(self.eps.insert(FEp { peer, failed }))
+        self.eps.insert(FEp { peer, failed })
     }
 
     pub fn ep_destroy(&mut self, ep: EpId) -> Result<()> {

@@ -144,7 +144,7 @@ impl SelfIface {
         if !self.is_reachable(iface_addr) {
             return Err(Status::Unreachable);
         }
-        Ok(self.eps.insert(()))
+        self.eps.insert(())
     }
 
     pub fn ep_destroy(&mut self, ep: EpId) -> Result<()> {

@@ -261,17 +261,10 @@ struct PutRx {
 
 impl PutRx {
     /// The destination of the next read, when the target registration is still alive.
+    /// The range [dst, dst+left) lies inside a registration of this process (checked by
+    /// `wire_target` when the frame arrived).
     fn target(&mut self) -> Option<&mut [u8]> {
-        if self.alive.as_ref().is_some_and(|w| w.strong_count() > 0) {
-            // SAFETY: the range [dst, dst+left) lies inside a registration of this process
-            // (checked by wire_target when the frame arrived) that is still alive (checked
-            // just now, on the thread that would deregister it); a registration's owner
-            // promised the memory stays mapped and writable while it is registered.
-            Some(unsafe { std::slice::from_raw_parts_mut(self.dst as usize as *mut u8, self.left) })
-        } else {
-            self.alive = None;
-            None
-        }
+        crate::rma::registered_mut(&mut self.alive, self.dst, self.left)
     }
 }
 
@@ -290,10 +283,6 @@ pub struct TcpIface {
     cfg: TcpConfig,
     attr: IfaceAttr,
     dropped: u64,
-    /// One past the largest endpoint id handed out (the slab reuses ids below it).
-    ep_ids: u32,
-    /// One past the largest accepted-connection id handed out.
-    rx_ids: u32,
     /// Endpoints in `EpState::Waiting`.
     waiting: Vec<EpId>,
     /// Wakes a blocked wait when a waiting endpoint must connect.
@@ -374,8 +363,6 @@ impl TcpIface {
             cfg,
             attr,
             dropped: 0,
-            ep_ids: 0,
-            rx_ids: 0,
             waiting: Vec::new(),
             timer,
         })
@@ -456,8 +443,7 @@ impl TcpIface {
                 head: 0,
                 want_out: false,
                 rx: RxState::new(Some(iface_addr.to_vec()), self.rx_buf_max()),
-            });
-            self.ep_ids = self.ep_ids.max(ep.0 + 1);
+            })?;
             self.waiting.push(ep);
             return Ok(ep);
         }
@@ -478,8 +464,7 @@ impl TcpIface {
             head: 0,
             want_out: true,
             rx: RxState::new(Some(iface_addr.to_vec()), self.rx_buf_max()),
-        });
-        self.ep_ids = self.ep_ids.max(ep.0 + 1);
+        })?;
         let e = self.eps.get(ep)?;
         self.events.add(
             &e.sock,
@@ -601,26 +586,23 @@ impl TcpIface {
     /// both sides connect at once, each keeps sending on its own and nothing waits for a
     /// tie-break.
     fn bind_accepted(&mut self, iface_addr: &[u8], peer: &SocketAddr) -> Option<EpId> {
-        let mut found = None;
-        for i in 0..self.rx_ids {
-            let Ok(c) = self.rx.get(EpId(i)) else {
-                continue;
-            };
-            if c.rx.peer.as_deref() == Some(iface_addr) && c.comes_from(peer) {
-                found = Some(EpId(i));
-                break;
-            }
-        }
+        let found = self
+            .rx
+            .iter()
+            .find(|(_, c)| c.rx.peer.as_deref() == Some(iface_addr) && c.comes_from(peer))
+            .map(|(id, _)| id);
         let c = self.rx.remove(found?).ok()?;
-        let ep = self.eps.insert(TcpEp {
-            sock: c.sock,
-            state: EpState::Connected,
-            tx: Vec::with_capacity(self.cfg.seg_size),
-            head: 0,
-            want_out: false,
-            rx: c.rx,
-        });
-        self.ep_ids = self.ep_ids.max(ep.0 + 1);
+        let ep = self
+            .eps
+            .insert(TcpEp {
+                sock: c.sock,
+                state: EpState::Connected,
+                tx: Vec::with_capacity(self.cfg.seg_size),
+                head: 0,
+                want_out: false,
+                rx: c.rx,
+            })
+            .ok()?;
         let e = self.eps.get(ep).ok()?;
         if self
             .events
@@ -668,11 +650,9 @@ impl TcpIface {
     /// True when every endpoint that has not failed has handed everything to the kernel
     /// (the interface flush). A failed endpoint's data is gone; it does not hold a flush.
     pub fn is_flushed(&self) -> bool {
-        (0..self.ep_ids).all(|i| {
-            self.eps.get(EpId(i)).map_or(true, |e| {
-                matches!(e.state, EpState::Failed(_))
-                    || (e.pending() == 0 && e.state == EpState::Connected)
-            })
+        self.eps.iter().all(|(_, e)| {
+            matches!(e.state, EpState::Failed(_))
+                || (e.pending() == 0 && e.state == EpState::Connected)
         })
     }
 
@@ -899,7 +879,7 @@ impl TcpIface {
 
     /// True when the interface has no connection either way (only the listener).
     pub fn is_idle(&self) -> bool {
-        self.eps.len() == 0 && self.rx.len() == 0
+        self.eps.is_empty() && self.rx.is_empty()
     }
 
     /// What happened to connections since the last call.
@@ -960,8 +940,10 @@ impl TcpIface {
                         sock,
                         rx: RxState::new(None, self.rx_buf_max()),
                     };
-                    let id = self.rx.insert(conn);
-                    self.rx_ids = self.rx_ids.max(id.0 + 1);
+                    // Too many connections: this one is closed (dropped) at once.
+                    let Ok(id) = self.rx.insert(conn) else {
+                        continue;
+                    };
                     if let Ok(c) = self.rx.get(id) {
                         if self
                             .events

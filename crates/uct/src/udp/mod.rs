@@ -384,8 +384,6 @@ pub struct UdpIface {
     /// Peers no endpoint refers to.
     unref_peers: u32,
     eps: Slab<UdpEp>,
-    /// One past the largest endpoint id handed out.
-    ep_ids: u32,
     handlers: AmTable,
     out_events: Vec<IfaceEvent>,
     rx_buf: Vec<u8>,
@@ -489,7 +487,6 @@ impl UdpIface {
             by_addr: HashMap::new(),
             unref_peers: 0,
             eps: Slab::default(),
-            ep_ids: 0,
             handlers: AmTable::default(),
             out_events: Vec::new(),
             // One byte more than the largest datagram: a longer one shows up as too long
@@ -621,8 +618,7 @@ impl UdpIface {
             self.unref_peers -= 1;
         }
         pe.eps += 1;
-        let ep = self.eps.insert(UdpEp { peer, failed: None });
-        self.ep_ids = self.ep_ids.max(ep.0 + 1);
+        let ep = self.eps.insert(UdpEp { peer, failed: None })?;
         Ok(ep)
     }
 
@@ -948,13 +944,11 @@ impl UdpIface {
         if self.stalled == Some(p) {
             self.stalled = None;
         }
-        for i in 0..self.ep_ids {
-            if let Ok(e) = self.eps.get_mut(EpId(i)) {
-                if e.peer == p && e.failed.is_none() {
-                    e.failed = Some(Status::EndpointTimeout);
-                    self.out_events
-                        .push(IfaceEvent::EpFailed(EpId(i), Status::EndpointTimeout));
-                }
+        for (i, e) in self.eps.iter_mut() {
+            if e.peer == p && e.failed.is_none() {
+                e.failed = Some(Status::EndpointTimeout);
+                self.out_events
+                    .push(IfaceEvent::EpFailed(i, Status::EndpointTimeout));
             }
         }
     }
