@@ -126,7 +126,8 @@ pub unsafe extern "C" fn ucp_mem_map(
                 return Err(Status::NoMemory);
             }
             fixed = Some((p as usize, length));
-            match ctx.ctx.mem_map(Some(p.cast()), length) {
+            // SAFETY: the mapping just made; it is unmapped only after the handle goes.
+            match unsafe { ctx.ctx.mem_map(Some(p.cast()), length) } {
                 Ok(m) => m,
                 Err(e) => {
                     // SAFETY: as above.
@@ -135,9 +136,11 @@ pub unsafe extern "C" fn ucp_mem_map(
                 }
             }
         } else if allocate {
-            ctx.ctx.mem_map(None, length.max(1))?
+            ctx.ctx.mem_alloc(length.max(1))?
         } else {
-            ctx.ctx.mem_map(Some(address.cast()), length)?
+            // SAFETY: ucp_mem_map's contract: the application's memory stays valid until
+            // ucp_mem_unmap.
+            unsafe { ctx.ctx.mem_map(Some(address.cast()), length) }?
         };
         let addr = memh.address() as usize;
         let (h, _) = Handle::alloc(MemObj {

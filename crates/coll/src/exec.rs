@@ -212,7 +212,12 @@ impl KeyCache {
             self.mems.push(m);
             return Ok(out);
         }
-        let mh = w.context().mem_map(Some(ptr), len)?;
+        // SAFETY: `ptr..ptr+len` is the destination of the collective being run (valid
+        // for its whole run by the caller's contract of `Buffer`); peers write it only
+        // inside a collective that names this buffer again, after the synchronisation
+        // step, so a cached registration of memory the application reused is written
+        // only when that memory is again a live destination.
+        let mh = unsafe { w.context().mem_map(Some(ptr), len) }?;
         let packed = mh.rkey_pack();
         if packed.len() + 16 > KEY_MSG {
             return Err(Status::Unsupported);

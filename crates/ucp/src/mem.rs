@@ -101,10 +101,22 @@ impl Drop for MemH {
 }
 
 impl Context {
+    /// Allocates `len` bytes mapped for remote access (in a shared segment, so peers on
+    /// the host can map it). The memory lives as long as the handle.
+    pub fn mem_alloc(&self, len: usize) -> Result<MemH> {
+        // SAFETY: no caller memory is involved: rucx allocates the region.
+        unsafe { self.mem_map(None, len) }
+    }
+
     /// Maps `len` bytes for remote access: allocated by rucx when `address` is `None`
-    /// (in a shared segment, so peers on the host can map it), else the caller's memory
-    /// at `address`, which must stay valid while the handle lives.
-    pub fn mem_map(&self, address: Option<*mut u8>, len: usize) -> Result<MemH> {
+    /// (as [`Context::mem_alloc`]), else the caller's memory at `address`.
+    ///
+    /// # Safety
+    /// With `Some(address)`: `address..address+len` must be valid for reads and writes
+    /// for as long as the returned handle lives, and the caller must expect peers to read
+    /// and write it at any time meanwhile (not hold Rust references to it that assume
+    /// otherwise).
+    pub unsafe fn mem_map(&self, address: Option<*mut u8>, len: usize) -> Result<MemH> {
         if len == 0 && address.is_none() {
             return Err(Status::InvalidParam);
         }
@@ -129,8 +141,7 @@ impl Context {
                 continue;
             }
             // SAFETY: `base` is our allocation (kept in `handles`) or the caller's memory,
-            // which this function's contract says stays valid while the handle lives (it
-            // should be an `unsafe fn`: issue 12, left to the ucp restructuring).
+            // which this function's contract says stays valid while the handle lives.
             let h = unsafe { self.md(i).mem_reg(base, len.max(1)) }?;
             handles.push((r.transport, h));
         }

@@ -28,7 +28,7 @@ fn role_server(args: &str) {
         .map(|_| w.ep_create(&unhex(&stdin_line())).unwrap())
         .collect();
     let ctx = w.context().clone();
-    let mem = ctx.mem_map(None, REGION).unwrap();
+    let mem = ctx.mem_alloc(REGION).unwrap();
     println!("@@ {} {}", mem.address() as u64, hex(&mem.rkey_pack()));
     let ams: Kept = Arc::default();
     let a2 = ams.clone();

@@ -211,13 +211,11 @@ fn access(p: &mut Pair<'_>, mem: &MemH, rk: &ucp::RemoteKey, what: &str) {
 
 /// Allocated and registered memory of `target_ctx`, reached from `a` over `ep`.
 fn both_kinds(p: &mut Pair<'_>, target_ctx: &Context, alloc: RmaPath, reg: RmaPath, what: &str) {
-    let mem = target_ctx.mem_map(None, LEN).unwrap();
+    let mem = target_ctx.mem_alloc(LEN).unwrap();
     exercise(p, &mem, alloc, &format!("{what}, allocated"));
     let mut own = vec![0u8; LEN + 1];
-    // SAFETY: one byte into `own`, which outlives the mapping (an odd address).
-    let mem = target_ctx
-        .mem_map(Some(unsafe { own.as_mut_ptr().add(1) }), LEN)
-        .unwrap();
+    // SAFETY: one byte into `own` (an odd address), which outlives the mapping.
+    let mem = unsafe { target_ctx.mem_map(Some(own.as_mut_ptr().add(1)), LEN) }.unwrap();
     exercise(p, &mem, reg, &format!("{what}, registered"));
     drop(mem);
     drop(own);
@@ -326,10 +324,11 @@ fn empty_key_reaches_any_mapped_region_only() {
     for bad in [&[0u8, 0][..], &[0, 1], &[]] {
         assert_eq!(p.a.rkey_unpack(ep, bad).err(), Some(Status::InvalidParam));
     }
-    let mem = c.mem_map(None, LEN).unwrap();
+    let mem = c.mem_alloc(LEN).unwrap();
     access(&mut p, &mem, &rk, "empty key on an allocation");
     let mut own = vec![0u8; LEN];
-    let reg = c.mem_map(Some(own.as_mut_ptr()), LEN).unwrap();
+    // SAFETY: `own` outlives the mapping.
+    let reg = unsafe { c.mem_map(Some(own.as_mut_ptr()), LEN) }.unwrap();
     access(&mut p, &reg, &rk, "empty key on a registration");
     // Memory that is not mapped (any more): refused.
     let gone = reg.address() as u64;

@@ -39,9 +39,9 @@ fn role_target(args: &str) {
     let _ep = peer_connect(&mut w);
     let ctx = w.context().clone();
     let mut own = vec![0u8; if alloc { 0 } else { REGION }];
-    let mem = ctx
-        .mem_map(if alloc { None } else { Some(own.as_mut_ptr()) }, REGION)
-        .unwrap();
+    // SAFETY: `own` outlives the mapping.
+    let mem =
+        unsafe { ctx.mem_map(if alloc { None } else { Some(own.as_mut_ptr()) }, REGION) }.unwrap();
     // SAFETY: the region is REGION bytes mapped for as long as `mem` lives.
     let region = unsafe { std::slice::from_raw_parts_mut(mem.address(), REGION) };
     println!("@@ {} {}", mem.address() as u64, hex(&mem.rkey_pack()));
@@ -311,7 +311,7 @@ fn four_processes_atomics_on_shared_words() {
     let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let mut w = worker();
     let ctx = w.context().clone();
-    let mem = ctx.mem_map(None, 4096).unwrap();
+    let mem = ctx.mem_alloc(4096).unwrap();
     let base = mem.address();
     // SAFETY: the region is 4096 bytes; set the initial values before anyone has the key.
     unsafe {
@@ -394,7 +394,8 @@ fn bad_keys_and_ranges_are_refused() {
     let mut backing = vec![0xeeu8; 4096];
     // SAFETY: the region is inside `backing`, which outlives the mapping.
     let region = unsafe { backing.as_mut_ptr().add(1024) };
-    let mem = target_ctx.mem_map(Some(region), 1024).unwrap();
+    // SAFETY: `backing` outlives the mapping.
+    let mem = unsafe { target_ctx.mem_map(Some(region), 1024) }.unwrap();
     let packed = mem.rkey_pack();
     let base = region as u64;
 
@@ -509,9 +510,8 @@ fn get_reply_after_unmap_is_an_error_and_reads_nothing() {
     let ep = i.ep_create(&t.address()).unwrap();
     let back = t.ep_create(&i_addr).unwrap();
     let mut backing = vec![0x5au8; 4096];
-    let mem = target_ctx
-        .mem_map(Some(backing.as_mut_ptr()), backing.len())
-        .unwrap();
+    // SAFETY: `backing` outlives the mapping (dropped before it below).
+    let mem = unsafe { target_ctx.mem_map(Some(backing.as_mut_ptr()), backing.len()) }.unwrap();
     let base = mem.address() as u64;
     let rk = i.rkey_unpack(ep, &mem.rkey_pack()).unwrap();
     assert_eq!(rk.rma_path(), RmaPath::Emulated);

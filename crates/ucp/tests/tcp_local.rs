@@ -74,7 +74,7 @@ fn tag_rma_over_tcp() {
     assert_eq!(a.ep_transport(ep).unwrap(), Some(uct::Transport::Tcp));
 
     // RMA over tcp is emulated by the target.
-    let mem = c.mem_map(None, 1 << 20).unwrap();
+    let mem = c.mem_alloc(1 << 20).unwrap();
     let rk = a.rkey_unpack(ep, &mem.rkey_pack()).unwrap();
     assert_eq!(rk.rma_path(), RmaPath::Emulated);
     let data = pattern(300_000, 5);

@@ -73,7 +73,7 @@ fn role_server() {
     println!("@@ {}", hex(&w.address()));
     let ep = w.ep_create(&unhex(&stdin_line())).unwrap();
     let ctx = w.context().clone();
-    let mem = ctx.mem_map(None, REGION).unwrap();
+    let mem = ctx.mem_alloc(REGION).unwrap();
     println!("@@ {} {}", mem.address() as u64, hex(&mem.rkey_pack()));
     let ams = keep_handler(&mut w, AM_TO_SERVER);
     let mut buf = vec![0u8; 16 << 20];

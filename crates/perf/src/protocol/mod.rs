@@ -131,7 +131,7 @@ impl MsgBuf {
     /// `len` zero bytes mapped for remote access (allocated by ucp: a shared segment that
     /// peers on this host can map).
     fn mapped(ctx: &Context, len: usize) -> Result<MsgBuf> {
-        let mem = ctx.mem_map(None, len).inspect_err(|e| {
+        let mem = ctx.mem_alloc(len).inspect_err(|e| {
             tracing::error!("cannot map {len} bytes for remote access: {e}");
         })?;
         let ptr = mem.address();

@@ -271,7 +271,7 @@ impl Pair {
         let (addr_a, addr_b) = (a.address(), b.address());
         let ab = a.ep_create(&addr_b).expect("A's endpoint");
         let ba = b.ep_create(&addr_a).expect("B's endpoint");
-        let mem_b = cb.mem_map(None, REGION).expect("B's region");
+        let mem_b = cb.mem_alloc(REGION).expect("B's region");
         let initial = pattern(REGION, seed ^ 0xb);
         // SAFETY: the region is REGION bytes of B's, nobody accesses it yet.
         unsafe { std::ptr::copy_nonoverlapping(initial.as_ptr(), mem_b.address(), REGION) };
