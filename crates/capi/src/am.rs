@@ -252,4 +252,3 @@ pub unsafe extern "C" fn ucp_am_data_release(worker: *mut Handle<Wk>, data: *mut
         })?
     })
 }
-

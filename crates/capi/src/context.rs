@@ -1,9 +1,9 @@
 //! Configuration objects, contexts, versions, and the library identity.
 
+use crate::core::HDR_SIZE;
 use crate::ffi::*;
 use crate::guard;
 use crate::handle::{handle_kind, Handle};
-use crate::core::HDR_SIZE;
 use crate::text;
 use std::ffi::{c_char, c_uint, c_void, CStr};
 use ucp::config::{RmaPath, Thresh};

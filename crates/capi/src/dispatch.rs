@@ -9,8 +9,8 @@
 //! handler run unseen inside another call.
 
 use crate::core::{
-    self, ep_handle_for, mark_completed, next_ready, AmEvent, AmHandlerC, CbKind, ConnReqH,
-    EpH, Event, OnConn, ReqHdr, Side, Wk,
+    self, ep_handle_for, mark_completed, next_ready, AmEvent, AmHandlerC, CbKind, ConnReqH, EpH,
+    Event, OnConn, ReqHdr, Side, Wk,
 };
 use crate::ffi::*;
 use crate::guard;
@@ -461,4 +461,3 @@ fn err_deliver(r: ErrReady) {
         f(r.arg, r.ep.cast(), r.status.code());
     }
 }
-

@@ -1,11 +1,13 @@
 //! Endpoints: `ucp_ep_create` (from a worker address, a server's socket address, or a
 //! connection request of a listener), error handlers, close, flush, query.
 
+use crate::address::address_from_c;
+use crate::core::{
+    self, ep_get as get, CbKind, ConnReqH, EpH, Event, Op, Outcome, RecvOut, Wk, DT_BYTES,
+};
+use crate::dispatch::{run, wait_ptr};
 use crate::ffi::*;
 use crate::guard;
-use crate::address::address_from_c;
-use crate::core::{self, ep_get as get, CbKind, ConnReqH, EpH, Event, Op, Outcome, RecvOut, Wk, DT_BYTES};
-use crate::dispatch::{run, wait_ptr};
 use crate::handle::Handle;
 use crate::sockaddr::{sockaddr_from_c, sockaddr_to_c};
 use crate::text;
@@ -46,10 +48,7 @@ pub unsafe extern "C" fn ucp_ep_create(
             let target = if m & UCP_EP_PARAM_FIELD_REMOTE_ADDRESS != 0 {
                 Target::Address(p.address)
             } else if m & UCP_EP_PARAM_FIELD_SOCK_ADDR != 0 {
-                Target::Server(sockaddr_from_c(
-                    p.sockaddr.addr,
-                    p.sockaddr.addrlen,
-                )?)
+                Target::Server(sockaddr_from_c(p.sockaddr.addr, p.sockaddr.addrlen)?)
             } else if m & UCP_EP_PARAM_FIELD_CONN_REQUEST != 0 {
                 Target::Request(p.conn_request.cast())
             } else {
@@ -118,10 +117,7 @@ pub unsafe extern "C" fn ucp_ep_create(
                 _ => return Err(Status::InvalidParam),
             };
             if err.is_some() {
-                w.ep_set_err_handler(
-                    ep,
-                    Some(Box::new(move |e, s| q.push(Event::EpError(e, s)))),
-                )?;
+                w.ep_set_err_handler(ep, Some(Box::new(move |e, s| q.push(Event::EpError(e, s)))))?;
             }
             if let Some(&h) = side.eps.get(&ep) {
                 // A reply endpoint to the same peer became the application's endpoint.

@@ -180,4 +180,3 @@ pub unsafe extern "C" fn ucp_conn_request_query(
         Ok(())
     })
 }
-

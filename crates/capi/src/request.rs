@@ -86,13 +86,17 @@ pub unsafe extern "C" fn ucp_stream_recv_request_test(
 #[no_mangle]
 pub unsafe extern "C" fn ucp_request_free(request: *mut c_void) {
     // SAFETY: forwarded contract.
-    guard::void("ucp_request_free", || unsafe { core::release(request, true) })
+    guard::void("ucp_request_free", || unsafe {
+        core::release(request, true)
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn ucp_request_release(request: *mut c_void) {
     // SAFETY: forwarded contract.
-    guard::void("ucp_request_release", || unsafe { core::release(request, false) })
+    guard::void("ucp_request_release", || unsafe {
+        core::release(request, false)
+    })
 }
 
 #[no_mangle]

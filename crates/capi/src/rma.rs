@@ -411,7 +411,9 @@ pub unsafe extern "C" fn ucp_get_nbi(
         }
         let rep = e.ep;
         // SAFETY: the API's contract: the buffer stays writable until a flush completes.
-        run(wk, |w, _| unsafe { w.get_nbi(rep, buffer.cast(), length, remote_addr, &k.rk) })?
+        run(wk, |w, _| unsafe {
+            w.get_nbi(rep, buffer.cast(), length, remote_addr, &k.rk)
+        })?
     })
 }
 
@@ -600,7 +602,9 @@ pub unsafe extern "C" fn ucp_atomic_post(
         };
         let size = size_of_op(op_size)?;
         let rep = e.ep;
-        run(wk, |w, _| w.atomic_post(rep, op, size, value, remote_addr, &k.rk))?
+        run(wk, |w, _| {
+            w.atomic_post(rep, op, size, value, remote_addr, &k.rk)
+        })?
     })
 }
 

@@ -13,7 +13,6 @@ use std::ffi::{c_char, c_int, c_uint, c_void};
 use std::os::fd::{AsFd, AsRawFd};
 use ucs::{Result, Status};
 
-
 #[no_mangle]
 pub unsafe extern "C" fn ucp_worker_create(
     context: *mut Handle<Ctx>,
