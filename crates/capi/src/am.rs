@@ -156,8 +156,8 @@ unsafe fn send(
     };
     let rep = e.ep;
     run(wk, |w, side| {
-        // SAFETY: the API's contract: the buffer stays readable until completion.
         let rq = wk.begin(side, &op, 0)?;
+        // SAFETY: the API's contract: the buffer stays readable until completion.
         let out = unsafe { w.am_send_nb(rep, id, hdr, buf, f, Wk::word(rq)) }.map(Outcome::of);
         wk.conclude(w, side, &op, rq, out, RecvOut::None)
     })?
@@ -230,8 +230,8 @@ pub unsafe extern "C" fn ucp_am_recv_data_nbx(
                 .am_kept
                 .remove(&(data_desc as usize))
                 .ok_or(Status::InvalidParam)?;
-            // SAFETY: the API's contract: the buffer stays writable until completion.
             let rq = wk.begin(side, &op, 0)?;
+            // SAFETY: the API's contract: the buffer stays writable until completion.
             let out = unsafe { w.am_recv_data_nb(desc, buf, Wk::word(rq)) }.map(Outcome::Req);
             wk.conclude(w, side, &op, rq, out, RecvOut::Length)
         })?

@@ -907,6 +907,23 @@ impl Wk {
         Ok(r)
     }
 
+    /// Runs `f` on the side state only (the request pool, the ready list): the lock and
+    /// the busy flag as in [`Wk::with`], without collecting completions.
+    #[inline]
+    fn with_side<R>(&self, f: impl FnOnce(&mut Side) -> R) -> Result<R> {
+        let _lock = self
+            .lock
+            .as_ref()
+            .map(|m| m.lock().unwrap_or_else(|p| p.into_inner()));
+        if self.busy.replace(true) {
+            return Err(Status::InvalidParam);
+        }
+        let _busy = Unbusy(&self.busy);
+        // SAFETY: as in `with`.
+        let inner = unsafe { &mut *self.inner.get() };
+        Ok(f(&mut inner.side))
+    }
+
     /// Progress for `ucp_worker_progress`: in thread mode multi, a thread that finds
     /// another one inside the worker returns at once.
     pub(crate) fn progress(&self) -> Result<usize> {
@@ -973,8 +990,9 @@ impl Wk {
 
     /// Takes the ready list (headers linked by [`next_ready`]); `Err` while the worker is
     /// borrowed on this thread.
+    #[inline]
     pub(crate) fn take_ready(&self) -> Result<*mut ReqHdr> {
-        self.with(|_, side| {
+        self.with_side(|side| {
             self.has_ready.store(false, Ordering::Relaxed);
             side.ready.take()
         })
@@ -1070,22 +1088,35 @@ impl Wk {
             }
         };
         if !op.no_imm() {
-            if let Ok(Some(_)) = w.request_test(r) {
-                // Completed inside the call: its completion was or will be reported.
-                if let Some((s, info)) = self.take_own(w, side, hdr) {
-                    let _ = w.request_free(r);
-                    if op.datatype & UCP_DATATYPE_CLASS_MASK == UCP_DATATYPE_GENERIC {
-                        // The protocol layer lets the buffer go (and so calls the
-                        // datatype's `finish`) when the request goes; make that happen
-                        // before the caller hears the operation is complete.
-                        w.progress();
-                        self.collect(w, side);
-                    }
-                    return self.immediate(side, op, hdr, s, info, recv);
+            // Completed inside the call: its completion is among the worker's (the
+            // protocol layer reports a request that completes in the starting call before
+            // the call returns). A completion not reported yet makes the request an
+            // ordinary outstanding one, except with FORCE_IMM_CMPL, which looks harder.
+            let own = if w.has_completed() {
+                self.take_own(w, side, hdr, false)
+            } else {
+                None
+            };
+            let own = match own {
+                None if op.force_imm() && matches!(w.request_test(r), Ok(Some(_))) => {
+                    self.take_own(w, side, hdr, true)
                 }
-            } else if op.force_imm() {
+                o => o,
+            };
+            if let Some((s, info)) = own {
+                let _ = w.request_free(r);
+                if op.datatype & UCP_DATATYPE_CLASS_MASK == UCP_DATATYPE_GENERIC {
+                    // The protocol layer lets the buffer go (and so calls the
+                    // datatype's `finish`) when the request goes; make that happen
+                    // before the caller hears the operation is complete.
+                    w.progress();
+                    self.collect(w, side);
+                }
+                return self.immediate(side, op, hdr, s, info, recv);
+            }
+            if op.force_imm() {
                 let _ = w.request_abort(r);
-                if self.take_own(w, side, hdr).is_some() {
+                if self.take_own(w, side, hdr, true).is_some() {
                     let _ = w.request_free(r);
                     // SAFETY: the header of this call; its request is gone.
                     unsafe { side.abandon(hdr, Status::NoResource) };
@@ -1094,8 +1125,10 @@ impl Wk {
                 // Not reported yet (cannot happen with an aborted request): keep it as a
                 // request the caller never sees, released and without callback.
                 // SAFETY: the header of this call.
-                unsafe { (*hdr).flags.fetch_or(F_RELEASED, Ordering::Relaxed) };
-                unsafe { (*hdr).flags.fetch_and(!F_CALLBACK, Ordering::Relaxed) };
+                unsafe {
+                    (*hdr).flags.fetch_or(F_RELEASED, Ordering::Relaxed);
+                    (*hdr).flags.fetch_and(!F_CALLBACK, Ordering::Relaxed);
+                }
                 self.outstanding(w, side, hdr, r);
                 return Err(Status::NoResource);
             }
@@ -1117,15 +1150,17 @@ impl Wk {
     }
 
     /// Takes the completion of `hdr`'s own request out of the worker's completions (the
-    /// others go to the ready list); progresses once if it was not reported yet.
-    #[cold]
+    /// others go to the ready list); with `wait`, progresses once if it was not reported
+    /// yet.
+    #[inline(never)]
     fn take_own(
         &self,
         w: &mut Worker,
         side: &mut Side,
         hdr: *mut ReqHdr,
+        wait: bool,
     ) -> Option<(Status, RecvInfo)> {
-        for round in 0..2 {
+        for round in 0..(1 + usize::from(wait)) {
             if round == 1 {
                 w.progress();
             }
@@ -1325,7 +1360,7 @@ unsafe fn recycle(hdr: *mut ReqHdr) {
     // never freed, and the generation check catches a destroyed or reused worker.
     if let Ok(wk) = unsafe { Handle::<Wk>::get_gen(w, gen) } {
         // SAFETY: the block is a pooled block of this worker, unused now.
-        if wk.with(|_, side| unsafe { side.pool.put(hdr) }).is_ok() {
+        if wk.with_side(|side| unsafe { side.pool.put(hdr) }).is_ok() {
             return;
         }
         // The worker is busy on this thread (a free from inside a generic datatype

@@ -16,6 +16,7 @@ pub unsafe extern "C" fn ucp_request_check_status(request: *mut c_void) -> ucs_s
     guard::value("ucp_request_check_status", UCS_ERR_INVALID_PARAM, || {
         // SAFETY: the caller passes a request of ours (or garbage the check refuses).
         let hdr = unsafe { ReqHdr::from_user(request)? };
+        // SAFETY: validated by `from_user`.
         Ok(unsafe { ReqHdr::check(hdr) })
     })
 }
@@ -30,6 +31,7 @@ pub unsafe extern "C" fn ucp_request_is_completed(request: *mut c_void) -> std::
 unsafe fn test_info(request: *mut c_void, info: *mut ucp_tag_recv_info_t) -> Result<ucs_status_t> {
     // SAFETY: forwarded contract.
     let hdr = unsafe { ReqHdr::from_user(request)? };
+    // SAFETY: validated by `from_user`.
     let s = unsafe { ReqHdr::check(hdr) };
     if s != UCS_INPROGRESS && !info.is_null() {
         // SAFETY: a live header; `info` is the caller's writable struct.
@@ -73,6 +75,7 @@ pub unsafe extern "C" fn ucp_stream_recv_request_test(
         || {
             // SAFETY: forwarded contract.
             let hdr = unsafe { ReqHdr::from_user(request)? };
+            // SAFETY: validated by `from_user`.
             let s = unsafe { ReqHdr::check(hdr) };
             if s != UCS_INPROGRESS && !length_p.is_null() {
                 // SAFETY: live header; the caller's writable length.

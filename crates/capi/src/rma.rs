@@ -432,8 +432,8 @@ unsafe fn put_common(
     }
     let rep = e.ep;
     run(wk, |w, side| {
-        // SAFETY: the API's contract: the buffer stays readable until completion.
         let hdr = wk.begin(side, &op, 0)?;
+        // SAFETY: the API's contract: the buffer stays readable until completion.
         let out = unsafe { w.put_nb(rep, buffer.cast(), len, remote_addr, &k.rk, Wk::word(hdr)) }
             .map(Outcome::of);
         wk.conclude(w, side, &op, hdr, out, RecvOut::None)
@@ -455,8 +455,8 @@ unsafe fn get_common(
     }
     let rep = e.ep;
     run(wk, |w, side| {
-        // SAFETY: the API's contract: the buffer stays writable until completion.
         let hdr = wk.begin(side, &op, 0)?;
+        // SAFETY: the API's contract: the buffer stays writable until completion.
         let out = unsafe { w.get_nb(rep, buffer.cast(), len, remote_addr, &k.rk, Wk::word(hdr)) }
             .map(Outcome::of);
         wk.conclude(w, side, &op, hdr, out, RecvOut::None)

@@ -23,8 +23,8 @@ unsafe fn send(
     let buf = unsafe { dt::buf(buffer, count, op.datatype, Dir::Send)? };
     let rep = e.ep;
     run(wk, |w, side| {
-        // SAFETY: the API's contract: the buffer stays readable until completion.
         let hdr = wk.begin(side, &op, 0)?;
+        // SAFETY: the API's contract: the buffer stays readable until completion.
         let out = unsafe { w.stream_send_nb(rep, buf, Wk::word(hdr)) }.map(Outcome::of);
         wk.conclude(w, side, &op, hdr, out, RecvOut::None)
     })?
@@ -77,8 +77,8 @@ unsafe fn recv(
     // The length of an immediate completion goes to `length`, not to `recv_info`.
     op.recv_info = length.cast();
     run(wk, |w, side| {
-        // SAFETY: the API's contract: the buffer stays writable until completion.
         let hdr = wk.begin(side, &op, 0)?;
+        // SAFETY: the API's contract: the buffer stays writable until completion.
         let out = unsafe { w.stream_recv_nb(rep, buf, waitall, Wk::word(hdr)) }.map(|r| match r {
             StreamRecv::Done(n) => Outcome::Done(
                 Status::Ok,

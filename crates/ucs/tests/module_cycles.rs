@@ -210,7 +210,9 @@ fn tokens(src: &str) -> Vec<(String, usize)> {
 }
 
 fn is_ident(t: &str) -> bool {
-    t.chars().next().is_some_and(|c| c.is_alphabetic() || c == '_')
+    t.chars()
+        .next()
+        .is_some_and(|c| c.is_alphabetic() || c == '_')
 }
 
 /// Expands a `use` tree starting at `toks[i]` into full paths (`a::{b, c::{d}}`).
@@ -264,7 +266,7 @@ fn use_tree(toks: &[(String, usize)], mut i: usize, prefix: &[String]) -> (Vec<M
 fn resolve(here: &[String], path: &[String]) -> Option<ModPath> {
     let first = path.first()?.as_str();
     let mut base: ModPath;
-    let mut rest = &path[..];
+    let mut rest = path;
     match first {
         "crate" => {
             base = Vec::new();
@@ -465,12 +467,19 @@ fn report(krate: &str, g: &Graph, found: &[Vec<ModPath>]) -> String {
     let mut r = String::new();
     for comp in found {
         let names: Vec<String> = comp.iter().map(display).collect();
-        r.push_str(&format!("{krate}: modules in a cycle: {}\n", names.join(", ")));
+        r.push_str(&format!(
+            "{krate}: modules in a cycle: {}\n",
+            names.join(", ")
+        ));
         let set: BTreeSet<&ModPath> = comp.iter().collect();
         for from in comp {
             for (to, at) in g.edges.get(from).into_iter().flatten() {
                 if set.contains(to) {
-                    r.push_str(&format!("    {} -> {}  ({at})\n", display(from), display(to)));
+                    r.push_str(&format!(
+                        "    {} -> {}  ({at})\n",
+                        display(from),
+                        display(to)
+                    ));
                 }
             }
         }
@@ -505,10 +514,8 @@ impl Tree {
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos());
-        let root = std::env::temp_dir().join(format!(
-            "rucx-module-cycles-{}-{nanos}",
-            std::process::id()
-        ));
+        let root =
+            std::env::temp_dir().join(format!("rucx-module-cycles-{}-{nanos}", std::process::id()));
         for (path, text) in files {
             let p = root.join("src").join(path);
             fs::create_dir_all(p.parent().expect("has a parent")).expect("mkdir");
@@ -541,7 +548,10 @@ fn checker_finds_a_cycle_and_ignores_comments_strings_and_test_modules() {
             "a.rs",
             "use crate::{ffi_like, b::{self, Thing}};\npub fn f() -> Thing { b::make() }\n",
         ),
-        ("b.rs", "pub struct Thing;\npub fn make() -> Thing { super::a::f(); Thing }\n"),
+        (
+            "b.rs",
+            "pub struct Thing;\npub fn make() -> Thing { super::a::f(); Thing }\n",
+        ),
         // c names a, but only in a comment, a string, a raw string and a char.
         (
             "c.rs",
@@ -553,7 +563,10 @@ fn checker_finds_a_cycle_and_ignores_comments_strings_and_test_modules() {
         ),
         // d -> c (a plain dependency), d/e.rs -> d through super::, and d -> e: a cycle
         // between a module and its child, and a path whose last part is an item.
-        ("d/mod.rs", "mod e;\npub fn h() { crate::c::g(\"\"); self::e::k(); }\n"),
+        (
+            "d/mod.rs",
+            "mod e;\npub fn h() { crate::c::g(\"\"); self::e::k(); }\n",
+        ),
         ("d/e.rs", "pub fn k() { super::h() }\n"),
     ]);
     let g = graph_of(&t.src());
@@ -564,7 +577,13 @@ fn checker_finds_a_cycle_and_ignores_comments_strings_and_test_modules() {
         "{}",
         report("synthetic", &g, &found)
     );
-    let from_c: Vec<&ModPath> = g.edges.get(&m("c")).into_iter().flatten().map(|e| e.0).collect();
+    let from_c: Vec<&ModPath> = g
+        .edges
+        .get(&m("c"))
+        .into_iter()
+        .flatten()
+        .map(|e| e.0)
+        .collect();
     assert!(from_c.is_empty(), "c refers to nothing, found {from_c:?}");
     assert!(g.edges[&m("d")].contains_key(&m("c")));
     let text = report("synthetic", &g, &found);
@@ -577,7 +596,10 @@ fn checker_passes_an_acyclic_tree() {
     let t = Tree::new(&[
         ("lib.rs", "pub mod low;\npub mod high;\n"),
         ("low.rs", "pub fn f() {}\n"),
-        ("high.rs", "use crate::low;\npub fn g() { low::f(); crate::low::f() }\n"),
+        (
+            "high.rs",
+            "use crate::low;\npub fn g() { low::f(); crate::low::f() }\n",
+        ),
     ]);
     let g = graph_of(&t.src());
     assert!(cycles(&g).is_empty());
