@@ -488,7 +488,7 @@ unsafe impl Send for EpH {}
 ///
 /// # Safety
 /// `p` must be a handle of ours or null.
-#[inline]
+#[inline(always)]
 pub(crate) unsafe fn ep_get<'a>(p: *mut Handle<EpH>) -> Result<(&'a EpH, &'a Wk)> {
     // SAFETY: forwarded contract.
     let e = unsafe { Handle::get(p)? };
@@ -672,7 +672,7 @@ impl Drop for Unbusy<'_> {
 ///
 /// # Safety
 /// `p` must be a handle of ours or null.
-#[inline]
+#[inline(always)]
 pub(crate) unsafe fn get<'a>(p: *mut Handle<Wk>) -> Result<&'a Wk> {
     // SAFETY: forwarded contract.
     unsafe { Handle::get(p) }
@@ -889,7 +889,7 @@ impl Wk {
     }
 
     /// Runs `f` with the Rust worker and the side state, then collects completions.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn with<R>(&self, f: impl FnOnce(&mut Worker, &mut Side) -> R) -> Result<R> {
         let _lock = self
             .lock
@@ -907,9 +907,31 @@ impl Wk {
         Ok(r)
     }
 
+    /// [`Wk::with`] for a call that returns a `Result` itself (the busy worker's error
+    /// and the call's travel in one `Result`).
+    #[inline(always)]
+    pub(crate) fn with_try<T>(
+        &self,
+        f: impl FnOnce(&mut Worker, &mut Side) -> Result<T>,
+    ) -> Result<T> {
+        let _lock = self
+            .lock
+            .as_ref()
+            .map(|m| m.lock().unwrap_or_else(|p| p.into_inner()));
+        if self.busy.replace(true) {
+            return Err(Status::InvalidParam);
+        }
+        let _busy = Unbusy(&self.busy);
+        // SAFETY: as in `with`.
+        let inner = unsafe { &mut *self.inner.get() };
+        let r = f(&mut inner.w, &mut inner.side);
+        self.collect(&mut inner.w, &mut inner.side);
+        r
+    }
+
     /// Runs `f` on the side state only (the request pool, the ready list): the lock and
     /// the busy flag as in [`Wk::with`], without collecting completions.
-    #[inline]
+    #[inline(always)]
     fn with_side<R>(&self, f: impl FnOnce(&mut Side) -> R) -> Result<R> {
         let _lock = self
             .lock
@@ -926,6 +948,7 @@ impl Wk {
 
     /// Progress for `ucp_worker_progress`: in thread mode multi, a thread that finds
     /// another one inside the worker returns at once.
+    #[inline(always)]
     pub(crate) fn progress(&self) -> Result<usize> {
         if let Some(m) = &self.lock {
             let _lock = match m.try_lock() {
@@ -947,7 +970,7 @@ impl Wk {
     }
 
     /// Moves the worker's completions (and finished polled requests) onto the ready list.
-    #[inline]
+    #[inline(always)]
     fn collect(&self, w: &mut Worker, side: &mut Side) {
         if w.has_completed() {
             w.drain_completed(|c| side.completed(c));
@@ -983,14 +1006,14 @@ impl Wk {
     }
 
     /// True when completed requests wait for their callbacks.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn has_ready(&self) -> bool {
         self.has_ready.load(Ordering::Relaxed)
     }
 
     /// Takes the ready list (headers linked by [`next_ready`]); `Err` while the worker is
     /// borrowed on this thread.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn take_ready(&self) -> Result<*mut ReqHdr> {
         self.with_side(|side| {
             self.has_ready.store(false, Ordering::Relaxed);
@@ -1011,7 +1034,7 @@ impl Wk {
     /// The header for a new operation: the caller's memory or a pooled block, started
     /// with the operation's callback. Its address is the word the Rust operation reports
     /// its completion with ([`Wk::word`]).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn begin(&self, side: &mut Side, op: &Op, flags: u32) -> Result<*mut ReqHdr> {
         let (hdr, user) = if op.user_req() {
             (ReqHdr::for_user_memory(op.request)?, true)
@@ -1052,14 +1075,14 @@ impl Wk {
     }
 
     /// The completion word of a header made by [`Wk::begin`].
-    #[inline]
+    #[inline(always)]
     pub(crate) fn word(hdr: *mut ReqHdr) -> Option<Callback> {
         Some(Callback::Word(hdr as u64))
     }
 
     /// Turns the outcome of a Rust call started with `hdr` (from [`Wk::begin`]) into what
     /// the C function returns. Runs inside [`Wk::with`].
-    #[inline]
+    #[inline(always)]
     pub(crate) fn conclude(
         &self,
         w: &mut Worker,
@@ -1138,7 +1161,7 @@ impl Wk {
     }
 
     /// Keeps `hdr` as an outstanding request for `r`, which is released now.
-    #[inline]
+    #[inline(always)]
     fn outstanding(&self, w: &mut Worker, side: &mut Side, hdr: *mut ReqHdr, r: Request) {
         // SAFETY: the header started for this call, on no list.
         unsafe {
@@ -1184,6 +1207,7 @@ impl Wk {
         None
     }
 
+    #[inline(always)]
     fn immediate(
         &self,
         side: &mut Side,
@@ -1296,6 +1320,7 @@ unsafe fn write_recv_info(op: &Op, recv: RecvOut, info: RecvInfo) {
 ///
 /// # Safety
 /// `hdr` must be a live request whose outcome was stored.
+#[inline(always)]
 pub(crate) unsafe fn mark_completed(hdr: *mut ReqHdr) {
     // SAFETY: a live header.
     let old = unsafe { &*hdr }
@@ -1311,6 +1336,7 @@ pub(crate) unsafe fn mark_completed(hdr: *mut ReqHdr) {
 ///
 /// # Safety
 /// `request` must be a request pointer of ours (or garbage that the checks refuse).
+#[inline(always)]
 pub(crate) unsafe fn release(request: *mut c_void, drop_callback: bool) -> Result<()> {
     // SAFETY: forwarded contract.
     let hdr = unsafe { ReqHdr::from_user(request)? };
@@ -1353,6 +1379,7 @@ pub(crate) unsafe fn release(request: *mut c_void, drop_callback: bool) -> Resul
 ///
 /// # Safety
 /// `hdr` must be a pooled block no one uses any more.
+#[inline(always)]
 unsafe fn recycle(hdr: *mut ReqHdr) {
     // SAFETY: a block of ours.
     let (w, gen, size) = unsafe { ((*hdr).worker, (*hdr).worker_gen, (*hdr).block_size) };

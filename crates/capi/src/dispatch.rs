@@ -36,7 +36,7 @@ impl Drop for ResetAm {
 }
 
 /// [`Wk::with`], then the callbacks of the requests that completed.
-#[inline]
+#[inline(always)]
 pub(crate) fn run<R>(wk: &Wk, f: impl FnOnce(&mut Worker, &mut Side) -> R) -> Result<R> {
     let r = wk.with(f);
     if wk.has_ready() {
@@ -45,8 +45,21 @@ pub(crate) fn run<R>(wk: &Wk, f: impl FnOnce(&mut Worker, &mut Side) -> R) -> Re
     r
 }
 
+/// [`run`] for a call that returns a `Result` itself.
+#[inline(always)]
+pub(crate) fn run_try<T>(
+    wk: &Wk,
+    f: impl FnOnce(&mut Worker, &mut Side) -> Result<T>,
+) -> Result<T> {
+    let r = wk.with_try(f);
+    if wk.has_ready() {
+        dispatch_requests(wk);
+    }
+    r
+}
+
 /// True when queued events wait for their handlers and this thread may run them.
-#[inline]
+#[inline(always)]
 pub(crate) fn events_due(wk: &Wk) -> bool {
     wk.evq.hint.load(Ordering::Acquire) && !IN_AM.with(Cell::get)
 }
@@ -55,7 +68,7 @@ pub(crate) fn events_due(wk: &Wk) -> bool {
 /// with the worker borrowed. Returns how many callbacks and handlers ran
 /// (`ucp_worker_progress` counts them as progress, so that a caller that sleeps when it
 /// returns 0 does not miss them).
-#[inline]
+#[inline(always)]
 pub(crate) fn dispatch(wk: &Wk) -> usize {
     let mut n = dispatch_requests(wk);
     if events_due(wk) {
@@ -67,7 +80,7 @@ pub(crate) fn dispatch(wk: &Wk) -> usize {
 }
 
 /// Calls the C callbacks of completed requests, in completion order.
-#[inline]
+#[inline(always)]
 pub(crate) fn dispatch_requests(wk: &Wk) -> usize {
     let mut n = 0;
     while wk.has_ready() {

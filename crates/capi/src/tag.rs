@@ -8,7 +8,7 @@
 //! of the caller's (`UCP_OP_ATTR_FIELD_REQUEST`) is marked completed either way.
 
 use crate::core::{self, ep_get, CbKind, EpH, Op, Outcome, RecvOut, Wk, F_RECV};
-use crate::dispatch::run;
+use crate::dispatch::{run, run_try};
 use crate::dt::{self, Dir};
 use crate::ffi::*;
 use crate::guard;
@@ -16,7 +16,7 @@ use crate::handle::Handle;
 use std::ffi::{c_int, c_void};
 use ucs::{Result, Status};
 
-#[inline]
+#[inline(always)]
 unsafe fn send(
     ep: *mut Handle<EpH>,
     buffer: *const c_void,
@@ -30,12 +30,12 @@ unsafe fn send(
     // SAFETY: the caller's buffer as its datatype describes it.
     let buf = unsafe { dt::buf(buffer, count, op.datatype, Dir::Send)? };
     let rep = e.ep;
-    run(wk, |w, side| {
+    run_try(wk, |w, side| {
         let hdr = wk.begin(side, &op, 0)?;
         // SAFETY: the API's contract: the buffer stays valid until the send completes.
         let out = unsafe { w.tag_send_nb(rep, buf, tag, sync, Wk::word(hdr)) }.map(Outcome::of);
         wk.conclude(w, side, &op, hdr, out, RecvOut::None)
-    })?
+    })
 }
 
 #[no_mangle]
@@ -136,7 +136,7 @@ pub(crate) fn ptr_to_status(p: ucs_status_ptr_t) -> ucs_status_t {
     }
 }
 
-#[inline]
+#[inline(always)]
 unsafe fn recv(
     worker: *mut Handle<Wk>,
     buffer: *mut c_void,
@@ -149,12 +149,12 @@ unsafe fn recv(
     let wk = unsafe { core::get(worker)? };
     // SAFETY: the caller's buffer as its datatype describes it.
     let buf = unsafe { dt::buf(buffer, count, op.datatype, Dir::Recv)? };
-    run(wk, |w, side| {
+    run_try(wk, |w, side| {
         let hdr = wk.begin(side, &op, F_RECV)?;
         // SAFETY: the API's contract: the buffer stays valid until the receive completes.
         let out = unsafe { w.tag_recv_nb(buf, tag, tag_mask, Wk::word(hdr)) }.map(Outcome::Req);
         wk.conclude(w, side, &op, hdr, out, RecvOut::Tag)
-    })?
+    })
 }
 
 #[no_mangle]
