@@ -947,26 +947,33 @@ impl Wk {
     }
 
     /// Progress for `ucp_worker_progress`: in thread mode multi, a thread that finds
-    /// another one inside the worker returns at once.
+    /// another one inside the worker returns at once. Also takes the ready list (see
+    /// [`Wk::take_ready`]) in the same turn inside the worker.
     #[inline(always)]
-    pub(crate) fn progress(&self) -> Result<usize> {
-        if let Some(m) = &self.lock {
-            let _lock = match m.try_lock() {
-                Ok(g) => g,
-                Err(std::sync::TryLockError::WouldBlock) => return Ok(0),
-                Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
-            };
-            if self.busy.replace(true) {
-                return Err(Status::InvalidParam);
-            }
-            let _busy = Unbusy(&self.busy);
-            // SAFETY: as in `with`.
-            let inner = unsafe { &mut *self.inner.get() };
-            let n = inner.w.progress();
-            self.collect(&mut inner.w, &mut inner.side);
-            return Ok(n);
+    pub(crate) fn progress(&self) -> Result<(usize, *mut ReqHdr)> {
+        let _lock = match &self.lock {
+            None => None,
+            Some(m) => match m.try_lock() {
+                Ok(g) => Some(g),
+                Err(std::sync::TryLockError::WouldBlock) => return Ok((0, std::ptr::null_mut())),
+                Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            },
+        };
+        if self.busy.replace(true) {
+            return Err(Status::InvalidParam);
         }
-        self.with(|w, _| w.progress())
+        let _busy = Unbusy(&self.busy);
+        // SAFETY: as in `with`.
+        let inner = unsafe { &mut *self.inner.get() };
+        let n = inner.w.progress();
+        self.collect(&mut inner.w, &mut inner.side);
+        let ready = if self.has_ready() {
+            self.has_ready.store(false, Ordering::Relaxed);
+            inner.side.ready.take()
+        } else {
+            std::ptr::null_mut()
+        };
+        Ok((n, ready))
     }
 
     /// Moves the worker's completions (and finished polled requests) onto the ready list.
@@ -1027,7 +1034,10 @@ impl Wk {
         let op = Op::nb(CbKind::SendNbx, 0, DT_BYTES, false);
         let hdr = self.with(|_, side| self.begin(side, &op, F_ALLOCATED | F_COMPLETED))??;
         // SAFETY: the block just started, not given out yet.
-        unsafe { (*hdr).status.store(i32::from(UCS_OK), Ordering::Release) };
+        unsafe {
+            self.fill(hdr, &op);
+            (*hdr).status.store(i32::from(UCS_OK), Ordering::Release);
+        }
         Ok(hdr)
     }
 
@@ -1036,28 +1046,54 @@ impl Wk {
     /// its completion with ([`Wk::word`]).
     #[inline(always)]
     pub(crate) fn begin(&self, side: &mut Side, op: &Op, flags: u32) -> Result<*mut ReqHdr> {
-        let (hdr, user) = if op.user_req() {
-            (ReqHdr::for_user_memory(op.request)?, true)
-        } else {
-            (side.pool.get()?, false)
-        };
-        let (me, gen) = self.me();
-        // SAFETY: a block of ours or the caller's request memory, not in use; the atomics
-        // are written through their own API, the rest with plain stores.
+        if op.user_req() {
+            return self.begin_user(op, flags);
+        }
+        let hdr = side.pool.get()?;
+        // SAFETY: a block of the pool, not in use. Only what an immediate completion reads
+        // is set now; the rest when the header is given out ([`Wk::fill`]).
+        unsafe {
+            (*hdr).flags.store(flags, Ordering::Relaxed);
+            (*hdr).result = std::ptr::null_mut();
+        }
+        Ok(hdr)
+    }
+
+    /// [`Wk::begin`] for the caller's request memory: filled at once.
+    #[inline(never)]
+    fn begin_user(&self, op: &Op, flags: u32) -> Result<*mut ReqHdr> {
+        let hdr = ReqHdr::for_user_memory(op.request)?;
+        // SAFETY: the caller's request memory, not in use; the atomics are written
+        // through their own API, the rest with plain stores.
         unsafe {
             let h = &mut *hdr;
-            let mut f = flags;
-            if user {
-                // A block of `ucp_request_alloc` keeps its pool identity when the
-                // application starts an operation on it (other memory is the caller's).
-                let allocated = h.magic.load(Ordering::Acquire) == MAGIC_LIVE
-                    && h.flags.load(Ordering::Acquire) & F_ALLOCATED != 0
-                    && h.block_size >= HDR_SIZE;
-                if !allocated {
-                    h.block_size = 0;
-                }
-                f |= F_USER | if allocated { F_ALLOCATED } else { 0 };
+            // A block of `ucp_request_alloc` keeps its pool identity when the application
+            // starts an operation on it (other memory is the caller's).
+            let allocated = h.magic.load(Ordering::Acquire) == MAGIC_LIVE
+                && h.flags.load(Ordering::Acquire) & F_ALLOCATED != 0
+                && h.block_size >= HDR_SIZE;
+            if !allocated {
+                h.block_size = 0;
             }
+            let f = flags | F_USER | if allocated { F_ALLOCATED } else { 0 };
+            h.flags.store(f, Ordering::Relaxed);
+            h.result = std::ptr::null_mut();
+            self.fill(hdr, op);
+        }
+        Ok(hdr)
+    }
+
+    /// Completes the header of `op` for giving it out: callback, worker, status, magic.
+    ///
+    /// # Safety
+    /// `hdr` must be a header started by [`Wk::begin`] for `op`, not given out yet.
+    #[inline(always)]
+    unsafe fn fill(&self, hdr: *mut ReqHdr, op: &Op) {
+        let (me, gen) = self.me();
+        // SAFETY: by the contract.
+        unsafe {
+            let h = &mut *hdr;
+            let mut f = h.flags.load(Ordering::Relaxed);
             if op.cb != 0 {
                 f |= F_CALLBACK;
             }
@@ -1066,12 +1102,10 @@ impl Wk {
             h.worker_gen = gen;
             h.cb = op.cb;
             h.user_data = op.user_data;
-            h.result = std::ptr::null_mut();
             h.status.store(i32::from(UCS_INPROGRESS), Ordering::Relaxed);
             h.flags.store(f, Ordering::Relaxed);
             h.magic.store(MAGIC_LIVE, Ordering::Release);
         }
-        Ok(hdr)
     }
 
     /// The completion word of a header made by [`Wk::begin`].
@@ -1098,6 +1132,7 @@ impl Wk {
             Ok(Outcome::Polled(r)) => {
                 // SAFETY: the header started for this call.
                 unsafe {
+                    self.fill_pooled(hdr, op);
                     (*hdr).rust_id = r.to_u64();
                     (*hdr).flags.fetch_or(F_RUST, Ordering::Relaxed);
                 }
@@ -1149,6 +1184,7 @@ impl Wk {
                 // request the caller never sees, released and without callback.
                 // SAFETY: the header of this call.
                 unsafe {
+                    self.fill_pooled(hdr, op);
                     (*hdr).flags.fetch_or(F_RELEASED, Ordering::Relaxed);
                     (*hdr).flags.fetch_and(!F_CALLBACK, Ordering::Relaxed);
                 }
@@ -1156,8 +1192,22 @@ impl Wk {
                 return Err(Status::NoResource);
             }
         }
+        // SAFETY: the header started for this call, given out now.
+        unsafe { self.fill_pooled(hdr, op) };
         self.outstanding(w, side, hdr, r);
         Ok(ReqHdr::user(hdr))
+    }
+
+    /// [`Wk::fill`] for a pooled header (the caller's memory is filled by `begin`).
+    ///
+    /// # Safety
+    /// As for [`Wk::fill`].
+    #[inline(always)]
+    unsafe fn fill_pooled(&self, hdr: *mut ReqHdr, op: &Op) {
+        if !op.user_req() {
+            // SAFETY: forwarded contract.
+            unsafe { self.fill(hdr, op) };
+        }
     }
 
     /// Keeps `hdr` as an outstanding request for `r`, which is released now.
@@ -1217,15 +1267,20 @@ impl Wk {
         info: RecvInfo,
         recv: RecvOut,
     ) -> Result<ucs_status_ptr_t> {
-        // SAFETY: the header started for this call, on no list.
-        unsafe { ReqHdr::set_outcome(hdr, s, info) };
         if op.no_imm() {
-            // The callback runs from dispatch, before the call returns.
-            // SAFETY: as above.
-            unsafe { side.ready.push(hdr) };
+            // The header is given out; the callback runs from dispatch, before the call
+            // returns.
+            // SAFETY: the header started for this call, on no list.
+            unsafe {
+                self.fill_pooled(hdr, op);
+                ReqHdr::set_outcome(hdr, s, info);
+                side.ready.push(hdr);
+            }
             self.has_ready.store(true, Ordering::Relaxed);
             return Ok(ReqHdr::user(hdr));
         }
+        // SAFETY: the header started for this call, on no list.
+        unsafe { ReqHdr::set_outcome(hdr, s, info) };
         if op.user_req() {
             // SAFETY: as above.
             unsafe { (*hdr).flags.fetch_or(F_COMPLETED, Ordering::Release) };

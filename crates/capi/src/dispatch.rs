@@ -84,17 +84,25 @@ pub(crate) fn dispatch(wk: &Wk) -> usize {
 pub(crate) fn dispatch_requests(wk: &Wk) -> usize {
     let mut n = 0;
     while wk.has_ready() {
-        let Ok(mut h) = wk.take_ready() else { break };
-        while !h.is_null() {
-            // SAFETY: headers of the ready list are live requests whose outcome was stored;
-            // the next one is read before the callback may recycle this one.
-            unsafe {
-                let next = next_ready(h);
-                finish(h);
-                h = next;
-            }
-            n += 1;
+        let Ok(h) = wk.take_ready() else { break };
+        n += run_chain(h);
+    }
+    n
+}
+
+/// Calls the C callbacks of a ready list taken from a worker (the worker released).
+#[inline(always)]
+pub(crate) fn run_chain(mut h: *mut ReqHdr) -> usize {
+    let mut n = 0;
+    while !h.is_null() {
+        // SAFETY: headers of a ready list are live requests whose outcome was stored; the
+        // next one is read before the callback may recycle this one.
+        unsafe {
+            let next = next_ready(h);
+            finish(h);
+            h = next;
         }
+        n += 1;
     }
     n
 }
@@ -209,9 +217,11 @@ pub(crate) fn wait_ptr(wk: &Wk, p: ucs_status_ptr_t) -> Result<()> {
             unsafe { core::release(p, true)? };
             return guard::result_from_c(s);
         }
-        if wk.progress()? == 0 {
+        let (n, ready) = wk.progress()?;
+        if n == 0 {
             std::thread::yield_now();
         }
+        run_chain(ready);
         dispatch(wk);
     }
 }

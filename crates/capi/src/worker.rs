@@ -135,7 +135,8 @@ pub unsafe extern "C" fn ucp_worker_progress(worker: *mut Handle<Wk>) -> c_uint 
         }
         // A callback or handler that ran counts as progress: the application may be
         // waiting for what it does, and must look before it sleeps.
-        let n = wk.progress()? + dispatch::dispatch(wk);
+        let (n, ready) = wk.progress()?;
+        let n = n + dispatch::run_chain(ready) + dispatch::dispatch(wk);
         Ok(n as c_uint)
     })
 }
