@@ -18,23 +18,18 @@
 //! eager data (keepable the same way); a rendezvous message is received into a temporary
 //! buffer first and handed over without that flag.
 
+use crate::core::{
+    self, ep_get, AmEvent, AmHandlerC, CbKind, EpH, Event, Op, Outcome, QueuePtr, RecvOut, Wk,
+};
+use crate::dispatch::run;
 use crate::dt::{self, Dir};
-use crate::ep::{self, EpH};
 use crate::ffi::*;
 use crate::guard;
 use crate::handle::Handle;
-use crate::request::CbKind;
-use crate::worker::{
-    self, rust_cb, AmEvent, AmHandlerC, Event, Op, Outcome, QueuePtr, RecvOut, Side, Wk,
-};
 use std::ffi::{c_uint, c_void};
 use ucp::am::{AmHandler, AmSendFlags};
-use ucp::Worker;
-use ucp::{AmAction, AmData, AmMsg, RecvInfo};
+use ucp::{AmAction, AmData, AmMsg};
 use ucs::{Result, Status};
-
-/// Largest user header `ucp_worker_query` reports (it travels in one transport message).
-pub(crate) const MAX_AM_HEADER: usize = 1024;
 
 fn rust_handler(q: QueuePtr) -> AmHandler {
     Box::new(move |m: &AmMsg<'_>| {
@@ -53,8 +48,8 @@ fn rust_handler(q: QueuePtr) -> AmHandler {
 }
 
 fn set_handler(wk: &Wk, id: u16, h: Option<AmHandlerC>) -> Result<()> {
-    let q = QueuePtr(&wk.evq);
-    wk.run(|w, side| {
+    let q = wk.queue();
+    run(wk, |w, side| {
         match h {
             Some(h) => {
                 side.am_handlers.insert(id, h);
@@ -76,7 +71,7 @@ pub unsafe extern "C" fn ucp_worker_set_am_recv_handler(
 ) -> ucs_status_t {
     guard::status("ucp_worker_set_am_recv_handler", || {
         // SAFETY: the caller's worker handle.
-        let wk = unsafe { worker::get(worker)? };
+        let wk = unsafe { core::get(worker)? };
         if param.is_null() {
             return Err(Status::InvalidParam);
         }
@@ -121,7 +116,7 @@ pub unsafe extern "C" fn ucp_worker_set_am_handler(
 ) -> ucs_status_t {
     guard::status("ucp_worker_set_am_handler", || {
         // SAFETY: the caller's worker handle.
-        let wk = unsafe { worker::get(worker)? };
+        let wk = unsafe { core::get(worker)? };
         let h = cb.map(|f| AmHandlerC::Old {
             cb: f as usize,
             arg,
@@ -141,7 +136,7 @@ unsafe fn send(
     op: Op,
 ) -> Result<ucs_status_ptr_t> {
     // SAFETY: the caller's endpoint handle.
-    let (e, wk) = unsafe { ep::get(ep)? };
+    let (e, wk) = unsafe { ep_get(ep)? };
     let id = u16::try_from(id).map_err(|_| Status::InvalidParam)?;
     if header_length > 0 && header.is_null() {
         return Err(Status::InvalidParam);
@@ -160,13 +155,11 @@ unsafe fn send(
         rndv: flags & UCP_AM_SEND_FLAG_RNDV != 0,
     };
     let rep = e.ep;
-    wk.run(|w, side| {
+    run(wk, |w, side| {
+        let rq = wk.begin(side, &op, 0)?;
         // SAFETY: the API's contract: the buffer stays readable until completion.
-        let out = match unsafe { w.am_send_nb(rep, id, hdr, buf, f, Some(rust_cb()))? } {
-            None => Outcome::Done(Status::Ok, RecvInfo::default()),
-            Some(r) => Outcome::Req(r),
-        };
-        wk.conclude(w, side, &op, out, RecvOut::None, None)
+        let out = unsafe { w.am_send_nb(rep, id, hdr, buf, f, Wk::word(rq)) }.map(Outcome::of);
+        wk.conclude(w, side, &op, rq, out, RecvOut::None)
     })?
 }
 
@@ -227,19 +220,20 @@ pub unsafe extern "C" fn ucp_am_recv_data_nbx(
 ) -> ucs_status_ptr_t {
     guard::status_ptr("ucp_am_recv_data_nbx", || {
         // SAFETY: the caller's worker handle.
-        let wk = unsafe { worker::get(worker)? };
+        let wk = unsafe { core::get(worker)? };
         // SAFETY: forwarded contract.
         let op = unsafe { Op::nbx(param, CbKind::LengthNbx)? };
         // SAFETY: the caller's buffer as its datatype describes it.
         let buf = unsafe { dt::buf(buffer, count, op.datatype, Dir::Recv)? };
-        wk.run(|w, side| {
+        run(wk, |w, side| {
             let desc = side
                 .am_kept
                 .remove(&(data_desc as usize))
                 .ok_or(Status::InvalidParam)?;
+            let rq = wk.begin(side, &op, 0)?;
             // SAFETY: the API's contract: the buffer stays writable until completion.
-            let r = unsafe { w.am_recv_data_nb(desc, buf, Some(rust_cb()))? };
-            wk.conclude(w, side, &op, Outcome::Req(r), RecvOut::Length, None)
+            let out = unsafe { w.am_recv_data_nb(desc, buf, Wk::word(rq)) }.map(Outcome::Req);
+            wk.conclude(w, side, &op, rq, out, RecvOut::Length)
         })?
     })
 }
@@ -248,8 +242,8 @@ pub unsafe extern "C" fn ucp_am_recv_data_nbx(
 pub unsafe extern "C" fn ucp_am_data_release(worker: *mut Handle<Wk>, data: *mut c_void) {
     guard::void("ucp_am_data_release", || {
         // SAFETY: the caller's worker handle.
-        let wk = unsafe { worker::get(worker)? };
-        wk.run(|w, side| {
+        let wk = unsafe { core::get(worker)? };
+        run(wk, |w, side| {
             let desc = side
                 .am_kept
                 .remove(&(data as usize))
@@ -257,146 +251,4 @@ pub unsafe extern "C" fn ucp_am_data_release(worker: *mut Handle<Wk>, data: *mut
             w.am_data_release(desc)
         })?
     })
-}
-
-/// A message ready for its C handler.
-pub(crate) struct Ready {
-    h: AmHandlerC,
-    header: Vec<u8>,
-    data: *mut c_void,
-    len: usize,
-    rndv: bool,
-    /// Data received for an older-style handler (owned here while it runs).
-    _owned: Option<Vec<u8>>,
-    reply: *mut Handle<EpH>,
-    /// True when `data` is registered in the worker's kept-data table.
-    kept: bool,
-}
-
-/// Readies a queued message for its handler (with the worker held); `None` when it has
-/// no handler or its data is gone.
-pub(crate) fn prepare(wk: &Wk, w: &mut Worker, side: &mut Side, ev: AmEvent) -> Option<Ready> {
-    let Some(&h) = side.am_handlers.get(&ev.id) else {
-        tracing::debug!("active message {} without a handler dropped", ev.id);
-        let _ = w.am_data_release(ev.desc);
-        return None;
-    };
-    let reply = match ev.reply_ep {
-        Some(e) => ep::handle_for(wk, side, e),
-        None => std::ptr::null_mut(),
-    };
-    let old = matches!(h, AmHandlerC::Old { .. });
-    Some(match (ev.rndv, old) {
-        (Some(len), false) => {
-            let t = side.token() as *mut c_void;
-            side.am_kept.insert(t as usize, ev.desc);
-            Ready {
-                h,
-                header: ev.header,
-                data: t,
-                len,
-                rndv: true,
-                _owned: None,
-                reply,
-                kept: true,
-            }
-        }
-        (Some(len), true) => {
-            let mut v = vec![0u8; len];
-            w.am_recv_data(ev.desc, &mut v).ok()?;
-            Ready {
-                h,
-                header: ev.header,
-                data: v.as_mut_ptr().cast(),
-                len,
-                rndv: true,
-                _owned: Some(v),
-                reply,
-                kept: false,
-            }
-        }
-        (None, _) => {
-            let (p, len) = match w.am_data(ev.desc)? {
-                d if !d.is_empty() => (d.as_ptr().cast_mut().cast(), d.len()),
-                _ => (side.token() as *mut c_void, 0),
-            };
-            side.am_kept.insert(p as usize, ev.desc);
-            Ready {
-                h,
-                header: ev.header,
-                data: p,
-                len,
-                rndv: false,
-                _owned: None,
-                reply,
-                kept: true,
-            }
-        }
-    })
-}
-
-/// Calls the C handler of a readied message (the worker released), then releases the
-/// data unless the handler kept it.
-pub(crate) fn deliver(wk: &Wk, r: Ready) {
-    let status = match r.h {
-        AmHandlerC::Recv { cb, arg } => {
-            let mut attr = if r.rndv {
-                UCP_AM_RECV_ATTR_FLAG_RNDV
-            } else {
-                UCP_AM_RECV_ATTR_FLAG_DATA
-            };
-            if !r.reply.is_null() {
-                attr |= UCP_AM_RECV_ATTR_FIELD_REPLY_EP;
-            }
-            let param = ucp_am_recv_param_t {
-                recv_attr: attr,
-                reply_ep: r.reply.cast(),
-            };
-            let hp = if r.header.is_empty() {
-                std::ptr::null()
-            } else {
-                r.header.as_ptr().cast()
-            };
-            // SAFETY: the application's handler, registered with this signature, called
-            // with no worker held; the pointers stay valid during the call.
-            unsafe {
-                let f = std::mem::transmute::<
-                    usize,
-                    unsafe extern "C" fn(
-                        *mut c_void,
-                        *const c_void,
-                        usize,
-                        *mut c_void,
-                        usize,
-                        *const ucp_am_recv_param_t,
-                    ) -> ucs_status_t,
-                >(cb);
-                f(arg, hp, r.header.len(), r.data, r.len, &param)
-            }
-        }
-        AmHandlerC::Old { cb, arg } => {
-            let flags = if r.kept { UCP_CB_PARAM_FLAG_DATA } else { 0 };
-            // SAFETY: as above, for the older handler signature.
-            unsafe {
-                let f = std::mem::transmute::<
-                    usize,
-                    unsafe extern "C" fn(
-                        *mut c_void,
-                        *mut c_void,
-                        usize,
-                        *mut c_void,
-                        c_uint,
-                    ) -> ucs_status_t,
-                >(cb);
-                f(arg, r.data, r.len, r.reply.cast(), flags)
-            }
-        }
-    };
-    if r.kept && status != UCS_INPROGRESS {
-        let _ = wk.with(|w, side| {
-            if let Some(desc) = side.am_kept.remove(&(r.data as usize)) {
-                let _ = w.am_data_release(desc);
-            }
-        });
-    }
 }

@@ -1,10 +1,11 @@
 //! Configuration objects, contexts, versions, and the library identity.
 
+use crate::core::HDR_SIZE;
 use crate::ffi::*;
 use crate::guard;
 use crate::handle::{handle_kind, Handle};
-use crate::request::HDR_SIZE;
-use std::ffi::{c_char, c_uint, c_void, CStr, CString};
+use crate::text;
+use std::ffi::{c_char, c_uint, c_void, CStr};
 use ucp::config::{RmaPath, Thresh};
 use ucs::{Result, Status};
 
@@ -148,17 +149,6 @@ pub(crate) fn announce() {
 }
 
 /// Writes `text` to a C stream (nothing for a null stream).
-pub(crate) fn print_to(stream: *mut libc::FILE, text: &str) {
-    if stream.is_null() {
-        return;
-    }
-    let Ok(c) = CString::new(text.replace('\0', " ")) else {
-        return;
-    };
-    // SAFETY: the caller's open stream and a NUL-terminated string.
-    unsafe { libc::fputs(c.as_ptr(), stream) };
-}
-
 fn features_from_c(f: u64) -> ucp::Features {
     let mut out = ucp::Features::empty();
     let map = [
@@ -340,7 +330,7 @@ pub unsafe extern "C" fn ucp_config_print(
             }
             out.push_str(&format!("UCX_{}={}\n", var.name, v));
         }
-        print_to(stream, &out);
+        text::print_to(stream, &out);
         Ok(())
     })
 }
@@ -412,7 +402,7 @@ pub unsafe extern "C" fn ucp_init_version(
         let (c, ic) = build(cfg)?;
         let ctx = ucp::Context::with_config(features_from_c(features), c, ic)?;
         let mut cname = [0 as c_char; UCP_ENTITY_NAME_MAX];
-        crate::worker::default_name("context", &mut cname);
+        text::default_name("context", &mut cname);
         if !name.is_null() {
             // SAFETY: the caller's NUL-terminated name.
             let s = unsafe { CStr::from_ptr(name) }.to_bytes();
@@ -490,7 +480,7 @@ pub(crate) fn context_info(ctx: &Ctx) -> String {
     let mut s = String::new();
     s.push_str(&format!(
         "#\n# UCP context {} (rucx {}, UCX {}.{}.{} API)\n#   features {:#x}\n#\n",
-        crate::worker::name_str(&ctx.name),
+        text::name_str(&ctx.name),
         env!("CARGO_PKG_VERSION"),
         UCX_MAJOR,
         UCX_MINOR,
@@ -523,7 +513,7 @@ pub unsafe extern "C" fn ucp_context_print_info(
     guard::void("ucp_context_print_info", || {
         // SAFETY: the caller's context handle.
         let ctx = unsafe { Handle::get(context)? };
-        print_to(stream, &context_info(ctx));
+        text::print_to(stream, &context_info(ctx));
         Ok(())
     })
 }
@@ -545,7 +535,7 @@ pub unsafe extern "C" fn ucp_mem_print_info(
                 .to_string_lossy()
                 .into_owned()
         };
-        print_to(
+        text::print_to(
             stream,
             &format!(
                 "#\n# rucx memory mapping of {size}: allocated in a shared segment (direct access by peers on the host) or registered (cross-memory attach)\n#\n"

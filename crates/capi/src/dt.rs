@@ -98,16 +98,27 @@ pub(crate) enum Dir {
 ///
 /// # Safety
 /// The memory must be as the datatype describes (the caller's contract of the operation).
+#[inline(always)]
 pub(crate) unsafe fn buf(buffer: *const c_void, count: usize, dt: u64, dir: Dir) -> Result<Buf> {
-    match dt & UCP_DATATYPE_CLASS_MASK {
-        UCP_DATATYPE_CONTIG => {
-            let elem = (dt >> UCP_DATATYPE_SHIFT) as usize;
-            let len = count.checked_mul(elem).ok_or(Status::InvalidParam)?;
-            if len > 0 && buffer.is_null() {
-                return Err(Status::InvalidParam);
-            }
-            Ok(Buf::contig(buffer.cast_mut().cast(), len))
+    if dt & UCP_DATATYPE_CLASS_MASK == UCP_DATATYPE_CONTIG {
+        let elem = (dt >> UCP_DATATYPE_SHIFT) as usize;
+        let len = count.checked_mul(elem).ok_or(Status::InvalidParam)?;
+        if len > 0 && buffer.is_null() {
+            return Err(Status::InvalidParam);
         }
+        return Ok(Buf::contig(buffer.cast_mut().cast(), len));
+    }
+    // SAFETY: forwarded contract.
+    unsafe { buf_other(buffer, count, dt, dir) }
+}
+
+/// [`buf`] for the datatypes other than contiguous ones.
+///
+/// # Safety
+/// As for [`buf`].
+#[inline(never)]
+unsafe fn buf_other(buffer: *const c_void, count: usize, dt: u64, dir: Dir) -> Result<Buf> {
+    match dt & UCP_DATATYPE_CLASS_MASK {
         UCP_DATATYPE_IOV => {
             if count == 0 {
                 return Ok(Buf::contig(std::ptr::null_mut(), 0));

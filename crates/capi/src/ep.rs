@@ -1,79 +1,22 @@
 //! Endpoints: `ucp_ep_create` (from a worker address, a server's socket address, or a
 //! connection request of a listener), error handlers, close, flush, query.
 
+use crate::address::address_from_c;
+use crate::core::{
+    self, ep_get as get, CbKind, ConnReqH, EpH, Event, Op, Outcome, RecvOut, Wk, DT_BYTES,
+};
+use crate::dispatch::{run, wait_ptr};
 use crate::ffi::*;
 use crate::guard;
-use crate::handle::{handle_kind, Handle};
-use crate::request::CbKind;
-use crate::worker::{self, rust_cb, Op, Outcome, RecvOut, Side, Wk, DT_BYTES};
+use crate::handle::Handle;
+use crate::sockaddr::{sockaddr_from_c, sockaddr_to_c};
+use crate::text;
 use std::cell::Cell;
 use std::ffi::{c_char, c_uint, c_void};
 use std::net::SocketAddr;
 use std::time::Duration;
 use ucp::RecvInfo;
 use ucs::{Result, Status};
-
-/// An endpoint handle's value.
-pub(crate) struct EpH {
-    pub wk: *const Handle<Wk>,
-    pub wgen: u64,
-    pub ep: ucp::Ep,
-    pub user_data: Cell<*mut c_void>,
-    pub name: Cell<[c_char; UCP_ENTITY_NAME_MAX]>,
-    /// Made by rucx for a reply endpoint rather than by `ucp_ep_create`.
-    pub implicit: Cell<bool>,
-    /// The application's error handler. It is called with `user_data` as its argument:
-    /// the handler's own `arg` is only the starting value of `user_data` (UCX's rule:
-    /// `ucp_ep_params_t::user_data` overrides `err_handler.arg`).
-    pub err: Cell<Option<usize>>,
-}
-
-handle_kind!(EpH, 0x7275_6378_6570_6831);
-
-// SAFETY: plain data; the worker it names synchronises its own use.
-unsafe impl Send for EpH {}
-
-impl EpH {
-    /// The worker of this endpoint.
-    #[inline]
-    pub(crate) fn worker(&self) -> Result<&Wk> {
-        // SAFETY: handles are never freed; the generation catches a destroyed worker.
-        unsafe { Handle::get_gen(self.wk, self.wgen) }
-    }
-}
-
-/// The endpoint behind a handle, with its worker.
-///
-/// # Safety
-/// `p` must be a handle of ours or null.
-#[inline]
-pub(crate) unsafe fn get<'a>(p: *mut Handle<EpH>) -> Result<(&'a EpH, &'a Wk)> {
-    // SAFETY: forwarded contract.
-    let e = unsafe { Handle::get(p)? };
-    let wk = e.worker()?;
-    Ok((e, wk))
-}
-
-/// The handle of a Rust endpoint of `wk` (made on first use, for reply endpoints).
-pub(crate) fn handle_for(wk: &Wk, side: &mut Side, ep: ucp::Ep) -> *mut Handle<EpH> {
-    if let Some(&h) = side.eps.get(&ep) {
-        return h;
-    }
-    let (me, gen) = wk.me();
-    let mut name = [0 as c_char; UCP_ENTITY_NAME_MAX];
-    worker::default_name("reply-ep", &mut name);
-    let (h, _) = Handle::alloc(EpH {
-        wk: me,
-        wgen: gen,
-        ep,
-        user_data: Cell::new(std::ptr::null_mut()),
-        name: Cell::new(name),
-        implicit: Cell::new(true),
-        err: Cell::new(None),
-    });
-    side.eps.insert(ep, h);
-    h
-}
 
 /// How long an endpoint made from a socket address waits for the server's answer before
 /// it fails with `UCS_ERR_TIMED_OUT` (`ucp_ep_create` itself returns at once).
@@ -83,43 +26,7 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 enum Target {
     Address(*const c_void),
     Server(SocketAddr),
-    Request(*mut Handle<crate::listener::ConnReqH>),
-}
-
-/// An endpoint failure, ready for the application's error handler.
-pub(crate) struct ErrReady {
-    cb: usize,
-    arg: *mut c_void,
-    ep: *mut Handle<EpH>,
-    status: Status,
-}
-
-/// Readies an endpoint failure (with the worker held): `None` when the application set
-/// no handler (or closed the endpoint meanwhile).
-pub(crate) fn prepare_error(side: &mut Side, ep: ucp::Ep, status: Status) -> Option<ErrReady> {
-    let h = *side.eps.get(&ep)?;
-    // SAFETY: handles in the table are live endpoint handles of this worker.
-    let e = unsafe { Handle::get(h) }.ok()?;
-    let cb = e.err.get()?;
-    Some(ErrReady {
-        cb,
-        arg: e.user_data.get(),
-        ep: h,
-        status,
-    })
-}
-
-/// Calls the application's error handler (the worker released).
-pub(crate) fn deliver_error(r: ErrReady) {
-    // SAFETY: the application's error handler, registered with this signature, called
-    // with no worker held.
-    unsafe {
-        let f = std::mem::transmute::<
-            usize,
-            unsafe extern "C" fn(*mut c_void, *mut c_void, ucs_status_t),
-        >(r.cb);
-        f(r.arg, r.ep.cast(), r.status.code());
-    }
+    Request(*mut Handle<ConnReqH>),
 }
 
 #[no_mangle]
@@ -130,7 +37,7 @@ pub unsafe extern "C" fn ucp_ep_create(
 ) -> ucs_status_t {
     guard::status("ucp_ep_create", || {
         // SAFETY: the caller's worker handle.
-        let wk = unsafe { worker::get(worker)? };
+        let wk = unsafe { core::get(worker)? };
         if params.is_null() || ep_p.is_null() {
             return Err(Status::InvalidParam);
         }
@@ -141,10 +48,7 @@ pub unsafe extern "C" fn ucp_ep_create(
             let target = if m & UCP_EP_PARAM_FIELD_REMOTE_ADDRESS != 0 {
                 Target::Address(p.address)
             } else if m & UCP_EP_PARAM_FIELD_SOCK_ADDR != 0 {
-                Target::Server(crate::listener::sockaddr_from_c(
-                    p.sockaddr.addr,
-                    p.sockaddr.addrlen,
-                )?)
+                Target::Server(sockaddr_from_c(p.sockaddr.addr, p.sockaddr.addrlen)?)
             } else if m & UCP_EP_PARAM_FIELD_CONN_REQUEST != 0 {
                 Target::Request(p.conn_request.cast())
             } else {
@@ -172,7 +76,7 @@ pub unsafe extern "C" fn ucp_ep_create(
             )
         };
         let mut ename = [0 as c_char; UCP_ENTITY_NAME_MAX];
-        worker::default_name("ep", &mut ename);
+        text::default_name("ep", &mut ename);
         if !name.is_null() {
             // SAFETY: the caller's NUL-terminated name.
             let s = unsafe { std::ffi::CStr::from_ptr(name) }.to_bytes();
@@ -184,7 +88,7 @@ pub unsafe extern "C" fn ucp_ep_create(
         }
         let (bytes, request) = match target {
             // SAFETY: an address of ours (magic checked before the length is trusted).
-            Target::Address(a) => (Some(unsafe { worker::address_from_c(a)? }), None),
+            Target::Address(a) => (Some(unsafe { address_from_c(a)? }), None),
             Target::Request(r) => {
                 // SAFETY: the caller's connection request handle.
                 let c = unsafe { Handle::get(r)? };
@@ -200,10 +104,10 @@ pub unsafe extern "C" fn ucp_ep_create(
             }
             Target::Server(_) => (None, None),
         };
-        let q = worker::QueuePtr(&wk.evq);
+        let q = wk.queue();
         let mut request = request;
         let r_handle = request.as_ref().map(|(r, _)| *r);
-        let h = wk.run(|w, side| -> Result<*mut Handle<EpH>> {
+        let h = run(wk, |w, side| -> Result<*mut Handle<EpH>> {
             // The socket addresses of client–server endpoints stay with the protocol layer
             // (`Worker::ep_sockaddrs`, for `ucp_ep_query`).
             let ep = match (&target, bytes, request.take()) {
@@ -213,10 +117,7 @@ pub unsafe extern "C" fn ucp_ep_create(
                 _ => return Err(Status::InvalidParam),
             };
             if err.is_some() {
-                w.ep_set_err_handler(
-                    ep,
-                    Some(Box::new(move |e, s| q.push(worker::Event::EpError(e, s)))),
-                )?;
+                w.ep_set_err_handler(ep, Some(Box::new(move |e, s| q.push(Event::EpError(e, s)))))?;
             }
             if let Some(&h) = side.eps.get(&ep) {
                 // A reply endpoint to the same peer became the application's endpoint.
@@ -258,13 +159,14 @@ unsafe fn close(ep: *mut Handle<EpH>, force: bool, op: Op) -> Result<ucs_status_
     // SAFETY: the caller's endpoint handle.
     let (e, wk) = unsafe { get(ep)? };
     let rep = e.ep;
-    let p = wk.run(|w, side| {
+    let p = run(wk, |w, side| {
         side.eps.remove(&rep);
-        let out = match w.ep_close_nb(rep, force)? {
+        let hdr = wk.begin(side, &op, 0)?;
+        let out = w.ep_close_nb(rep, force).map(|r| match r {
             None => Outcome::Done(Status::Ok, RecvInfo::default()),
             Some(r) => Outcome::Polled(r),
-        };
-        wk.conclude(w, side, &op, out, RecvOut::None, None)
+        });
+        wk.conclude(w, side, &op, hdr, out, RecvOut::None)
     })??;
     // SAFETY: the application gave the endpoint up with this call.
     drop(unsafe { Handle::destroy(ep) });
@@ -311,7 +213,7 @@ pub unsafe extern "C" fn ucp_ep_destroy(ep: *mut Handle<EpH>) {
         let op = Op::nb(CbKind::Send, 0, DT_BYTES, false);
         // SAFETY: forwarded contract.
         let p = unsafe { close(ep, false, op)? };
-        worker::wait_ptr(wk, p)
+        wait_ptr(wk, p)
     })
 }
 
@@ -319,12 +221,10 @@ unsafe fn flush(ep: *mut Handle<EpH>, op: Op) -> Result<ucs_status_ptr_t> {
     // SAFETY: the caller's endpoint handle.
     let (e, wk) = unsafe { get(ep)? };
     let rep = e.ep;
-    wk.run(|w, side| {
-        let out = match w.ep_flush_nb(rep, Some(rust_cb()))? {
-            None => Outcome::Done(Status::Ok, RecvInfo::default()),
-            Some(r) => Outcome::Req(r),
-        };
-        wk.conclude(w, side, &op, out, RecvOut::None, None)
+    run(wk, |w, side| {
+        let hdr = wk.begin(side, &op, 0)?;
+        let out = w.ep_flush_nb(rep, Wk::word(hdr)).map(Outcome::of);
+        wk.conclude(w, side, &op, hdr, out, RecvOut::None)
     })?
 }
 
@@ -362,7 +262,7 @@ pub unsafe extern "C" fn ucp_ep_flush(ep: *mut Handle<EpH>) -> ucs_status_t {
         let op = Op::nb(CbKind::Send, 0, DT_BYTES, false);
         // SAFETY: forwarded contract.
         let p = unsafe { flush(ep, op)? };
-        worker::wait_ptr(wk, p)
+        wait_ptr(wk, p)
     })
 }
 
@@ -386,11 +286,11 @@ pub unsafe extern "C" fn ucp_ep_query(
             if mask & UCP_EP_ATTR_FIELD_LOCAL_SOCKADDR != 0 {
                 let l = local.ok_or(Status::NotConnected)?;
                 // SAFETY: as above.
-                crate::listener::sockaddr_to_c(l, unsafe { &mut (*attr).local_sockaddr });
+                sockaddr_to_c(l, unsafe { &mut (*attr).local_sockaddr });
             }
             if mask & UCP_EP_ATTR_FIELD_REMOTE_SOCKADDR != 0 {
                 // SAFETY: as above.
-                crate::listener::sockaddr_to_c(remote, unsafe { &mut (*attr).remote_sockaddr });
+                sockaddr_to_c(remote, unsafe { &mut (*attr).remote_sockaddr });
             }
         }
         if mask & UCP_EP_ATTR_FIELD_NAME != 0 {
@@ -408,12 +308,12 @@ pub unsafe extern "C" fn ucp_ep_print_info(ep: *mut Handle<EpH>, stream: *mut li
         let (e, wk) = unsafe { get(ep)? };
         let rep = e.ep;
         let tl = wk.with(|w, _| w.ep_transport(rep))??;
-        let text = format!(
+        let info = format!(
             "#\n# UCP endpoint '{}' (rucx)\n#   transport: {}\n#\n",
-            worker::name_str(&e.name.get()),
+            text::name_str(&e.name.get()),
             tl.map_or("not connected yet", |t| t.name())
         );
-        crate::context::print_to(stream, &text);
+        text::print_to(stream, &info);
         Ok(())
     })
 }
@@ -459,12 +359,12 @@ pub unsafe extern "C" fn ucp_ep_modify_nb(
         if m & UCP_EP_PARAM_FIELD_ERR_HANDLER != 0 {
             let cb = p.err_handler.cb.map(|cb| cb as usize);
             let rep = e.ep;
-            let q = worker::QueuePtr(&wk.evq);
+            let q = wk.queue();
             wk.with(|w, _| {
                 w.ep_set_err_handler(
                     rep,
                     cb.map(|_| -> ucp::worker::ErrHandler {
-                        Box::new(move |x, s| q.push(worker::Event::EpError(x, s)))
+                        Box::new(move |x, s| q.push(Event::EpError(x, s)))
                     }),
                 )
             })??;

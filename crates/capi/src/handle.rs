@@ -101,7 +101,7 @@ impl<T: Kind> Handle<T> {
     /// # Safety
     /// `p` must be null or point to memory that was a handle of ours at some time (any
     /// kind); the value must not be destroyed while the reference is used.
-    #[inline]
+    #[inline(always)]
     pub(crate) unsafe fn get<'a>(p: *const Handle<T>) -> Result<&'a T> {
         if p.is_null() || (p as usize) % std::mem::align_of::<Handle<T>>() != 0 {
             return Err(Status::InvalidParam);
@@ -124,7 +124,7 @@ impl<T: Kind> Handle<T> {
     ///
     /// # Safety
     /// As for [`Handle::get`].
-    #[inline]
+    #[inline(always)]
     pub(crate) unsafe fn get_gen<'a>(p: *const Handle<T>, gen: u64) -> Result<&'a T> {
         // SAFETY: forwarded contract.
         let v = unsafe { Self::get(p)? };

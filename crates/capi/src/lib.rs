@@ -23,6 +23,17 @@ pub mod ffi;
 mod guard;
 mod handle;
 
+// Helpers that know no worker.
+mod address;
+mod sockaddr;
+mod text;
+
+// The worker core: worker handle, borrow rule, request headers and pool.
+mod core;
+// The event dispatch: C callbacks of requests and C handlers of events.
+mod dispatch;
+
+// One module per API family, each with its exported functions.
 mod am;
 mod context;
 mod dt;
@@ -32,12 +43,14 @@ mod request;
 mod rma;
 mod stream;
 mod tag;
+mod worker;
+
+// The ucs/uct/ucm names the same library provides.
 mod ucm_api;
 mod ucs_api;
 mod ucs_util;
 pub mod uct_api;
-mod worker;
 
 /// Bytes of the request header rucx keeps in front of every request (the
 /// `request_size` `ucp_context_query` reports).
-pub const REQUEST_HEADER_SIZE: usize = request::HDR_SIZE;
+pub const REQUEST_HEADER_SIZE: usize = core::HDR_SIZE;

@@ -7,130 +7,14 @@
 //! or refuse with `ucp_listener_reject`), or, with the older accept handler, rucx accepts
 //! and hands over the new endpoint.
 
-use crate::ep::{self, EpH};
+use crate::core::{self, ConnReqH, Event, ListenerH, ListenerInfo, OnConn, Wk};
+use crate::dispatch::run;
 use crate::ffi::*;
 use crate::guard;
-use crate::handle::{handle_kind, Handle};
-use crate::worker::{self, Event, QueuePtr, Side, Wk};
-use std::ffi::c_void;
-use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
-use ucp::{ConnReqId, ListenerId, Worker};
+use crate::handle::Handle;
+use crate::sockaddr::{sockaddr_from_c, sockaddr_to_c};
+use ucp::ListenerId;
 use ucs::{Result, Status};
-
-/// What the application registered to hear about connection requests.
-#[derive(Clone, Copy)]
-pub(crate) enum OnConn {
-    /// `ucp_listener_conn_callback_t`: the application accepts or rejects.
-    Request { cb: usize, arg: *mut c_void },
-    /// `ucp_listener_accept_callback_t`: rucx accepts and gives the endpoint.
-    Accept { cb: usize, arg: *mut c_void },
-}
-
-/// A listener of a worker, in the worker's table.
-pub(crate) struct ListenerInfo {
-    pub handle: *mut Handle<ListenerH>,
-    on_conn: OnConn,
-}
-
-/// A listener handle's value.
-pub(crate) struct ListenerH {
-    wk: *const Handle<Wk>,
-    wgen: u64,
-    id: ListenerId,
-}
-
-handle_kind!(ListenerH, 0x7275_6378_6c73_6e31);
-
-// SAFETY: plain data; the worker it names synchronises its own use.
-unsafe impl Send for ListenerH {}
-
-/// A connection request handle's value.
-pub(crate) struct ConnReqH {
-    wk: *const Handle<Wk>,
-    wgen: u64,
-    pub(crate) id: ConnReqId,
-    pub(crate) client: SocketAddr,
-}
-
-handle_kind!(ConnReqH, 0x7275_6378_636f_6e72);
-
-// SAFETY: plain data.
-unsafe impl Send for ConnReqH {}
-
-impl ConnReqH {
-    pub(crate) fn worker(&self) -> Result<&Wk> {
-        // SAFETY: handles are never freed; the generation catches a destroyed worker.
-        unsafe { Handle::get_gen(self.wk, self.wgen) }
-    }
-}
-
-/// A socket address from C (`AF_INET` or `AF_INET6`).
-///
-/// # Safety
-/// `sa` must point to `len` readable bytes (or be null).
-pub(crate) unsafe fn sockaddr_from_c(sa: *const libc::sockaddr, len: u32) -> Result<SocketAddr> {
-    if sa.is_null() {
-        return Err(Status::InvalidParam);
-    }
-    // SAFETY: the caller's address; the family says which struct it is, and the length
-    // is checked before the struct is read.
-    unsafe {
-        match i32::from((*sa).sa_family) {
-            libc::AF_INET if len as usize >= std::mem::size_of::<libc::sockaddr_in>() => {
-                let a = sa.cast::<libc::sockaddr_in>().read_unaligned();
-                Ok(SocketAddr::V4(SocketAddrV4::new(
-                    Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr)),
-                    u16::from_be(a.sin_port),
-                )))
-            }
-            libc::AF_INET6 if len as usize >= std::mem::size_of::<libc::sockaddr_in6>() => {
-                let a = sa.cast::<libc::sockaddr_in6>().read_unaligned();
-                Ok(SocketAddr::V6(SocketAddrV6::new(
-                    Ipv6Addr::from(a.sin6_addr.s6_addr),
-                    u16::from_be(a.sin6_port),
-                    a.sin6_flowinfo,
-                    a.sin6_scope_id,
-                )))
-            }
-            libc::AF_INET | libc::AF_INET6 => Err(Status::InvalidParam),
-            _ => Err(Status::Unsupported),
-        }
-    }
-}
-
-/// Writes a socket address into a C `sockaddr_storage`.
-pub(crate) fn sockaddr_to_c(a: SocketAddr, out: &mut libc::sockaddr_storage) {
-    // SAFETY: all-zero bytes are a valid sockaddr_storage.
-    *out = unsafe { std::mem::zeroed() };
-    let p = (out as *mut libc::sockaddr_storage).cast::<u8>();
-    match a {
-        SocketAddr::V4(v) => {
-            let s = libc::sockaddr_in {
-                sin_family: libc::AF_INET as libc::sa_family_t,
-                sin_port: v.port().to_be(),
-                sin_addr: libc::in_addr {
-                    s_addr: u32::from(*v.ip()).to_be(),
-                },
-                sin_zero: [0; 8],
-            };
-            // SAFETY: a sockaddr_in fits in a sockaddr_storage.
-            unsafe { p.cast::<libc::sockaddr_in>().write_unaligned(s) };
-        }
-        SocketAddr::V6(v) => {
-            let s = libc::sockaddr_in6 {
-                sin6_family: libc::AF_INET6 as libc::sa_family_t,
-                sin6_port: v.port().to_be(),
-                sin6_flowinfo: v.flowinfo(),
-                sin6_addr: libc::in6_addr {
-                    s6_addr: v.ip().octets(),
-                },
-                sin6_scope_id: v.scope_id(),
-            };
-            // SAFETY: a sockaddr_in6 fits in a sockaddr_storage.
-            unsafe { p.cast::<libc::sockaddr_in6>().write_unaligned(s) };
-        }
-    }
-}
 
 #[no_mangle]
 pub unsafe extern "C" fn ucp_listener_create(
@@ -140,7 +24,7 @@ pub unsafe extern "C" fn ucp_listener_create(
 ) -> ucs_status_t {
     guard::status("ucp_listener_create", || {
         // SAFETY: the caller's worker handle.
-        let wk = unsafe { worker::get(worker)? };
+        let wk = unsafe { core::get(worker)? };
         if params.is_null() || listener_p.is_null() {
             return Err(Status::InvalidParam);
         }
@@ -173,9 +57,9 @@ pub unsafe extern "C" fn ucp_listener_create(
             };
             (addr, on_conn)
         };
-        let q = QueuePtr(&wk.evq);
+        let q = wk.queue();
         let (me, gen) = wk.me();
-        let h = wk.run(|w, side| -> Result<*mut Handle<ListenerH>> {
+        let h = run(wk, |w, side| -> Result<*mut Handle<ListenerH>> {
             // The id is only known once the listener exists; the handler learns it from
             // the worker's table by the request (see `prepare`).
             let slot = std::sync::Arc::new(std::sync::OnceLock::<ListenerId>::new());
@@ -219,7 +103,7 @@ pub unsafe extern "C" fn ucp_listener_destroy(listener: *mut Handle<ListenerH>) 
         // SAFETY: the caller's listener handle.
         let (l, wk) = unsafe { get(listener)? };
         let id = l.id;
-        wk.run(|w, side| {
+        run(wk, |w, side| {
             side.listeners.remove(&id);
             w.listener_destroy(id)
         })??;
@@ -262,7 +146,7 @@ pub unsafe extern "C" fn ucp_listener_reject(
         // SAFETY: as above.
         let c = unsafe { Handle::get(conn_request)? };
         let id = c.id;
-        wk.run(|w, side| {
+        run(wk, |w, side| {
             side.conn_reqs.remove(&id);
             w.listener_reject(id)
         })??;
@@ -295,80 +179,4 @@ pub unsafe extern "C" fn ucp_conn_request_query(
         }
         Ok(())
     })
-}
-
-/// A connection request ready for the application's handler.
-pub(crate) struct Ready {
-    on_conn: OnConn,
-    req: ConnReqId,
-    client: SocketAddr,
-}
-
-/// Readies a queued connection request (with the worker held).
-pub(crate) fn prepare(
-    _wk: &Wk,
-    w: &mut Worker,
-    side: &mut Side,
-    l: ListenerId,
-    req: ConnReqId,
-    client: SocketAddr,
-) -> Option<Ready> {
-    match side.listeners.get(&l) {
-        Some(info) => Some(Ready {
-            on_conn: info.on_conn,
-            req,
-            client,
-        }),
-        None => {
-            let _ = w.listener_reject(req);
-            None
-        }
-    }
-}
-
-/// Calls the application's handler for a connection request (the worker released).
-pub(crate) fn deliver(wk: &Wk, r: Ready) {
-    let (me, gen) = wk.me();
-    match r.on_conn {
-        OnConn::Request { cb, arg } => {
-            let (h, _) = Handle::alloc(ConnReqH {
-                wk: me,
-                wgen: gen,
-                id: r.req,
-                client: r.client,
-            });
-            if wk.with(|_, side| side.conn_reqs.insert(r.req, h)).is_err() {
-                return;
-            }
-            // SAFETY: the application's connection handler, registered with this
-            // signature, called with no worker held.
-            unsafe {
-                let f = std::mem::transmute::<usize, unsafe extern "C" fn(*mut c_void, *mut c_void)>(
-                    cb,
-                );
-                f(h.cast(), arg);
-            }
-        }
-        OnConn::Accept { cb, arg } => {
-            let Ok(Ok(h)) = wk.with(|w, side| -> Result<*mut Handle<EpH>> {
-                let e = w.ep_create_from_request(r.req)?;
-                let h = ep::handle_for(wk, side, e);
-                // SAFETY: the handle just made or found for this worker's endpoint.
-                if let Ok(eh) = unsafe { Handle::get(h) } {
-                    eh.implicit.set(false);
-                }
-                Ok(h)
-            }) else {
-                return;
-            };
-            // SAFETY: the application's accept handler, registered with this signature,
-            // called with no worker held.
-            unsafe {
-                let f = std::mem::transmute::<usize, unsafe extern "C" fn(*mut c_void, *mut c_void)>(
-                    cb,
-                );
-                f(h.cast(), arg);
-            }
-        }
-    }
 }

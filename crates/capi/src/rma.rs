@@ -7,12 +7,11 @@
 //! `ucp_rkey_buffer_release` recognises (and frees) only buffers it made.
 
 use crate::context::Ctx;
-use crate::ep::{self, EpH};
+use crate::core::{ep_get, CbKind, EpH, Op, Outcome, RecvOut, Wk, DT_BYTES, F_AMO32};
+use crate::dispatch::{run, wait_ptr};
 use crate::ffi::*;
 use crate::guard;
 use crate::handle::{handle_kind, Handle};
-use crate::request::{CbKind, F_AMO32};
-use crate::worker::{self, rust_cb, Op, Outcome, RecvOut, Wk, DT_BYTES};
 use std::ffi::c_void;
 use ucp::{AtomicOp, AtomicSize, RecvInfo};
 use ucs::{Result, Status};
@@ -308,14 +307,14 @@ pub unsafe extern "C" fn ucp_ep_rkey_unpack(
 ) -> ucs_status_t {
     guard::status("ucp_ep_rkey_unpack", || {
         // SAFETY: the caller's endpoint handle.
-        let (e, wk) = unsafe { ep::get(ep)? };
+        let (e, wk) = unsafe { ep_get(ep)? };
         if rkey_p.is_null() {
             return Err(Status::InvalidParam);
         }
         // SAFETY: a key buffer of ours (checked).
         let bytes = unsafe { rkey_bytes(rkey_buffer)? };
         let rep = e.ep;
-        let rk = wk.run(|w, _| w.rkey_unpack(rep, bytes))??;
+        let rk = run(wk, |w, _| w.rkey_unpack(rep, bytes))??;
         let (h, _) = Handle::alloc(RkeyObj {
             wk: e.wk,
             wgen: e.wgen,
@@ -360,7 +359,7 @@ unsafe fn ep_key<'a>(
     rkey: *mut Handle<RkeyObj>,
 ) -> Result<(&'a EpH, &'a Wk, &'a RkeyObj)> {
     // SAFETY: the caller's handles.
-    let (e, wk) = unsafe { ep::get(ep)? };
+    let (e, wk) = unsafe { ep_get(ep)? };
     // SAFETY: as above.
     let k = unsafe { Handle::get(rkey)? };
     if k.wk != e.wk || k.wgen != e.wgen {
@@ -395,7 +394,7 @@ pub unsafe extern "C" fn ucp_put_nbi(
             unsafe { std::slice::from_raw_parts(buffer.cast(), length) }
         };
         let rep = e.ep;
-        wk.run(|w, _| w.put_nbi(rep, data, remote_addr, &k.rk))?
+        run(wk, |w, _| w.put_nbi(rep, data, remote_addr, &k.rk))?
     })
 }
 
@@ -415,7 +414,9 @@ pub unsafe extern "C" fn ucp_get_nbi(
         }
         let rep = e.ep;
         // SAFETY: the API's contract: the buffer stays writable until a flush completes.
-        wk.run(|w, _| unsafe { w.get_nbi(rep, buffer.cast(), length, remote_addr, &k.rk) })?
+        run(wk, |w, _| unsafe {
+            w.get_nbi(rep, buffer.cast(), length, remote_addr, &k.rk)
+        })?
     })
 }
 
@@ -433,15 +434,12 @@ unsafe fn put_common(
         return Err(Status::InvalidParam);
     }
     let rep = e.ep;
-    wk.run(|w, side| {
+    run(wk, |w, side| {
+        let hdr = wk.begin(side, &op, 0)?;
         // SAFETY: the API's contract: the buffer stays readable until completion.
-        let out = match unsafe {
-            w.put_nb(rep, buffer.cast(), len, remote_addr, &k.rk, Some(rust_cb()))?
-        } {
-            None => Outcome::Done(Status::Ok, RecvInfo::default()),
-            Some(r) => Outcome::Req(r),
-        };
-        wk.conclude(w, side, &op, out, RecvOut::None, None)
+        let out = unsafe { w.put_nb(rep, buffer.cast(), len, remote_addr, &k.rk, Wk::word(hdr)) }
+            .map(Outcome::of);
+        wk.conclude(w, side, &op, hdr, out, RecvOut::None)
     })?
 }
 
@@ -459,15 +457,12 @@ unsafe fn get_common(
         return Err(Status::InvalidParam);
     }
     let rep = e.ep;
-    wk.run(|w, side| {
+    run(wk, |w, side| {
+        let hdr = wk.begin(side, &op, 0)?;
         // SAFETY: the API's contract: the buffer stays writable until completion.
-        let out = match unsafe {
-            w.get_nb(rep, buffer.cast(), len, remote_addr, &k.rk, Some(rust_cb()))?
-        } {
-            None => Outcome::Done(Status::Ok, RecvInfo::default()),
-            Some(r) => Outcome::Req(r),
-        };
-        wk.conclude(w, side, &op, out, RecvOut::None, None)
+        let out = unsafe { w.get_nb(rep, buffer.cast(), len, remote_addr, &k.rk, Wk::word(hdr)) }
+            .map(Outcome::of);
+        wk.conclude(w, side, &op, hdr, out, RecvOut::None)
     })?
 }
 
@@ -553,7 +548,7 @@ pub unsafe extern "C" fn ucp_put(
         let op = Op::nb(CbKind::Send, 0, DT_BYTES, false);
         // SAFETY: forwarded contract.
         let p = unsafe { put_common(ep, buffer, length, remote_addr, rkey, op)? };
-        worker::wait_ptr(wk, p)?;
+        wait_ptr(wk, p)?;
         // SAFETY: the caller's endpoint handle.
         let s = unsafe { crate::ep::ucp_ep_flush(ep) };
         guard::result_from_c(s)
@@ -574,7 +569,7 @@ pub unsafe extern "C" fn ucp_get(
         let op = Op::nb(CbKind::Send, 0, DT_BYTES, false);
         // SAFETY: forwarded contract.
         let p = unsafe { get_common(ep, buffer, length, remote_addr, rkey, op)? };
-        worker::wait_ptr(wk, p)
+        wait_ptr(wk, p)
     })
 }
 
@@ -610,7 +605,9 @@ pub unsafe extern "C" fn ucp_atomic_post(
         };
         let size = size_of_op(op_size)?;
         let rep = e.ep;
-        wk.run(|w, _| w.atomic_post(rep, op, size, value, remote_addr, &k.rk))?
+        run(wk, |w, _| {
+            w.atomic_post(rep, op, size, value, remote_addr, &k.rk)
+        })?
     })
 }
 
@@ -634,10 +631,11 @@ unsafe fn fetch(
         return Err(Status::InvalidParam);
     }
     let rep = e.ep;
-    wk.run(|w, side| {
+    run(wk, |w, side| {
         if size == AtomicSize::B64 {
+            let hdr = wk.begin(side, &cop, 0)?;
             // SAFETY: the API's contract: `result` stays writable until completion.
-            let out = match unsafe {
+            let out = unsafe {
                 w.atomic_fetch_nb(
                     rep,
                     op,
@@ -647,24 +645,22 @@ unsafe fn fetch(
                     result.cast(),
                     remote_addr,
                     &k.rk,
-                    Some(rust_cb()),
-                )?
-            } {
-                None => Outcome::Done(Status::Ok, RecvInfo::default()),
-                Some(r) => Outcome::Req(r),
-            };
-            return wk.conclude(w, side, &cop, out, RecvOut::None, None);
+                    Wk::word(hdr),
+                )
+            }
+            .map(Outcome::of);
+            return wk.conclude(w, side, &cop, hdr, out, RecvOut::None);
         }
         // 32 bits: the protocol layer writes a 64-bit word; stage it in the request
         // header and copy the low half to the caller's 4 bytes on completion.
-        let hdr = wk.pre_header(side, &cop, F_AMO32)?;
+        let hdr = wk.begin(side, &cop, F_AMO32)?;
         // SAFETY: a header just started for this call.
         let staging = unsafe {
             (*hdr).result = result.cast();
             std::ptr::addr_of_mut!((*hdr).staging)
         };
         // SAFETY: the staging word lives as long as the request (its header).
-        let started = unsafe {
+        let out = unsafe {
             w.atomic_fetch_nb(
                 rep,
                 op,
@@ -674,21 +670,11 @@ unsafe fn fetch(
                 staging,
                 remote_addr,
                 &k.rk,
-                Some(rust_cb()),
+                Wk::word(hdr),
             )
-        };
-        let out = match started {
-            Ok(None) => Outcome::Done(Status::Ok, RecvInfo::default()),
-            Ok(Some(r)) => Outcome::Req(r),
-            Err(s) => {
-                if !cop.user_req() {
-                    // SAFETY: the pooled header made above, unused.
-                    unsafe { side.pool.put(hdr) };
-                }
-                return Err(s);
-            }
-        };
-        wk.conclude(w, side, &cop, out, RecvOut::None, Some(hdr))
+        }
+        .map(Outcome::of);
+        wk.conclude(w, side, &cop, hdr, out, RecvOut::None)
     })?
 }
 
@@ -777,16 +763,12 @@ pub unsafe extern "C" fn ucp_atomic_op_nbx(
             // SAFETY: the caller's handles.
             let (e, wk, k) = unsafe { ep_key(ep, rkey)? };
             let rep = e.ep;
-            return wk.run(|w, side| {
-                w.atomic_post(rep, op, size, x, remote_addr, &k.rk)?;
-                wk.conclude(
-                    w,
-                    side,
-                    &cop,
-                    Outcome::Done(Status::Ok, RecvInfo::default()),
-                    RecvOut::None,
-                    None,
-                )
+            return run(wk, |w, side| {
+                let hdr = wk.begin(side, &cop, 0)?;
+                let out = w
+                    .atomic_post(rep, op, size, x, remote_addr, &k.rk)
+                    .map(|()| Outcome::Done(Status::Ok, RecvInfo::default()));
+                wk.conclude(w, side, &cop, hdr, out, RecvOut::None)
             })?;
         }
         let (v, cmp) = if op == AtomicOp::Cswap {
@@ -817,7 +799,7 @@ unsafe fn blocking_fetch(
     let cop = Op::nb(CbKind::Send, 0, DT_BYTES, false);
     // SAFETY: forwarded contract.
     let p = unsafe { fetch(ep, op, size, value, compare, result, remote_addr, rkey, cop)? };
-    worker::wait_ptr(wk, p)
+    wait_ptr(wk, p)
 }
 
 macro_rules! compat_post {

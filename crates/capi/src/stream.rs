@@ -1,12 +1,11 @@
 //! Streams: ordered bytes per endpoint.
 
+use crate::core::{self, ep_get, CbKind, EpH, Op, Outcome, RecvOut, Wk};
+use crate::dispatch::run;
 use crate::dt::{self, Dir};
-use crate::ep::{self, EpH};
 use crate::ffi::*;
 use crate::guard;
 use crate::handle::Handle;
-use crate::request::CbKind;
-use crate::worker::{rust_cb, Op, Outcome, RecvOut, Wk};
 use std::ffi::{c_uint, c_void};
 use ucp::stream::StreamRecv;
 use ucp::RecvInfo;
@@ -19,17 +18,15 @@ unsafe fn send(
     op: Op,
 ) -> Result<ucs_status_ptr_t> {
     // SAFETY: the caller's endpoint handle.
-    let (e, wk) = unsafe { ep::get(ep)? };
+    let (e, wk) = unsafe { ep_get(ep)? };
     // SAFETY: the caller's buffer as its datatype describes it.
     let buf = unsafe { dt::buf(buffer, count, op.datatype, Dir::Send)? };
     let rep = e.ep;
-    wk.run(|w, side| {
+    run(wk, |w, side| {
+        let hdr = wk.begin(side, &op, 0)?;
         // SAFETY: the API's contract: the buffer stays readable until completion.
-        let out = match unsafe { w.stream_send_nb(rep, buf, Some(rust_cb()))? } {
-            None => Outcome::Done(Status::Ok, RecvInfo::default()),
-            Some(r) => Outcome::Req(r),
-        };
-        wk.conclude(w, side, &op, out, RecvOut::None, None)
+        let out = unsafe { w.stream_send_nb(rep, buf, Wk::word(hdr)) }.map(Outcome::of);
+        wk.conclude(w, side, &op, hdr, out, RecvOut::None)
     })?
 }
 
@@ -73,15 +70,16 @@ unsafe fn recv(
     mut op: Op,
 ) -> Result<ucs_status_ptr_t> {
     // SAFETY: the caller's endpoint handle.
-    let (e, wk) = unsafe { ep::get(ep)? };
+    let (e, wk) = unsafe { ep_get(ep)? };
     // SAFETY: the caller's buffer as its datatype describes it.
     let buf = unsafe { dt::buf(buffer, count, op.datatype, Dir::Recv)? };
     let rep = e.ep;
     // The length of an immediate completion goes to `length`, not to `recv_info`.
     op.recv_info = length.cast();
-    wk.run(|w, side| {
+    run(wk, |w, side| {
+        let hdr = wk.begin(side, &op, 0)?;
         // SAFETY: the API's contract: the buffer stays writable until completion.
-        let out = match unsafe { w.stream_recv_nb(rep, buf, waitall, Some(rust_cb()))? } {
+        let out = unsafe { w.stream_recv_nb(rep, buf, waitall, Wk::word(hdr)) }.map(|r| match r {
             StreamRecv::Done(n) => Outcome::Done(
                 Status::Ok,
                 RecvInfo {
@@ -90,8 +88,8 @@ unsafe fn recv(
                 },
             ),
             StreamRecv::Pending(r) => Outcome::Req(r),
-        };
-        wk.conclude(w, side, &op, out, RecvOut::Length, None)
+        });
+        wk.conclude(w, side, &op, hdr, out, RecvOut::Length)
     })?
 }
 
@@ -142,12 +140,12 @@ pub unsafe extern "C" fn ucp_stream_recv_data_nb(
 ) -> ucs_status_ptr_t {
     guard::status_ptr("ucp_stream_recv_data_nb", || {
         // SAFETY: the caller's endpoint handle.
-        let (e, wk) = unsafe { ep::get(ep)? };
+        let (e, wk) = unsafe { ep_get(ep)? };
         if length.is_null() {
             return Err(Status::InvalidParam);
         }
         let rep = e.ep;
-        wk.run(|w, side| {
+        run(wk, |w, side| {
             let Some(v) = w.stream_recv_data(rep)? else {
                 return Ok(std::ptr::null_mut());
             };
@@ -167,7 +165,7 @@ pub unsafe extern "C" fn ucp_stream_recv_data_nb(
 pub unsafe extern "C" fn ucp_stream_data_release(ep: *mut Handle<EpH>, data: *mut c_void) {
     guard::void("ucp_stream_data_release", || {
         // SAFETY: the caller's endpoint handle.
-        let (_, wk) = unsafe { ep::get(ep)? };
+        let (_, wk) = unsafe { ep_get(ep)? };
         wk.with(|_, side| side.stream_kept.remove(&(data as usize)))?
             .map(drop)
             .ok_or(Status::InvalidParam)
@@ -186,11 +184,11 @@ pub unsafe extern "C" fn ucp_stream_worker_poll(
         UCS_ERR_INVALID_PARAM as isize,
         || {
             // SAFETY: the caller's worker handle.
-            let wk = unsafe { crate::worker::get(worker)? };
+            let wk = unsafe { core::get(worker)? };
             if poll_eps.is_null() && max_eps > 0 {
                 return Err(Status::InvalidParam);
             }
-            let ready = wk.run(|w, side| {
+            let ready = run(wk, |w, side| {
                 w.stream_ready(max_eps)
                     .into_iter()
                     .filter_map(|ep| side.eps.get(&ep).copied())

@@ -7,18 +7,16 @@
 //! request and call the callback at once when the message was already there. A request
 //! of the caller's (`UCP_OP_ATTR_FIELD_REQUEST`) is marked completed either way.
 
+use crate::core::{self, ep_get, CbKind, EpH, Op, Outcome, RecvOut, Wk, F_RECV};
+use crate::dispatch::{run, run_try};
 use crate::dt::{self, Dir};
-use crate::ep::{self, EpH};
 use crate::ffi::*;
 use crate::guard;
 use crate::handle::Handle;
-use crate::request::CbKind;
-use crate::worker::{self, rust_cb, Op, Outcome, RecvOut, Wk};
 use std::ffi::{c_int, c_void};
-use ucp::RecvInfo;
 use ucs::{Result, Status};
 
-#[inline]
+#[inline(always)]
 unsafe fn send(
     ep: *mut Handle<EpH>,
     buffer: *const c_void,
@@ -28,18 +26,16 @@ unsafe fn send(
     op: Op,
 ) -> Result<ucs_status_ptr_t> {
     // SAFETY: the caller's endpoint handle.
-    let (e, wk) = unsafe { ep::get(ep)? };
+    let (e, wk) = unsafe { ep_get(ep)? };
     // SAFETY: the caller's buffer as its datatype describes it.
     let buf = unsafe { dt::buf(buffer, count, op.datatype, Dir::Send)? };
     let rep = e.ep;
-    wk.run(|w, side| {
+    run_try(wk, |w, side| {
+        let hdr = wk.begin(side, &op, 0)?;
         // SAFETY: the API's contract: the buffer stays valid until the send completes.
-        let out = match unsafe { w.tag_send_nb(rep, buf, tag, sync, Some(rust_cb()))? } {
-            None => Outcome::Done(Status::Ok, RecvInfo::default()),
-            Some(r) => Outcome::Req(r),
-        };
-        wk.conclude(w, side, &op, out, RecvOut::None, None)
-    })?
+        let out = unsafe { w.tag_send_nb(rep, buf, tag, sync, Wk::word(hdr)) }.map(Outcome::of);
+        wk.conclude(w, side, &op, hdr, out, RecvOut::None)
+    })
 }
 
 #[no_mangle]
@@ -140,7 +136,7 @@ pub(crate) fn ptr_to_status(p: ucs_status_ptr_t) -> ucs_status_t {
     }
 }
 
-#[inline]
+#[inline(always)]
 unsafe fn recv(
     worker: *mut Handle<Wk>,
     buffer: *mut c_void,
@@ -150,14 +146,15 @@ unsafe fn recv(
     op: Op,
 ) -> Result<ucs_status_ptr_t> {
     // SAFETY: the caller's worker handle.
-    let wk = unsafe { worker::get(worker)? };
+    let wk = unsafe { core::get(worker)? };
     // SAFETY: the caller's buffer as its datatype describes it.
     let buf = unsafe { dt::buf(buffer, count, op.datatype, Dir::Recv)? };
-    wk.run(|w, side| {
+    run_try(wk, |w, side| {
+        let hdr = wk.begin(side, &op, F_RECV)?;
         // SAFETY: the API's contract: the buffer stays valid until the receive completes.
-        let r = unsafe { w.tag_recv_nb(buf, tag, tag_mask, Some(rust_cb()))? };
-        wk.conclude(w, side, &op, Outcome::Req(r), RecvOut::Tag, None)
-    })?
+        let out = unsafe { w.tag_recv_nb(buf, tag, tag_mask, Wk::word(hdr)) }.map(Outcome::Req);
+        wk.conclude(w, side, &op, hdr, out, RecvOut::Tag)
+    })
 }
 
 #[no_mangle]
@@ -234,8 +231,8 @@ pub unsafe extern "C" fn ucp_tag_probe_nb(
 ) -> *mut c_void {
     guard::value("ucp_tag_probe_nb", std::ptr::null_mut(), || {
         // SAFETY: the caller's worker handle.
-        let wk = unsafe { worker::get(worker)? };
-        let found = wk.run(|w, side| {
+        let wk = unsafe { core::get(worker)? };
+        let found = run(wk, |w, side| {
             let (i, msg) = w.tag_probe(tag, tag_mask, remove != 0)?;
             let token = side.token();
             if let Some(m) = msg {
@@ -267,17 +264,18 @@ unsafe fn msg_recv(
     op: Op,
 ) -> Result<ucs_status_ptr_t> {
     // SAFETY: the caller's worker handle.
-    let wk = unsafe { worker::get(worker)? };
+    let wk = unsafe { core::get(worker)? };
     // SAFETY: the caller's buffer as its datatype describes it.
     let buf = unsafe { dt::buf(buffer, count, op.datatype, Dir::Recv)? };
-    wk.run(|w, side| {
+    run(wk, |w, side| {
         let m = side
             .msgs
             .remove(&(message as usize))
             .ok_or(Status::InvalidParam)?;
+        let hdr = wk.begin(side, &op, F_RECV)?;
         // SAFETY: the API's contract: the buffer stays valid until the receive completes.
-        let r = unsafe { w.tag_msg_recv_nb(m, buf, Some(rust_cb()))? };
-        wk.conclude(w, side, &op, Outcome::Req(r), RecvOut::Tag, None)
+        let out = unsafe { w.tag_msg_recv_nb(m, buf, Wk::word(hdr)) }.map(Outcome::Req);
+        wk.conclude(w, side, &op, hdr, out, RecvOut::Tag)
     })?
 }
 

@@ -8,8 +8,10 @@
 //! with UCX's exact layout ([`ffi`]), followed by rucx's own state.
 //!
 //! Modules: [`ffi`] (layouts and constants), `md` (components, memory domains, memory
-//! and remote keys), `iface` (interface and endpoint objects, progress, open/close/query),
-//! `ops` (the operations table), `worker` (the progress callback array).
+//! and remote keys), `obj` (interface and endpoint objects, progress), `ops` (the
+//! operations), `iface` (the other exported interface and endpoint functions), `table`
+//! (the operations table and `uct_iface_open`, which installs it), `worker` (the progress
+//! callback array). Each imports only modules listed before it.
 //!
 //! Names: UCX's components `self`, `posix`, `sysv`, `cma` and `tcp` are listed, each with
 //! one memory domain of the same name and one transport of that name: `self` is rucx's
@@ -21,7 +23,9 @@
 pub mod ffi;
 mod iface;
 mod md;
+mod obj;
 mod ops;
+mod table;
 mod worker;
 
 /// Copies `s` into the fixed-size C string `dst`, truncated and always terminated.

@@ -3,11 +3,11 @@
 //! interface. Unsupported operations return `UCS_ERR_UNSUPPORTED`.
 
 use super::ffi::*;
-use super::iface::*;
 use super::md;
 use super::md::Flavor;
+use super::obj::*;
 use super::worker::{worker_obj, WorkerObj};
-use crate::ffi::{ucs_status_ptr_t, ucs_status_t};
+use crate::ffi::ucs_status_t;
 use crate::guard;
 use std::ffi::{c_int, c_uint, c_void};
 use std::os::fd::AsRawFd;
@@ -22,7 +22,7 @@ pub(super) unsafe extern "C" fn iface_progress(iface: uct_iface_h) -> c_uint {
     })
 }
 
-unsafe extern "C" fn ep_put_short(
+pub(super) unsafe extern "C" fn ep_put_short(
     ep: uct_ep_h,
     buffer: *const c_void,
     length: c_uint,
@@ -41,7 +41,7 @@ unsafe extern "C" fn ep_put_short(
     })
 }
 
-unsafe extern "C" fn ep_put_bcopy(
+pub(super) unsafe extern "C" fn ep_put_bcopy(
     ep: uct_ep_h,
     pack: uct_pack_callback_t,
     arg: *mut c_void,
@@ -80,7 +80,7 @@ unsafe extern "C" fn ep_put_bcopy(
     })
 }
 
-unsafe extern "C" fn ep_put_zcopy(
+pub(super) unsafe extern "C" fn ep_put_zcopy(
     ep: uct_ep_h,
     iov: *const uct_iov_t,
     iovcnt: usize,
@@ -107,7 +107,7 @@ unsafe extern "C" fn ep_put_zcopy(
     })
 }
 
-unsafe extern "C" fn ep_get_bcopy(
+pub(super) unsafe extern "C" fn ep_get_bcopy(
     ep: uct_ep_h,
     unpack: uct_unpack_callback_t,
     arg: *mut c_void,
@@ -139,7 +139,7 @@ unsafe extern "C" fn ep_get_bcopy(
     })
 }
 
-unsafe extern "C" fn ep_get_zcopy(
+pub(super) unsafe extern "C" fn ep_get_zcopy(
     ep: uct_ep_h,
     iov: *const uct_iov_t,
     iovcnt: usize,
@@ -161,7 +161,7 @@ unsafe extern "C" fn ep_get_zcopy(
     })
 }
 
-unsafe extern "C" fn ep_am_short(
+pub(super) unsafe extern "C" fn ep_am_short(
     ep: uct_ep_h,
     id: u8,
     header: u64,
@@ -180,7 +180,7 @@ unsafe extern "C" fn ep_am_short(
     })
 }
 
-unsafe extern "C" fn ep_am_short_iov(
+pub(super) unsafe extern "C" fn ep_am_short_iov(
     ep: uct_ep_h,
     id: u8,
     iov: *const uct_iov_t,
@@ -206,7 +206,7 @@ unsafe extern "C" fn ep_am_short_iov(
 }
 
 /// Copies `parts` one after the other into `b`; returns the bytes written (what fits).
-fn gather(b: &mut [u8], parts: &[&[u8]]) -> usize {
+pub(super) fn gather(b: &mut [u8], parts: &[&[u8]]) -> usize {
     let mut off = 0;
     for p in parts {
         let n = p.len().min(b.len() - off);
@@ -216,7 +216,7 @@ fn gather(b: &mut [u8], parts: &[&[u8]]) -> usize {
     off
 }
 
-unsafe extern "C" fn ep_am_bcopy(
+pub(super) unsafe extern "C" fn ep_am_bcopy(
     ep: uct_ep_h,
     id: u8,
     pack: uct_pack_callback_t,
@@ -243,7 +243,7 @@ unsafe extern "C" fn ep_am_bcopy(
     })
 }
 
-unsafe extern "C" fn ep_am_zcopy(
+pub(super) unsafe extern "C" fn ep_am_zcopy(
     ep: uct_ep_h,
     id: u8,
     header: *const c_void,
@@ -272,7 +272,7 @@ unsafe extern "C" fn ep_am_zcopy(
     })
 }
 
-fn atomic_op(op: c_uint) -> Result<AtomicOp> {
+pub(super) fn atomic_op(op: c_uint) -> Result<AtomicOp> {
     Ok(match op {
         UCT_ATOMIC_OP_ADD => AtomicOp::Add,
         UCT_ATOMIC_OP_AND => AtomicOp::And,
@@ -337,7 +337,7 @@ unsafe fn fetch(
 }
 
 /// Stores `v` at `p` (null: an error).
-fn store<T>(p: *mut T, v: T) -> Result<()> {
+pub(super) fn store<T>(p: *mut T, v: T) -> Result<()> {
     if p.is_null() {
         return Err(Status::InvalidParam);
     }
@@ -346,7 +346,7 @@ fn store<T>(p: *mut T, v: T) -> Result<()> {
     Ok(())
 }
 
-unsafe extern "C" fn ep_atomic_cswap64(
+pub(super) unsafe extern "C" fn ep_atomic_cswap64(
     ep: uct_ep_h,
     compare: u64,
     swap: u64,
@@ -372,7 +372,7 @@ unsafe extern "C" fn ep_atomic_cswap64(
     })
 }
 
-unsafe extern "C" fn ep_atomic_cswap32(
+pub(super) unsafe extern "C" fn ep_atomic_cswap32(
     ep: uct_ep_h,
     compare: u32,
     swap: u32,
@@ -398,7 +398,7 @@ unsafe extern "C" fn ep_atomic_cswap32(
     })
 }
 
-unsafe extern "C" fn ep_atomic32_post(
+pub(super) unsafe extern "C" fn ep_atomic32_post(
     ep: uct_ep_h,
     op: c_uint,
     value: u32,
@@ -411,7 +411,7 @@ unsafe extern "C" fn ep_atomic32_post(
     })
 }
 
-unsafe extern "C" fn ep_atomic64_post(
+pub(super) unsafe extern "C" fn ep_atomic64_post(
     ep: uct_ep_h,
     op: c_uint,
     value: u64,
@@ -424,7 +424,7 @@ unsafe extern "C" fn ep_atomic64_post(
     })
 }
 
-unsafe extern "C" fn ep_atomic32_fetch(
+pub(super) unsafe extern "C" fn ep_atomic32_fetch(
     ep: uct_ep_h,
     op: c_uint,
     value: u32,
@@ -447,7 +447,7 @@ unsafe extern "C" fn ep_atomic32_fetch(
     })
 }
 
-unsafe extern "C" fn ep_atomic64_fetch(
+pub(super) unsafe extern "C" fn ep_atomic64_fetch(
     ep: uct_ep_h,
     op: c_uint,
     value: u64,
@@ -470,7 +470,7 @@ unsafe extern "C" fn ep_atomic64_fetch(
     })
 }
 
-unsafe extern "C" fn ep_pending_add(
+pub(super) unsafe extern "C" fn ep_pending_add(
     ep: uct_ep_h,
     req: *mut uct_pending_req_t,
     _flags: c_uint,
@@ -502,7 +502,7 @@ unsafe extern "C" fn ep_pending_add(
     })
 }
 
-unsafe extern "C" fn ep_pending_purge(
+pub(super) unsafe extern "C" fn ep_pending_purge(
     ep: uct_ep_h,
     cb: uct_pending_purge_callback_t,
     arg: *mut c_void,
@@ -541,7 +541,7 @@ pub(super) fn purge(ifc: &IfaceObj, e: &EpObj) -> Vec<*mut uct_pending_req_t> {
     mine
 }
 
-unsafe extern "C" fn ep_flush(
+pub(super) unsafe extern "C" fn ep_flush(
     ep: uct_ep_h,
     _flags: c_uint,
     comp: *mut uct_completion_t,
@@ -565,7 +565,7 @@ unsafe extern "C" fn ep_flush(
     })
 }
 
-unsafe extern "C" fn ep_fence(ep: uct_ep_h, _flags: c_uint) -> ucs_status_t {
+pub(super) unsafe extern "C" fn ep_fence(ep: uct_ep_h, _flags: c_uint) -> ucs_status_t {
     st("uct_ep_fence", || {
         // SAFETY: per the API.
         let (ifc, _) = unsafe { ep_obj(ep) }?;
@@ -574,7 +574,7 @@ unsafe extern "C" fn ep_fence(ep: uct_ep_h, _flags: c_uint) -> ucs_status_t {
     })
 }
 
-unsafe extern "C" fn iface_flush(
+pub(super) unsafe extern "C" fn iface_flush(
     iface: uct_iface_h,
     _flags: c_uint,
     comp: *mut uct_completion_t,
@@ -596,7 +596,7 @@ unsafe extern "C" fn iface_flush(
     })
 }
 
-unsafe extern "C" fn iface_fence(iface: uct_iface_h, _flags: c_uint) -> ucs_status_t {
+pub(super) unsafe extern "C" fn iface_fence(iface: uct_iface_h, _flags: c_uint) -> ucs_status_t {
     st("uct_iface_fence", || {
         // SAFETY: per the API.
         let ifc = unsafe { iface_obj(iface) }?;
@@ -605,7 +605,7 @@ unsafe extern "C" fn iface_fence(iface: uct_iface_h, _flags: c_uint) -> ucs_stat
     })
 }
 
-unsafe extern "C" fn iface_progress_enable(iface: uct_iface_h, flags: c_uint) {
+pub(super) unsafe extern "C" fn iface_progress_enable(iface: uct_iface_h, flags: c_uint) {
     guard::void("uct_iface_progress_enable", || {
         // SAFETY: per the API.
         let ifc = unsafe { iface_obj(iface) }?;
@@ -621,7 +621,7 @@ unsafe extern "C" fn iface_progress_enable(iface: uct_iface_h, flags: c_uint) {
     })
 }
 
-unsafe extern "C" fn iface_progress_disable(iface: uct_iface_h, flags: c_uint) {
+pub(super) unsafe extern "C" fn iface_progress_disable(iface: uct_iface_h, flags: c_uint) {
     guard::void("uct_iface_progress_disable", || {
         // SAFETY: per the API.
         let ifc = unsafe { iface_obj(iface) }?;
@@ -683,206 +683,8 @@ pub(super) unsafe extern "C" fn iface_event_arm(
     })
 }
 
-unsafe extern "C" fn ep_create_op(
-    params: *const uct_ep_params_head_t,
-    ep_p: *mut uct_ep_h,
-) -> ucs_status_t {
-    // SAFETY: the same function as the export.
-    unsafe { uct_ep_create(params, ep_p) }
+/// The progress callback the worker's array holds.
+pub(super) unsafe extern "C" fn worker_cb(arg: *mut c_void) -> c_uint {
+    // SAFETY: registered with the interface as its argument, removed before it is freed.
+    unsafe { iface_progress(arg as uct_iface_h) }
 }
-
-unsafe extern "C" fn ep_destroy_op(ep: uct_ep_h) {
-    // SAFETY: the same function as the export.
-    unsafe { uct_ep_destroy(ep) }
-}
-
-unsafe extern "C" fn ep_get_address_op(ep: uct_ep_h, addr: *mut u8) -> ucs_status_t {
-    // SAFETY: the same function as the export.
-    unsafe { uct_ep_get_address(ep, addr) }
-}
-
-unsafe extern "C" fn ep_connect_to_ep_op(ep: uct_ep_h, d: *const u8, a: *const u8) -> ucs_status_t {
-    // SAFETY: the same function as the export.
-    unsafe { uct_ep_connect_to_ep(ep, d, a) }
-}
-
-unsafe extern "C" fn iface_close_op(iface: uct_iface_h) {
-    // SAFETY: the same function as the export.
-    unsafe { uct_iface_close(iface) }
-}
-
-unsafe extern "C" fn iface_query_op(
-    iface: uct_iface_h,
-    attr: *mut uct_iface_attr_t,
-) -> ucs_status_t {
-    // SAFETY: the same function as the export.
-    unsafe { uct_iface_query(iface, attr) }
-}
-
-unsafe extern "C" fn iface_get_device_address_op(iface: uct_iface_h, a: *mut u8) -> ucs_status_t {
-    // SAFETY: the same function as the export.
-    unsafe { uct_iface_get_device_address(iface, a) }
-}
-
-unsafe extern "C" fn iface_get_address_op(iface: uct_iface_h, a: *mut u8) -> ucs_status_t {
-    // SAFETY: the same function as the export.
-    unsafe { uct_iface_get_address(iface, a) }
-}
-
-unsafe extern "C" fn iface_is_reachable_op(
-    iface: uct_iface_h,
-    d: *const u8,
-    a: *const u8,
-) -> c_int {
-    // SAFETY: the same function as the export.
-    unsafe { uct_iface_is_reachable(iface, d, a) }
-}
-
-// ----- unsupported operations: UCS_ERR_UNSUPPORTED (docs/c-abi.md lists them) ------------
-
-const UNSUPPORTED: ucs_status_t = Status::Unsupported.code();
-
-unsafe extern "C" fn no_get_short(
-    _: uct_ep_h,
-    _: *mut c_void,
-    _: c_uint,
-    _: u64,
-    _: uct_rkey_t,
-) -> ucs_status_t {
-    UNSUPPORTED
-}
-unsafe extern "C" fn no_tag_eager_short(
-    _: uct_ep_h,
-    _: u64,
-    _: *const c_void,
-    _: usize,
-) -> ucs_status_t {
-    UNSUPPORTED
-}
-unsafe extern "C" fn no_tag_eager_bcopy(
-    _: uct_ep_h,
-    _: u64,
-    _: u64,
-    _: uct_pack_callback_t,
-    _: *mut c_void,
-    _: c_uint,
-) -> isize {
-    isize::from(UNSUPPORTED)
-}
-unsafe extern "C" fn no_tag_eager_zcopy(
-    _: uct_ep_h,
-    _: u64,
-    _: u64,
-    _: *const uct_iov_t,
-    _: usize,
-    _: c_uint,
-    _: *mut uct_completion_t,
-) -> ucs_status_t {
-    UNSUPPORTED
-}
-unsafe extern "C" fn no_tag_rndv_zcopy(
-    _: uct_ep_h,
-    _: u64,
-    _: *const c_void,
-    _: c_uint,
-    _: *const uct_iov_t,
-    _: usize,
-    _: c_uint,
-    _: *mut uct_completion_t,
-) -> ucs_status_ptr_t {
-    guard::status_to_ptr(Status::Unsupported)
-}
-unsafe extern "C" fn no_tag_rndv_cancel(_: uct_ep_h, _: *mut c_void) -> ucs_status_t {
-    UNSUPPORTED
-}
-unsafe extern "C" fn no_tag_rndv_request(
-    _: uct_ep_h,
-    _: u64,
-    _: *const c_void,
-    _: c_uint,
-    _: c_uint,
-) -> ucs_status_t {
-    UNSUPPORTED
-}
-unsafe extern "C" fn no_tag_recv_zcopy(
-    _: uct_iface_h,
-    _: u64,
-    _: u64,
-    _: *const uct_iov_t,
-    _: usize,
-    _: *mut c_void,
-) -> ucs_status_t {
-    UNSUPPORTED
-}
-unsafe extern "C" fn no_tag_recv_cancel(_: uct_iface_h, _: *mut c_void, _: c_int) -> ucs_status_t {
-    UNSUPPORTED
-}
-unsafe extern "C" fn no_ep_check(_: uct_ep_h, _: c_uint, _: *mut uct_completion_t) -> ucs_status_t {
-    UNSUPPORTED
-}
-unsafe extern "C" fn no_ep_connect(_: uct_ep_h, _: *const c_void) -> ucs_status_t {
-    UNSUPPORTED
-}
-unsafe extern "C" fn no_ep_disconnect(_: uct_ep_h, _: c_uint) -> ucs_status_t {
-    UNSUPPORTED
-}
-unsafe extern "C" fn no_cm_conn_notify(_: uct_ep_h) -> ucs_status_t {
-    UNSUPPORTED
-}
-unsafe extern "C" fn no_accept(_: uct_iface_h, _: *mut c_void) -> ucs_status_t {
-    UNSUPPORTED
-}
-
-/// The operations table of every rucx interface (the transport is chosen inside).
-pub(super) static OPS: uct_iface_ops_t = uct_iface_ops_t {
-    ep_put_short,
-    ep_put_bcopy,
-    ep_put_zcopy,
-    ep_get_short: no_get_short,
-    ep_get_bcopy,
-    ep_get_zcopy,
-    ep_am_short,
-    ep_am_short_iov,
-    ep_am_bcopy,
-    ep_am_zcopy,
-    ep_atomic_cswap64,
-    ep_atomic_cswap32,
-    ep_atomic32_post,
-    ep_atomic64_post,
-    ep_atomic32_fetch,
-    ep_atomic64_fetch,
-    ep_tag_eager_short: no_tag_eager_short,
-    ep_tag_eager_bcopy: no_tag_eager_bcopy,
-    ep_tag_eager_zcopy: no_tag_eager_zcopy,
-    ep_tag_rndv_zcopy: no_tag_rndv_zcopy,
-    ep_tag_rndv_cancel: no_tag_rndv_cancel,
-    ep_tag_rndv_request: no_tag_rndv_request,
-    iface_tag_recv_zcopy: no_tag_recv_zcopy,
-    iface_tag_recv_cancel: no_tag_recv_cancel,
-    ep_pending_add,
-    ep_pending_purge,
-    ep_flush,
-    ep_fence,
-    ep_check: no_ep_check,
-    ep_create: ep_create_op,
-    ep_connect: no_ep_connect,
-    ep_disconnect: no_ep_disconnect,
-    cm_ep_conn_notify: no_cm_conn_notify,
-    ep_destroy: ep_destroy_op,
-    ep_get_address: ep_get_address_op,
-    ep_connect_to_ep: ep_connect_to_ep_op,
-    iface_accept: no_accept,
-    iface_reject: no_accept,
-    iface_flush,
-    iface_fence,
-    iface_progress_enable,
-    iface_progress_disable,
-    iface_progress,
-    iface_event_fd_get,
-    iface_event_arm,
-    iface_close: iface_close_op,
-    iface_query: iface_query_op,
-    iface_get_device_address: iface_get_device_address_op,
-    iface_get_address: iface_get_address_op,
-    iface_is_reachable: iface_is_reachable_op,
-};

@@ -1,0 +1,1474 @@
+//! The worker core: the C worker handle around a `ucp::Worker`, the rule that C code never
+//! runs while the Rust worker is borrowed, the request headers and their pool, the handles
+//! that belong to a worker (endpoints, listeners, connection requests), and the way one
+//! operation is started and concluded. Every API family builds on this module; it imports
+//! none of them.
+//!
+//! # The borrow rule
+//! Every call into the Rust worker goes through [`Wk::with`]: it takes the worker's lock
+//! (thread mode multi only; single and serialized take none), marks the worker busy (a call
+//! that re-enters from code running inside the worker, such as a generic datatype callback,
+//! gets `UCS_ERR_INVALID_PARAM` instead of aliasing it), runs the Rust call, and then moves
+//! the completions the worker reported onto the worker's ready list. The C callbacks run
+//! later, from `dispatch`, with the worker released.
+//!
+//! # Requests
+//! ```text
+//!  block (pooled, or memory of the caller for UCP_OP_ATTR_FIELD_REQUEST)
+//!  +----------------------------+---------------------------------------+
+//!  | ReqHdr (HDR_SIZE bytes)    | user area (ucp_params_t.request_size) |
+//!  +----------------------------+---------------------------------------+
+//!                               ^ the request pointer the caller sees
+//! ```
+//! `ucp_context_query` reports `HDR_SIZE` as the request size, so a caller that brings its
+//! own request memory reserves exactly the header in front of its pointer, as with UCX.
+//!
+//! # One completion path
+//! An operation takes its header first and starts the Rust operation with
+//! `ucp::Callback::Word(header address)`. The Rust request is released at once ("fire and
+//! forget"); the worker reports its completion through `Worker::drain_completed` with that
+//! word, which [`Wk::with`] turns into the header's outcome and a place on the ready list
+//! (linked through the header itself). No table maps Rust requests to C requests. While a
+//! request is outstanding its header is on the worker's in-flight list (also linked
+//! through the header), so that destroying the worker can mark it canceled.
+//!
+//! Life cycle, with the flag word of the header (atomic, so that `ucp_request_free` from one
+//! thread and completion on another agree):
+//! - started: `CALLBACK` if a callback was given;
+//! - completed: status and receive information are stored, the callback runs (never while
+//!   the Rust worker is borrowed), then `COMPLETED` is set;
+//! - `ucp_request_free` clears `CALLBACK` and sets `RELEASED`; whichever of free and
+//!   completion comes second returns the block to the pool. `ucp_request_release` is the
+//!   same but keeps the callback.
+
+use crate::ffi::*;
+use crate::guard;
+use crate::handle::{handle_kind, Handle};
+use crate::text;
+use std::alloc::Layout;
+use std::cell::{Cell, UnsafeCell};
+use std::collections::{HashMap, VecDeque};
+use std::ffi::{c_char, c_void};
+use std::net::SocketAddr;
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
+use std::sync::Mutex;
+use ucp::{Callback, Completed, ConnReqId, ListenerId, RecvInfo, Request, Worker};
+use ucs::{Result, Status};
+
+// ----- request headers -----------------------------------------------------------------
+
+/// Bytes of our header in front of every request.
+pub(crate) const HDR_SIZE: usize = 128;
+/// Alignment of pooled blocks.
+const BLOCK_ALIGN: usize = 64;
+
+pub(crate) const MAGIC_LIVE: u32 = 0x5251_4c56;
+pub(crate) const MAGIC_FREE: u32 = 0x5251_4652;
+
+pub(crate) const F_CALLBACK: u32 = 1 << 0;
+pub(crate) const F_COMPLETED: u32 = 1 << 1;
+pub(crate) const F_RELEASED: u32 = 1 << 2;
+/// The memory is the caller's (`UCP_OP_ATTR_FIELD_REQUEST`): never pooled.
+pub(crate) const F_USER: u32 = 1 << 3;
+/// A tag receive: `info` is meaningful.
+pub(crate) const F_RECV: u32 = 1 << 4;
+/// A 32-bit fetching atomic: copy `staging` to `result` on completion.
+pub(crate) const F_AMO32: u32 = 1 << 5;
+/// `rust_id` names the Rust request behind this one.
+pub(crate) const F_RUST: u32 = 1 << 6;
+/// A pooled block handed out by `ucp_request_alloc`: the application uses it as its
+/// own request memory (`UCP_OP_ATTR_FIELD_REQUEST`) and gives it back with
+/// `ucp_request_free`.
+pub(crate) const F_ALLOCATED: u32 = 1 << 7;
+/// On the worker's in-flight list.
+const F_LISTED: u32 = 1 << 8;
+
+/// Which C callback signature the request carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub(crate) enum CbKind {
+    Send = 1,
+    SendNbx = 2,
+    TagRecv = 3,
+    TagRecvNbx = 4,
+    StreamRecv = 5,
+    /// Also the signature of `ucp_am_recv_data_nbx_callback_t`.
+    LengthNbx = 6,
+}
+
+/// The header in front of a request.
+#[repr(C)]
+pub(crate) struct ReqHdr {
+    pub magic: AtomicU32,
+    pub flags: AtomicU32,
+    /// `ucs_status_t` value, widened.
+    pub status: AtomicI32,
+    pub cb_kind: u8,
+    _pad: [u8; 3],
+    pub worker: *const Handle<Wk>,
+    pub worker_gen: u64,
+    pub cb: usize,
+    pub user_data: *mut c_void,
+    pub info: ucp_tag_recv_info_t,
+    /// The Rust request (`Request::to_u64`), when `F_RUST` is set.
+    pub rust_id: u64,
+    /// Where a 32-bit fetching atomic's result goes.
+    pub result: *mut u8,
+    /// The 64-bit result of a 32-bit fetching atomic, as the protocol layer writes it.
+    pub staging: u64,
+    /// Size of the pooled block (0 for the caller's memory).
+    pub block_size: usize,
+    /// The next header on the in-flight list or on the ready list (never both).
+    next: *mut ReqHdr,
+    /// The previous header on the in-flight list.
+    prev: *mut ReqHdr,
+    _reserved: [u64; 2],
+}
+
+const _: () = assert!(std::mem::size_of::<ReqHdr>() == HDR_SIZE);
+const _: () = assert!(HDR_SIZE % 16 == 0);
+
+impl ReqHdr {
+    /// The pointer the caller sees.
+    #[inline]
+    pub(crate) fn user(hdr: *mut ReqHdr) -> *mut c_void {
+        // SAFETY: the user area follows the header inside the same block.
+        unsafe { hdr.cast::<u8>().add(HDR_SIZE).cast() }
+    }
+
+    /// The header of a request pointer the caller gave back.
+    ///
+    /// # Safety
+    /// `req` must be null, an error pointer, or point `HDR_SIZE` bytes past readable
+    /// memory (a request of ours).
+    #[inline]
+    pub(crate) unsafe fn from_user(req: *mut c_void) -> Result<*mut ReqHdr> {
+        let a = req as usize;
+        // Null, the error range of status pointers, and misaligned values are refused.
+        if a < HDR_SIZE || a >= (UCS_ERR_LAST as isize as usize) || a % 8 != 0 {
+            return Err(Status::InvalidParam);
+        }
+        let hdr = (a - HDR_SIZE) as *mut ReqHdr;
+        // SAFETY: by the contract, the header of a request of ours precedes `req`.
+        let magic = unsafe { &(*hdr).magic }.load(Ordering::Acquire);
+        if magic != MAGIC_LIVE {
+            return Err(Status::InvalidParam);
+        }
+        Ok(hdr)
+    }
+
+    /// The header for the caller's own request memory at `req`.
+    #[inline]
+    fn for_user_memory(req: *mut c_void) -> Result<*mut ReqHdr> {
+        let a = req as usize;
+        if a < HDR_SIZE || a % 8 != 0 {
+            return Err(Status::InvalidParam);
+        }
+        Ok((a - HDR_SIZE) as *mut ReqHdr)
+    }
+
+    /// Stores the outcome (before the callback runs).
+    ///
+    /// # Safety
+    /// `hdr` must be a live request of ours.
+    #[inline]
+    pub(crate) unsafe fn set_outcome(hdr: *mut ReqHdr, status: Status, info: RecvInfo) {
+        // SAFETY: a live header; the completion path is the only writer of these fields.
+        unsafe {
+            let h = &mut *hdr;
+            h.info = ucp_tag_recv_info_t {
+                sender_tag: info.sender_tag,
+                length: info.length,
+            };
+            if h.flags.load(Ordering::Relaxed) & F_AMO32 != 0 && !h.result.is_null() {
+                let v = (h.staging as u32).to_ne_bytes();
+                std::ptr::copy_nonoverlapping(v.as_ptr(), h.result, 4);
+            }
+            h.status.store(i32::from(status.code()), Ordering::Release);
+        }
+    }
+
+    /// Status of a request: `INPROGRESS` until its callback ran.
+    ///
+    /// # Safety
+    /// `hdr` must be a live request of ours.
+    #[inline]
+    pub(crate) unsafe fn check(hdr: *mut ReqHdr) -> ucs_status_t {
+        // SAFETY: by the contract.
+        let h = unsafe { &*hdr };
+        if h.flags.load(Ordering::Acquire) & F_COMPLETED != 0 {
+            h.status.load(Ordering::Acquire) as ucs_status_t
+        } else {
+            UCS_INPROGRESS
+        }
+    }
+}
+
+/// A worker's pool of request blocks.
+pub(crate) struct ReqPool {
+    free: Vec<*mut ReqHdr>,
+    user_size: usize,
+    init: ucp_request_init_callback_t,
+    cleanup: ucp_request_cleanup_callback_t,
+}
+
+impl ReqPool {
+    pub(crate) fn new(
+        user_size: usize,
+        init: ucp_request_init_callback_t,
+        cleanup: ucp_request_cleanup_callback_t,
+    ) -> ReqPool {
+        ReqPool {
+            free: Vec::with_capacity(64),
+            user_size,
+            init,
+            cleanup,
+        }
+    }
+
+    fn layout(&self) -> Result<Layout> {
+        Layout::from_size_align(HDR_SIZE + self.user_size, BLOCK_ALIGN)
+            .map_err(|_| Status::InvalidParam)
+    }
+
+    /// A block: reused, or new (then `request_init` runs on its user area).
+    #[inline]
+    fn get(&mut self) -> Result<*mut ReqHdr> {
+        if let Some(p) = self.free.pop() {
+            return Ok(p);
+        }
+        self.grow()
+    }
+
+    #[cold]
+    fn grow(&mut self) -> Result<*mut ReqHdr> {
+        let layout = self.layout()?;
+        // SAFETY: the layout has a non-zero size (at least the header).
+        let p = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<ReqHdr>();
+        if p.is_null() {
+            return Err(Status::NoMemory);
+        }
+        // SAFETY: fresh, zeroed memory of the block's size; the header fields are plain
+        // data for which zero is valid.
+        unsafe {
+            (*p).magic.store(MAGIC_FREE, Ordering::Relaxed);
+            (*p).block_size = layout.size();
+        }
+        if let Some(init) = self.init {
+            // SAFETY: the application's request_init on the user area of a new block, as
+            // the API promises it (once per block).
+            unsafe { init(ReqHdr::user(p)) };
+        }
+        Ok(p)
+    }
+
+    /// Returns a block.
+    ///
+    /// # Safety
+    /// `p` must be a pooled block of this pool, no longer in use.
+    #[inline]
+    unsafe fn put(&mut self, p: *mut ReqHdr) {
+        // SAFETY: a block of ours.
+        unsafe { (*p).magic.store(MAGIC_FREE, Ordering::Release) };
+        self.free.push(p);
+    }
+}
+
+impl Drop for ReqPool {
+    fn drop(&mut self) {
+        let Ok(layout) = self.layout() else { return };
+        for p in self.free.drain(..) {
+            if let Some(cleanup) = self.cleanup {
+                // SAFETY: the application's request_cleanup on a block being freed.
+                unsafe { cleanup(ReqHdr::user(p)) };
+            }
+            // SAFETY: allocated by `grow` with this layout, and no longer in use.
+            unsafe { std::alloc::dealloc(p.cast(), layout) };
+        }
+    }
+}
+
+/// Frees a block whose pool is gone.
+///
+/// # Safety
+/// `hdr` must be a pooled block no one uses any more.
+unsafe fn free_block(hdr: *mut ReqHdr, size: usize) {
+    // SAFETY: a block of ours.
+    unsafe { (*hdr).magic.store(MAGIC_FREE, Ordering::Release) };
+    if let Ok(l) = Layout::from_size_align(size, BLOCK_ALIGN) {
+        if size >= HDR_SIZE {
+            // SAFETY: pooled blocks are allocated with exactly this layout.
+            unsafe { std::alloc::dealloc(hdr.cast(), l) };
+        }
+    }
+}
+
+/// A list of headers linked through their `next` field (first in, first out).
+struct Chain {
+    head: *mut ReqHdr,
+    tail: *mut ReqHdr,
+}
+
+impl Chain {
+    const fn new() -> Chain {
+        Chain {
+            head: std::ptr::null_mut(),
+            tail: std::ptr::null_mut(),
+        }
+    }
+
+    /// # Safety
+    /// `h` must be a live header on no list.
+    #[inline]
+    unsafe fn push(&mut self, h: *mut ReqHdr) {
+        // SAFETY: live headers of this worker.
+        unsafe {
+            (*h).next = std::ptr::null_mut();
+            if self.tail.is_null() {
+                self.head = h;
+            } else {
+                (*self.tail).next = h;
+            }
+        }
+        self.tail = h;
+    }
+
+    fn take(&mut self) -> *mut ReqHdr {
+        let h = self.head;
+        *self = Chain::new();
+        h
+    }
+}
+
+/// The in-flight list: headers of requests started and not completed, doubly linked.
+struct InFlight {
+    head: *mut ReqHdr,
+}
+
+impl InFlight {
+    /// # Safety
+    /// `h` must be a live header on no list.
+    #[inline]
+    unsafe fn link(&mut self, h: *mut ReqHdr) {
+        // SAFETY: live headers of this worker.
+        unsafe {
+            (*h).prev = std::ptr::null_mut();
+            (*h).next = self.head;
+            if !self.head.is_null() {
+                (*self.head).prev = h;
+            }
+            (*h).flags.fetch_or(F_LISTED, Ordering::Relaxed);
+        }
+        self.head = h;
+    }
+
+    /// # Safety
+    /// `h` must be a live header (on this list if `F_LISTED` is set).
+    #[inline]
+    unsafe fn unlink(&mut self, h: *mut ReqHdr) {
+        // SAFETY: live headers of this worker's list.
+        unsafe {
+            if (*h).flags.fetch_and(!F_LISTED, Ordering::Relaxed) & F_LISTED == 0 {
+                return;
+            }
+            let (p, n) = ((*h).prev, (*h).next);
+            if p.is_null() {
+                self.head = n;
+            } else {
+                (*p).next = n;
+            }
+            if !n.is_null() {
+                (*n).prev = p;
+            }
+        }
+    }
+}
+
+// ----- events ----------------------------------------------------------------------------
+
+/// An active message waiting for its C handler.
+pub(crate) struct AmEvent {
+    pub id: u16,
+    pub header: Vec<u8>,
+    pub desc: ucp::AmDesc,
+    pub reply_ep: Option<ucp::Ep>,
+    /// `Some(length)` for a rendezvous message.
+    pub rndv: Option<usize>,
+}
+
+/// Something the application hears about through a C handler, queued by a Rust handler
+/// during progress and delivered by the dispatch.
+pub(crate) enum Event {
+    Am(AmEvent),
+    /// A connection request on a listener.
+    Conn(ListenerId, ConnReqId, SocketAddr),
+    /// An endpoint failed.
+    EpError(ucp::Ep, Status),
+}
+
+/// Events queued by the Rust handlers during progress.
+pub(crate) struct EvQueue {
+    /// Touched only with the worker held (from inside its progress, or by dispatch).
+    events: UnsafeCell<VecDeque<Event>>,
+    /// Set when `events` may be non-empty.
+    pub hint: AtomicBool,
+}
+
+impl EvQueue {
+    /// Takes the next event.
+    ///
+    /// # Safety
+    /// The worker that owns the queue must be held.
+    pub(crate) unsafe fn pop(&self) -> Option<Event> {
+        // SAFETY: by the contract, nobody else touches the queue now.
+        let e = unsafe { &mut *self.events.get() }.pop_front();
+        if e.is_none() {
+            self.hint.store(false, Ordering::Release);
+        }
+        e
+    }
+}
+
+/// A pointer to a worker's event queue that Rust handlers (which must be `Send`) carry.
+#[derive(Clone, Copy)]
+pub(crate) struct QueuePtr(*const EvQueue);
+
+// SAFETY: the queue lives in the worker handle, which outlives the Rust worker owning the
+// handlers that hold this pointer; it is only used with the worker held.
+unsafe impl Send for QueuePtr {}
+
+impl QueuePtr {
+    /// Queues an event (from a Rust handler, i.e. with the worker held).
+    pub(crate) fn push(&self, e: Event) {
+        // SAFETY: see the type; handlers run inside the worker's progress, so nobody else
+        // touches the queue.
+        unsafe {
+            (*(*self.0).events.get()).push_back(e);
+            (*self.0).hint.store(true, Ordering::Release);
+        }
+    }
+}
+
+/// A registered C active-message handler.
+#[derive(Clone, Copy)]
+pub(crate) enum AmHandlerC {
+    /// `ucp_worker_set_am_recv_handler`.
+    Recv { cb: usize, arg: *mut c_void },
+    /// `ucp_worker_set_am_handler` (the older interface).
+    Old { cb: usize, arg: *mut c_void },
+}
+
+/// Largest user header `ucp_worker_query` reports (it travels in one transport message).
+pub(crate) const MAX_AM_HEADER: usize = 1024;
+
+// ----- handles that belong to a worker ---------------------------------------------------
+
+/// An endpoint handle's value.
+pub(crate) struct EpH {
+    pub wk: *const Handle<Wk>,
+    pub wgen: u64,
+    pub ep: ucp::Ep,
+    pub user_data: Cell<*mut c_void>,
+    pub name: Cell<[c_char; UCP_ENTITY_NAME_MAX]>,
+    /// Made by rucx for a reply endpoint rather than by `ucp_ep_create`.
+    pub implicit: Cell<bool>,
+    /// The application's error handler. It is called with `user_data` as its argument:
+    /// the handler's own `arg` is only the starting value of `user_data` (UCX's rule:
+    /// `ucp_ep_params_t::user_data` overrides `err_handler.arg`).
+    pub err: Cell<Option<usize>>,
+}
+
+handle_kind!(EpH, 0x7275_6378_6570_6831);
+
+// SAFETY: plain data; the worker it names synchronises its own use.
+unsafe impl Send for EpH {}
+
+/// The endpoint behind a handle, with its worker.
+///
+/// # Safety
+/// `p` must be a handle of ours or null.
+#[inline(always)]
+pub(crate) unsafe fn ep_get<'a>(p: *mut Handle<EpH>) -> Result<(&'a EpH, &'a Wk)> {
+    // SAFETY: forwarded contract.
+    let e = unsafe { Handle::get(p)? };
+    // SAFETY: handles are never freed; the generation catches a destroyed worker.
+    let wk = unsafe { Handle::get_gen(e.wk, e.wgen)? };
+    Ok((e, wk))
+}
+
+/// What the application registered to hear about connection requests.
+#[derive(Clone, Copy)]
+pub(crate) enum OnConn {
+    /// `ucp_listener_conn_callback_t`: the application accepts or rejects.
+    Request { cb: usize, arg: *mut c_void },
+    /// `ucp_listener_accept_callback_t`: rucx accepts and gives the endpoint.
+    Accept { cb: usize, arg: *mut c_void },
+}
+
+/// A listener of a worker, in the worker's table.
+pub(crate) struct ListenerInfo {
+    pub handle: *mut Handle<ListenerH>,
+    pub on_conn: OnConn,
+}
+
+/// A listener handle's value.
+pub(crate) struct ListenerH {
+    pub wk: *const Handle<Wk>,
+    pub wgen: u64,
+    pub id: ListenerId,
+}
+
+handle_kind!(ListenerH, 0x7275_6378_6c73_6e31);
+
+// SAFETY: plain data; the worker it names synchronises its own use.
+unsafe impl Send for ListenerH {}
+
+/// A connection request handle's value.
+pub(crate) struct ConnReqH {
+    pub wk: *const Handle<Wk>,
+    pub wgen: u64,
+    pub id: ConnReqId,
+    pub client: SocketAddr,
+}
+
+handle_kind!(ConnReqH, 0x7275_6378_636f_6e72);
+
+// SAFETY: plain data.
+unsafe impl Send for ConnReqH {}
+
+impl ConnReqH {
+    pub(crate) fn worker(&self) -> Result<&Wk> {
+        // SAFETY: handles are never freed; the generation catches a destroyed worker.
+        unsafe { Handle::get_gen(self.wk, self.wgen) }
+    }
+}
+
+// ----- the worker --------------------------------------------------------------------------
+
+/// The worker's C-side state, guarded together with the Rust worker.
+pub(crate) struct Side {
+    pool: ReqPool,
+    /// Completed requests whose callbacks are due, in completion order.
+    ready: Chain,
+    /// Requests started and not completed.
+    inflight: InFlight,
+    /// Requests without a callback of their own (endpoint close), checked after calls.
+    polled: Vec<*mut ReqHdr>,
+    /// Endpoint handles by Rust endpoint (explicit ones, and reply endpoints).
+    pub eps: HashMap<ucp::Ep, *mut Handle<EpH>>,
+    pub am_handlers: HashMap<u16, AmHandlerC>,
+    /// Active-message data kept for the application, by the pointer it was given.
+    pub am_kept: HashMap<usize, ucp::AmDesc>,
+    next_token: usize,
+    /// Stream data handed out by `ucp_stream_recv_data_nb`, by pointer.
+    pub stream_kept: HashMap<usize, Vec<u8>>,
+    /// Messages taken by `ucp_tag_probe_nb` with remove, by handle.
+    pub msgs: HashMap<usize, ucp::Message>,
+    /// Listeners of this worker.
+    pub listeners: HashMap<ListenerId, ListenerInfo>,
+    /// Connection requests given to the application and not answered yet.
+    pub conn_reqs: HashMap<ConnReqId, *mut Handle<ConnReqH>>,
+}
+
+impl Side {
+    /// A unique token usable as an opaque non-null pointer (never a heap address: the low
+    /// four bits are set, and heap blocks are 16-byte aligned).
+    pub(crate) fn token(&mut self) -> usize {
+        self.next_token += 1;
+        (self.next_token << 4) | 0xf
+    }
+
+    /// A completion the worker reported: store it, take the request off the in-flight
+    /// list and queue its callback.
+    #[inline]
+    fn completed(&mut self, c: Completed) {
+        let hdr = c.word as *mut ReqHdr;
+        // SAFETY: words are headers of this worker's outstanding requests (set by
+        // `Wk::begin` and kept live until their completion is dispatched).
+        unsafe {
+            self.inflight.unlink(hdr);
+            ReqHdr::set_outcome(hdr, c.status, c.info);
+            self.ready.push(hdr);
+        }
+    }
+
+    /// Gives up a header started for an operation that did not go ahead.
+    ///
+    /// # Safety
+    /// `hdr` must be a header started by `Wk::begin` and given to no one.
+    #[inline]
+    unsafe fn abandon(&mut self, hdr: *mut ReqHdr, s: Status) {
+        // SAFETY: by the contract.
+        unsafe {
+            if (*hdr).flags.load(Ordering::Relaxed) & F_USER == 0 {
+                self.pool.put(hdr);
+            } else {
+                // The caller's memory (or a block of ucp_request_alloc) reads as done.
+                ReqHdr::set_outcome(hdr, s, RecvInfo::default());
+                (*hdr).flags.fetch_or(F_COMPLETED, Ordering::Release);
+            }
+        }
+    }
+}
+
+struct Inner {
+    w: Worker,
+    side: Side,
+}
+
+/// What a worker is made of (see [`Wk::new`]).
+pub(crate) struct WkParts {
+    pub w: Worker,
+    pub pool: ReqPool,
+    pub waker: ucs::sys::EventFd,
+    pub efd: RawFd,
+    pub external_efd: bool,
+    pub features: u64,
+    pub thread_mode: ucs_thread_mode_t,
+    pub name: [c_char; UCP_ENTITY_NAME_MAX],
+}
+
+/// A worker handle's value.
+pub(crate) struct Wk {
+    lock: Option<Mutex<()>>,
+    busy: Cell<bool>,
+    inner: UnsafeCell<Inner>,
+    /// Set when the ready list may be non-empty (a hint read without the worker).
+    has_ready: AtomicBool,
+    pub evq: EvQueue,
+    pub waker: ucs::sys::EventFd,
+    pub efd: RawFd,
+    /// The worker's descriptor was added to the application's epoll set
+    /// (`UCP_WORKER_PARAM_FIELD_EVENT_FD`): `ucp_worker_get_efd` is unsupported then.
+    pub external_efd: bool,
+    /// The context's `ucp_feature` bits.
+    pub features: u64,
+    pub thread_mode: ucs_thread_mode_t,
+    pub name: [c_char; UCP_ENTITY_NAME_MAX],
+    /// This worker's own handle and generation (set right after the handle is made).
+    me: Cell<(*const Handle<Wk>, u64)>,
+}
+
+handle_kind!(Wk, 0x7275_6378_776b_7231);
+
+// SAFETY: everything mutable in a worker is reached through `with`, which in thread mode
+// multi holds the worker's mutex and otherwise relies on the application calling from
+// one thread at a time (single/serialized, as the API requires). The raw pointers are
+// handles and blocks of ours.
+unsafe impl Sync for Wk {}
+// SAFETY: as above; a worker may be destroyed on another thread than it was created.
+unsafe impl Send for Wk {}
+
+struct Unbusy<'a>(&'a Cell<bool>);
+
+impl Drop for Unbusy<'_> {
+    fn drop(&mut self) {
+        self.0.set(false);
+    }
+}
+
+/// The worker behind a handle.
+///
+/// # Safety
+/// `p` must be a handle of ours or null.
+#[inline(always)]
+pub(crate) unsafe fn get<'a>(p: *mut Handle<Wk>) -> Result<&'a Wk> {
+    // SAFETY: forwarded contract.
+    unsafe { Handle::get(p) }
+}
+
+/// What a Rust call that starts an operation returned.
+pub(crate) enum Outcome {
+    /// Completed inside the call; no request, no completion to come.
+    Done(Status, RecvInfo),
+    /// In progress; completes through the worker's completions, by the header's word.
+    Req(Request),
+    /// In progress; the request has no callback and is checked after worker calls.
+    Polled(Request),
+}
+
+impl Outcome {
+    /// The outcome of a call that returns a request when one is needed.
+    #[inline]
+    pub(crate) fn of(r: Option<Request>) -> Outcome {
+        match r {
+            None => Outcome::Done(Status::Ok, RecvInfo::default()),
+            Some(r) => Outcome::Req(r),
+        }
+    }
+}
+
+/// What receive information the caller wants back.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RecvOut {
+    None,
+    /// `ucp_tag_recv_info_t` through `recv_info.tag_info`.
+    Tag,
+    /// A length through `recv_info.length`.
+    Length,
+}
+
+/// The C options of one operation (from `ucp_request_param_t`, or from the arguments of
+/// the older `_nb` functions).
+pub(crate) struct Op {
+    pub mask: u32,
+    pub flags: u32,
+    pub request: *mut c_void,
+    pub cb_kind: CbKind,
+    pub cb: usize,
+    pub user_data: *mut c_void,
+    pub datatype: u64,
+    pub reply_buffer: *mut c_void,
+    pub recv_info: *mut c_void,
+}
+
+/// `ucp_dt_make_contig(1)`, the default datatype.
+pub(crate) const DT_BYTES: u64 = 1 << UCP_DATATYPE_SHIFT;
+
+impl Op {
+    /// Reads the fields of `param` its mask names.
+    ///
+    /// # Safety
+    /// `param` must be null or a readable `ucp_request_param_t` (as long as its mask says).
+    #[inline(always)]
+    pub(crate) unsafe fn nbx(param: *const ucp_request_param_t, kind: CbKind) -> Result<Op> {
+        if param.is_null() {
+            return Err(Status::InvalidParam);
+        }
+        // SAFETY: the caller's parameter struct; the mask is always present.
+        let mask = unsafe { (*param).op_attr_mask };
+        let mut op = Op {
+            mask,
+            flags: 0,
+            request: std::ptr::null_mut(),
+            cb_kind: kind,
+            cb: 0,
+            user_data: std::ptr::null_mut(),
+            datatype: DT_BYTES,
+            reply_buffer: std::ptr::null_mut(),
+            recv_info: std::ptr::null_mut(),
+        };
+        // The common case, no field at all, skips every per-field test.
+        if mask & OP_FIELDS != 0 {
+            // SAFETY: every field is read only if its bit is set.
+            unsafe { op.read_fields(&*param) };
+        }
+        Ok(op)
+    }
+
+    #[inline]
+    fn read_fields(&mut self, p: &ucp_request_param_t) {
+        let mask = self.mask;
+        if mask & UCP_OP_ATTR_FIELD_FLAGS != 0 {
+            self.flags = p.flags;
+        }
+        if mask & UCP_OP_ATTR_FIELD_REQUEST != 0 {
+            self.request = p.request;
+        }
+        if mask & UCP_OP_ATTR_FIELD_CALLBACK != 0 {
+            self.cb = p.cb;
+        }
+        if mask & UCP_OP_ATTR_FIELD_USER_DATA != 0 {
+            self.user_data = p.user_data;
+        }
+        if mask & UCP_OP_ATTR_FIELD_DATATYPE != 0 {
+            self.datatype = p.datatype;
+        }
+        if mask & UCP_OP_ATTR_FIELD_REPLY_BUFFER != 0 {
+            self.reply_buffer = p.reply_buffer;
+        }
+        if mask & UCP_OP_ATTR_FIELD_RECV_INFO != 0 {
+            self.recv_info = p.recv_info;
+        }
+    }
+
+    /// The options of an older `_nb` call: a callback, a datatype, and whether an
+    /// immediate completion still returns a request (receives do).
+    pub(crate) fn nb(kind: CbKind, cb: usize, datatype: u64, no_imm: bool) -> Op {
+        Op {
+            mask: if no_imm {
+                UCP_OP_ATTR_FLAG_NO_IMM_CMPL
+            } else {
+                0
+            },
+            flags: 0,
+            request: std::ptr::null_mut(),
+            cb_kind: kind,
+            cb,
+            user_data: std::ptr::null_mut(),
+            datatype,
+            reply_buffer: std::ptr::null_mut(),
+            recv_info: std::ptr::null_mut(),
+        }
+    }
+
+    #[inline]
+    pub(crate) fn no_imm(&self) -> bool {
+        self.mask & UCP_OP_ATTR_FLAG_NO_IMM_CMPL != 0
+    }
+
+    #[inline]
+    pub(crate) fn user_req(&self) -> bool {
+        !self.request.is_null()
+    }
+
+    #[inline]
+    fn force_imm(&self) -> bool {
+        self.mask & UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL != 0
+    }
+}
+
+/// The mask bits of `ucp_request_param_t` fields [`Op::nbx`] reads.
+const OP_FIELDS: u32 = UCP_OP_ATTR_FIELD_FLAGS
+    | UCP_OP_ATTR_FIELD_REQUEST
+    | UCP_OP_ATTR_FIELD_CALLBACK
+    | UCP_OP_ATTR_FIELD_USER_DATA
+    | UCP_OP_ATTR_FIELD_DATATYPE
+    | UCP_OP_ATTR_FIELD_REPLY_BUFFER
+    | UCP_OP_ATTR_FIELD_RECV_INFO;
+
+impl Wk {
+    /// A worker of these parts (its handle is made by [`Wk::publish`]).
+    pub(crate) fn new(p: WkParts) -> Wk {
+        Wk {
+            lock: (p.thread_mode == UCS_THREAD_MODE_MULTI).then(|| Mutex::new(())),
+            busy: Cell::new(false),
+            inner: UnsafeCell::new(Inner {
+                w: p.w,
+                side: Side {
+                    pool: p.pool,
+                    ready: Chain::new(),
+                    inflight: InFlight {
+                        head: std::ptr::null_mut(),
+                    },
+                    polled: Vec::new(),
+                    eps: HashMap::new(),
+                    am_handlers: HashMap::new(),
+                    am_kept: HashMap::new(),
+                    next_token: 0,
+                    stream_kept: HashMap::new(),
+                    msgs: HashMap::new(),
+                    listeners: HashMap::new(),
+                    conn_reqs: HashMap::new(),
+                },
+            }),
+            has_ready: AtomicBool::new(false),
+            evq: EvQueue {
+                events: UnsafeCell::new(VecDeque::new()),
+                hint: AtomicBool::new(false),
+            },
+            waker: p.waker,
+            efd: p.efd,
+            external_efd: p.external_efd,
+            features: p.features,
+            thread_mode: p.thread_mode,
+            name: p.name,
+            me: Cell::new((std::ptr::null(), 0)),
+        }
+    }
+
+    /// Makes the handle of a new worker.
+    pub(crate) fn publish(self) -> Result<(*mut Handle<Wk>, &'static Wk)> {
+        let (h, gen) = Handle::alloc(self);
+        // SAFETY: just made.
+        let wk = unsafe { Handle::get(h)? };
+        wk.me.set((h, gen));
+        Ok((h, wk))
+    }
+
+    /// A pointer to the event queue, for Rust handlers.
+    pub(crate) fn queue(&self) -> QueuePtr {
+        QueuePtr(&self.evq)
+    }
+
+    /// This worker's handle and generation.
+    #[inline]
+    pub(crate) fn me(&self) -> (*const Handle<Wk>, u64) {
+        self.me.get()
+    }
+
+    /// Runs `f` with the Rust worker and the side state, then collects completions.
+    #[inline(always)]
+    pub(crate) fn with<R>(&self, f: impl FnOnce(&mut Worker, &mut Side) -> R) -> Result<R> {
+        let _lock = self
+            .lock
+            .as_ref()
+            .map(|m| m.lock().unwrap_or_else(|p| p.into_inner()));
+        if self.busy.replace(true) {
+            return Err(Status::InvalidParam);
+        }
+        let _busy = Unbusy(&self.busy);
+        // SAFETY: the busy flag (under the mutex in thread mode multi) makes this the only
+        // reference to the worker's inner state until `_busy` drops.
+        let inner = unsafe { &mut *self.inner.get() };
+        let r = f(&mut inner.w, &mut inner.side);
+        self.collect(&mut inner.w, &mut inner.side);
+        Ok(r)
+    }
+
+    /// [`Wk::with`] for a call that returns a `Result` itself (the busy worker's error
+    /// and the call's travel in one `Result`).
+    #[inline(always)]
+    pub(crate) fn with_try<T>(
+        &self,
+        f: impl FnOnce(&mut Worker, &mut Side) -> Result<T>,
+    ) -> Result<T> {
+        let _lock = self
+            .lock
+            .as_ref()
+            .map(|m| m.lock().unwrap_or_else(|p| p.into_inner()));
+        if self.busy.replace(true) {
+            return Err(Status::InvalidParam);
+        }
+        let _busy = Unbusy(&self.busy);
+        // SAFETY: as in `with`.
+        let inner = unsafe { &mut *self.inner.get() };
+        let r = f(&mut inner.w, &mut inner.side);
+        self.collect(&mut inner.w, &mut inner.side);
+        r
+    }
+
+    /// Runs `f` on the side state only (the request pool, the ready list): the lock and
+    /// the busy flag as in [`Wk::with`], without collecting completions.
+    #[inline(always)]
+    fn with_side<R>(&self, f: impl FnOnce(&mut Side) -> R) -> Result<R> {
+        let _lock = self
+            .lock
+            .as_ref()
+            .map(|m| m.lock().unwrap_or_else(|p| p.into_inner()));
+        if self.busy.replace(true) {
+            return Err(Status::InvalidParam);
+        }
+        let _busy = Unbusy(&self.busy);
+        // SAFETY: as in `with`.
+        let inner = unsafe { &mut *self.inner.get() };
+        Ok(f(&mut inner.side))
+    }
+
+    /// Progress for `ucp_worker_progress`: in thread mode multi, a thread that finds
+    /// another one inside the worker returns at once. Also takes the ready list (see
+    /// [`Wk::take_ready`]) in the same turn inside the worker.
+    #[inline(always)]
+    pub(crate) fn progress(&self) -> Result<(usize, *mut ReqHdr)> {
+        let _lock = match &self.lock {
+            None => None,
+            Some(m) => match m.try_lock() {
+                Ok(g) => Some(g),
+                Err(std::sync::TryLockError::WouldBlock) => return Ok((0, std::ptr::null_mut())),
+                Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            },
+        };
+        if self.busy.replace(true) {
+            return Err(Status::InvalidParam);
+        }
+        let _busy = Unbusy(&self.busy);
+        // SAFETY: as in `with`.
+        let inner = unsafe { &mut *self.inner.get() };
+        let n = inner.w.progress();
+        self.collect(&mut inner.w, &mut inner.side);
+        let ready = if self.has_ready() {
+            self.has_ready.store(false, Ordering::Relaxed);
+            inner.side.ready.take()
+        } else {
+            std::ptr::null_mut()
+        };
+        Ok((n, ready))
+    }
+
+    /// Moves the worker's completions (and finished polled requests) onto the ready list.
+    #[inline(always)]
+    fn collect(&self, w: &mut Worker, side: &mut Side) {
+        if w.has_completed() {
+            w.drain_completed(|c| side.completed(c));
+            self.has_ready.store(true, Ordering::Relaxed);
+        }
+        if !side.polled.is_empty() {
+            self.poll_closes(w, side);
+        }
+    }
+
+    #[cold]
+    fn poll_closes(&self, w: &mut Worker, side: &mut Side) {
+        let mut i = 0;
+        while i < side.polled.len() {
+            let hdr = side.polled[i];
+            // SAFETY: polled headers are live requests of this worker.
+            let r = Request::from_u64(unsafe { (*hdr).rust_id });
+            match w.request_test(r) {
+                Ok(None) => i += 1,
+                res => {
+                    let s = res.ok().flatten().unwrap_or(Status::Canceled);
+                    let _ = w.request_free(r);
+                    side.polled.swap_remove(i);
+                    // SAFETY: as above.
+                    unsafe {
+                        ReqHdr::set_outcome(hdr, s, RecvInfo::default());
+                        side.ready.push(hdr);
+                    }
+                    self.has_ready.store(true, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+
+    /// True when completed requests wait for their callbacks.
+    #[inline(always)]
+    pub(crate) fn has_ready(&self) -> bool {
+        self.has_ready.load(Ordering::Relaxed)
+    }
+
+    /// Takes the ready list (headers linked by [`next_ready`]); `Err` while the worker is
+    /// borrowed on this thread.
+    #[inline(always)]
+    pub(crate) fn take_ready(&self) -> Result<*mut ReqHdr> {
+        self.with_side(|side| {
+            self.has_ready.store(false, Ordering::Relaxed);
+            side.ready.take()
+        })
+    }
+
+    /// An empty request of the pool for `ucp_request_alloc`: it reads as completed
+    /// (`UCS_OK`) until an operation uses it as its request memory.
+    pub(crate) fn alloc_request(&self) -> Result<*mut ReqHdr> {
+        let op = Op::nb(CbKind::SendNbx, 0, DT_BYTES, false);
+        let hdr = self.with(|_, side| self.begin(side, &op, F_ALLOCATED | F_COMPLETED))??;
+        // SAFETY: the block just started, not given out yet.
+        unsafe {
+            self.fill(hdr, &op);
+            (*hdr).status.store(i32::from(UCS_OK), Ordering::Release);
+        }
+        Ok(hdr)
+    }
+
+    /// The header for a new operation: the caller's memory or a pooled block, started
+    /// with the operation's callback. Its address is the word the Rust operation reports
+    /// its completion with ([`Wk::word`]).
+    #[inline(always)]
+    pub(crate) fn begin(&self, side: &mut Side, op: &Op, flags: u32) -> Result<*mut ReqHdr> {
+        if op.user_req() {
+            return self.begin_user(op, flags);
+        }
+        let hdr = side.pool.get()?;
+        // SAFETY: a block of the pool, not in use. Only what an immediate completion reads
+        // is set now; the rest when the header is given out ([`Wk::fill`]).
+        unsafe {
+            (*hdr).flags.store(flags, Ordering::Relaxed);
+            (*hdr).result = std::ptr::null_mut();
+        }
+        Ok(hdr)
+    }
+
+    /// [`Wk::begin`] for the caller's request memory: filled at once.
+    #[inline(never)]
+    fn begin_user(&self, op: &Op, flags: u32) -> Result<*mut ReqHdr> {
+        let hdr = ReqHdr::for_user_memory(op.request)?;
+        // SAFETY: the caller's request memory, not in use; the atomics are written
+        // through their own API, the rest with plain stores.
+        unsafe {
+            let h = &mut *hdr;
+            // A block of `ucp_request_alloc` keeps its pool identity when the application
+            // starts an operation on it (other memory is the caller's).
+            let allocated = h.magic.load(Ordering::Acquire) == MAGIC_LIVE
+                && h.flags.load(Ordering::Acquire) & F_ALLOCATED != 0
+                && h.block_size >= HDR_SIZE;
+            if !allocated {
+                h.block_size = 0;
+            }
+            let f = flags | F_USER | if allocated { F_ALLOCATED } else { 0 };
+            h.flags.store(f, Ordering::Relaxed);
+            h.result = std::ptr::null_mut();
+            self.fill(hdr, op);
+        }
+        Ok(hdr)
+    }
+
+    /// Completes the header of `op` for giving it out: callback, worker, status, magic.
+    ///
+    /// # Safety
+    /// `hdr` must be a header started by [`Wk::begin`] for `op`, not given out yet.
+    #[inline(always)]
+    unsafe fn fill(&self, hdr: *mut ReqHdr, op: &Op) {
+        let (me, gen) = self.me();
+        // SAFETY: by the contract.
+        unsafe {
+            let h = &mut *hdr;
+            let mut f = h.flags.load(Ordering::Relaxed);
+            if op.cb != 0 {
+                f |= F_CALLBACK;
+            }
+            h.cb_kind = op.cb_kind as u8;
+            h.worker = me;
+            h.worker_gen = gen;
+            h.cb = op.cb;
+            h.user_data = op.user_data;
+            h.status.store(i32::from(UCS_INPROGRESS), Ordering::Relaxed);
+            h.flags.store(f, Ordering::Relaxed);
+            h.magic.store(MAGIC_LIVE, Ordering::Release);
+        }
+    }
+
+    /// The completion word of a header made by [`Wk::begin`].
+    #[inline(always)]
+    pub(crate) fn word(hdr: *mut ReqHdr) -> Option<Callback> {
+        Some(Callback::Word(hdr as u64))
+    }
+
+    /// Turns the outcome of a Rust call started with `hdr` (from [`Wk::begin`]) into what
+    /// the C function returns. Runs inside [`Wk::with`].
+    #[inline(always)]
+    pub(crate) fn conclude(
+        &self,
+        w: &mut Worker,
+        side: &mut Side,
+        op: &Op,
+        hdr: *mut ReqHdr,
+        out: Result<Outcome>,
+        recv: RecvOut,
+    ) -> Result<ucs_status_ptr_t> {
+        let r = match out {
+            Ok(Outcome::Done(s, info)) => return self.immediate(side, op, hdr, s, info, recv),
+            Ok(Outcome::Req(r)) => r,
+            Ok(Outcome::Polled(r)) => {
+                // SAFETY: the header started for this call.
+                unsafe {
+                    self.fill_pooled(hdr, op);
+                    (*hdr).rust_id = r.to_u64();
+                    (*hdr).flags.fetch_or(F_RUST, Ordering::Relaxed);
+                }
+                side.polled.push(hdr);
+                return Ok(ReqHdr::user(hdr));
+            }
+            Err(s) => {
+                // SAFETY: the header started for this call; the call made no request.
+                unsafe { side.abandon(hdr, s) };
+                return Err(s);
+            }
+        };
+        if !op.no_imm() {
+            // Completed inside the call: its completion is among the worker's (the
+            // protocol layer reports a request that completes in the starting call before
+            // the call returns). A completion not reported yet makes the request an
+            // ordinary outstanding one, except with FORCE_IMM_CMPL, which looks harder.
+            let own = if w.has_completed() {
+                self.take_own(w, side, hdr, false)
+            } else {
+                None
+            };
+            let own = match own {
+                None if op.force_imm() && matches!(w.request_test(r), Ok(Some(_))) => {
+                    self.take_own(w, side, hdr, true)
+                }
+                o => o,
+            };
+            if let Some((s, info)) = own {
+                let _ = w.request_free(r);
+                if op.datatype & UCP_DATATYPE_CLASS_MASK == UCP_DATATYPE_GENERIC {
+                    // The protocol layer lets the buffer go (and so calls the
+                    // datatype's `finish`) when the request goes; make that happen
+                    // before the caller hears the operation is complete.
+                    w.progress();
+                    self.collect(w, side);
+                }
+                return self.immediate(side, op, hdr, s, info, recv);
+            }
+            if op.force_imm() {
+                let _ = w.request_abort(r);
+                if self.take_own(w, side, hdr, true).is_some() {
+                    let _ = w.request_free(r);
+                    // SAFETY: the header of this call; its request is gone.
+                    unsafe { side.abandon(hdr, Status::NoResource) };
+                    return Err(Status::NoResource);
+                }
+                // Not reported yet (cannot happen with an aborted request): keep it as a
+                // request the caller never sees, released and without callback.
+                // SAFETY: the header of this call.
+                unsafe {
+                    self.fill_pooled(hdr, op);
+                    (*hdr).flags.fetch_or(F_RELEASED, Ordering::Relaxed);
+                    (*hdr).flags.fetch_and(!F_CALLBACK, Ordering::Relaxed);
+                }
+                self.outstanding(w, side, hdr, r);
+                return Err(Status::NoResource);
+            }
+        }
+        // SAFETY: the header started for this call, given out now.
+        unsafe { self.fill_pooled(hdr, op) };
+        self.outstanding(w, side, hdr, r);
+        Ok(ReqHdr::user(hdr))
+    }
+
+    /// [`Wk::fill`] for a pooled header (the caller's memory is filled by `begin`).
+    ///
+    /// # Safety
+    /// As for [`Wk::fill`].
+    #[inline(always)]
+    unsafe fn fill_pooled(&self, hdr: *mut ReqHdr, op: &Op) {
+        if !op.user_req() {
+            // SAFETY: forwarded contract.
+            unsafe { self.fill(hdr, op) };
+        }
+    }
+
+    /// Keeps `hdr` as an outstanding request for `r`, which is released now.
+    #[inline(always)]
+    fn outstanding(&self, w: &mut Worker, side: &mut Side, hdr: *mut ReqHdr, r: Request) {
+        // SAFETY: the header started for this call, on no list.
+        unsafe {
+            (*hdr).rust_id = r.to_u64();
+            (*hdr).flags.fetch_or(F_RUST, Ordering::Relaxed);
+            side.inflight.link(hdr);
+        }
+        let _ = w.request_free(r);
+    }
+
+    /// Takes the completion of `hdr`'s own request out of the worker's completions (the
+    /// others go to the ready list); with `wait`, progresses once if it was not reported
+    /// yet.
+    #[inline(never)]
+    fn take_own(
+        &self,
+        w: &mut Worker,
+        side: &mut Side,
+        hdr: *mut ReqHdr,
+        wait: bool,
+    ) -> Option<(Status, RecvInfo)> {
+        for round in 0..(1 + usize::from(wait)) {
+            if round == 1 {
+                w.progress();
+            }
+            let mut own = None;
+            let mut others = false;
+            w.drain_completed(|c| {
+                if c.word == hdr as u64 {
+                    own = Some((c.status, c.info));
+                } else {
+                    others = true;
+                    side.completed(c);
+                }
+            });
+            if others {
+                self.has_ready.store(true, Ordering::Relaxed);
+            }
+            if own.is_some() {
+                return own;
+            }
+        }
+        None
+    }
+
+    #[inline(always)]
+    fn immediate(
+        &self,
+        side: &mut Side,
+        op: &Op,
+        hdr: *mut ReqHdr,
+        s: Status,
+        info: RecvInfo,
+        recv: RecvOut,
+    ) -> Result<ucs_status_ptr_t> {
+        if op.no_imm() {
+            // The header is given out; the callback runs from dispatch, before the call
+            // returns.
+            // SAFETY: the header started for this call, on no list.
+            unsafe {
+                self.fill_pooled(hdr, op);
+                ReqHdr::set_outcome(hdr, s, info);
+                side.ready.push(hdr);
+            }
+            self.has_ready.store(true, Ordering::Relaxed);
+            return Ok(ReqHdr::user(hdr));
+        }
+        // SAFETY: the header started for this call, on no list.
+        unsafe { ReqHdr::set_outcome(hdr, s, info) };
+        if op.user_req() {
+            // SAFETY: as above.
+            unsafe { (*hdr).flags.fetch_or(F_COMPLETED, Ordering::Release) };
+        } else {
+            // SAFETY: a pooled block of this call, unused now (its outcome, such as a
+            // 32-bit atomic's result, was copied out above).
+            unsafe { side.pool.put(hdr) };
+        }
+        // SAFETY: the caller's receive-information pointer, given with its mask bit.
+        unsafe { write_recv_info(op, recv, info) };
+        Ok(match s {
+            Status::Ok => std::ptr::null_mut(),
+            e => guard::status_to_ptr(e),
+        })
+    }
+
+    /// Tears the worker down: drops the Rust worker (which cancels what is outstanding)
+    /// and marks every outstanding C request canceled (no C callback runs now). Returns
+    /// the side state, whose handles the caller destroys.
+    pub(crate) fn shut_down(self) -> Side {
+        let Inner { w, mut side } = self.inner.into_inner();
+        drop(w);
+        let mut h = side.inflight.head;
+        side.inflight.head = std::ptr::null_mut();
+        while !h.is_null() {
+            // SAFETY: headers on the in-flight list are live requests of this worker.
+            unsafe {
+                let next = (*h).next;
+                (*h).flags.fetch_and(!F_LISTED, Ordering::Relaxed);
+                ReqHdr::set_outcome(h, Status::Canceled, RecvInfo::default());
+                (*h).flags.fetch_or(F_COMPLETED, Ordering::Release);
+                h = next;
+            }
+        }
+        for hdr in side.polled.drain(..) {
+            // SAFETY: a live header waiting for a close that will not finish now.
+            unsafe {
+                ReqHdr::set_outcome(hdr, Status::Canceled, RecvInfo::default());
+                (*hdr).flags.fetch_or(F_COMPLETED, Ordering::Release);
+            }
+        }
+        let mut h = side.ready.take();
+        while !h.is_null() {
+            // SAFETY: headers on the ready list are live requests with their outcome.
+            unsafe {
+                let next = (*h).next;
+                (*h).flags.fetch_or(F_COMPLETED, Ordering::Release);
+                h = next;
+            }
+        }
+        side
+    }
+}
+
+/// The header after `h` on a list taken with [`Wk::take_ready`].
+///
+/// # Safety
+/// `h` must be a header of such a list, before its callback ran.
+#[inline]
+pub(crate) unsafe fn next_ready(h: *mut ReqHdr) -> *mut ReqHdr {
+    // SAFETY: by the contract.
+    unsafe { (*h).next }
+}
+
+/// Writes receive information for an immediate completion.
+unsafe fn write_recv_info(op: &Op, recv: RecvOut, info: RecvInfo) {
+    if op.recv_info.is_null() {
+        return;
+    }
+    // SAFETY: the caller set UCP_OP_ATTR_FIELD_RECV_INFO and a pointer of the type the
+    // operation defines.
+    unsafe {
+        match recv {
+            RecvOut::Tag => {
+                op.recv_info
+                    .cast::<ucp_tag_recv_info_t>()
+                    .write_unaligned(ucp_tag_recv_info_t {
+                        sender_tag: info.sender_tag,
+                        length: info.length,
+                    })
+            }
+            RecvOut::Length => op.recv_info.cast::<usize>().write_unaligned(info.length),
+            RecvOut::None => {}
+        }
+    }
+}
+
+// ----- the end of a request ------------------------------------------------------------------
+
+/// Marks a request completed after its callback ran, and returns a released block to its
+/// pool. Called with no worker borrowed.
+///
+/// # Safety
+/// `hdr` must be a live request whose outcome was stored.
+#[inline(always)]
+pub(crate) unsafe fn mark_completed(hdr: *mut ReqHdr) {
+    // SAFETY: a live header.
+    let old = unsafe { &*hdr }
+        .flags
+        .fetch_or(F_COMPLETED, Ordering::AcqRel);
+    if old & F_RELEASED != 0 && old & F_USER == 0 {
+        // SAFETY: released by the caller and now complete: the block is ours again.
+        unsafe { recycle(hdr) };
+    }
+}
+
+/// `ucp_request_free` (`drop_callback`) and `ucp_request_release`.
+///
+/// # Safety
+/// `request` must be a request pointer of ours (or garbage that the checks refuse).
+#[inline(always)]
+pub(crate) unsafe fn release(request: *mut c_void, drop_callback: bool) -> Result<()> {
+    // SAFETY: forwarded contract.
+    let hdr = unsafe { ReqHdr::from_user(request)? };
+    // SAFETY: validated.
+    let h = unsafe { &*hdr };
+    let mut old = h.flags.load(Ordering::Acquire);
+    if old & F_USER != 0 && old & F_ALLOCATED == 0 {
+        // The caller's own memory: nothing of ours to release.
+        return Ok(());
+    }
+    if old & F_USER != 0 {
+        // A block of `ucp_request_alloc`: from now on it completes and is recycled like
+        // a block the library handed out.
+        old = h.flags.fetch_and(!F_USER, Ordering::AcqRel) & !F_USER;
+    }
+    loop {
+        if old & F_RELEASED != 0 {
+            return Err(Status::InvalidParam);
+        }
+        let mut new = old | F_RELEASED;
+        if drop_callback {
+            new &= !F_CALLBACK;
+        }
+        match h
+            .flags
+            .compare_exchange_weak(old, new, Ordering::AcqRel, Ordering::Acquire)
+        {
+            Ok(_) => break,
+            Err(cur) => old = cur,
+        }
+    }
+    if old & F_COMPLETED != 0 {
+        // SAFETY: completed and now released: nobody refers to the block any more.
+        unsafe { recycle(hdr) };
+    }
+    Ok(())
+}
+
+/// Returns a pooled block to its worker's pool (or frees it if the worker is gone).
+///
+/// # Safety
+/// `hdr` must be a pooled block no one uses any more.
+#[inline(always)]
+unsafe fn recycle(hdr: *mut ReqHdr) {
+    // SAFETY: a block of ours.
+    let (w, gen, size) = unsafe { ((*hdr).worker, (*hdr).worker_gen, (*hdr).block_size) };
+    // SAFETY: the worker pointer was a live handle when the request started; cells are
+    // never freed, and the generation check catches a destroyed or reused worker.
+    if let Ok(wk) = unsafe { Handle::<Wk>::get_gen(w, gen) } {
+        // SAFETY: the block is a pooled block of this worker, unused now.
+        if wk.with_side(|side| unsafe { side.pool.put(hdr) }).is_ok() {
+            return;
+        }
+        // The worker is busy on this thread (a free from inside a generic datatype
+        // callback): let the block go.
+    }
+    // SAFETY: a block of ours that nobody uses.
+    unsafe { free_block(hdr, size) };
+}
+
+/// The handle of a Rust endpoint of `wk` (made on first use, for reply endpoints).
+pub(crate) fn ep_handle_for(wk: &Wk, side: &mut Side, ep: ucp::Ep) -> *mut Handle<EpH> {
+    if let Some(&h) = side.eps.get(&ep) {
+        return h;
+    }
+    let (me, gen) = wk.me();
+    let mut name = [0 as c_char; UCP_ENTITY_NAME_MAX];
+    text::default_name("reply-ep", &mut name);
+    let (h, _) = Handle::alloc(EpH {
+        wk: me,
+        wgen: gen,
+        ep,
+        user_data: Cell::new(std::ptr::null_mut()),
+        name: Cell::new(name),
+        implicit: Cell::new(true),
+        err: Cell::new(None),
+    });
+    side.eps.insert(ep, h);
+    h
+}

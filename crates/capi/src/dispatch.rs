@@ -1,0 +1,486 @@
+//! The event dispatch: the C callbacks of completed requests and the C handlers of
+//! events (active messages, connection requests, endpoint failures). Everything here runs
+//! with the Rust worker released, so a callback or handler may call any `ucp_*` function.
+//!
+//! [`run`] is how an API family calls into the worker: [`Wk::with`], then the callbacks of
+//! the requests that completed. The handlers of events run only in `ucp_worker_progress`
+//! and the blocking calls ([`dispatch`]), as with UCX: a program that checks a flag its
+//! handler sets, then progresses and sleeps when progress found nothing, must not have the
+//! handler run unseen inside another call.
+
+use crate::core::{
+    self, ep_handle_for, mark_completed, next_ready, AmEvent, AmHandlerC, CbKind, ConnReqH, EpH,
+    Event, OnConn, ReqHdr, Side, Wk,
+};
+use crate::ffi::*;
+use crate::guard;
+use crate::handle::Handle;
+use std::cell::Cell;
+use std::ffi::{c_uint, c_void};
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use ucp::{ConnReqId, ListenerId, Worker};
+use ucs::{Result, Status};
+
+thread_local! {
+    /// Set while this thread runs active-message handlers (they are not nested).
+    static IN_AM: Cell<bool> = const { Cell::new(false) };
+}
+
+struct ResetAm;
+
+impl Drop for ResetAm {
+    fn drop(&mut self) {
+        IN_AM.with(|f| f.set(false));
+    }
+}
+
+/// [`Wk::with`], then the callbacks of the requests that completed.
+#[inline(always)]
+pub(crate) fn run<R>(wk: &Wk, f: impl FnOnce(&mut Worker, &mut Side) -> R) -> Result<R> {
+    let r = wk.with(f);
+    if wk.has_ready() {
+        dispatch_requests(wk);
+    }
+    r
+}
+
+/// [`run`] for a call that returns a `Result` itself.
+#[inline(always)]
+pub(crate) fn run_try<T>(
+    wk: &Wk,
+    f: impl FnOnce(&mut Worker, &mut Side) -> Result<T>,
+) -> Result<T> {
+    let r = wk.with_try(f);
+    if wk.has_ready() {
+        dispatch_requests(wk);
+    }
+    r
+}
+
+/// True when queued events wait for their handlers and this thread may run them.
+#[inline(always)]
+pub(crate) fn events_due(wk: &Wk) -> bool {
+    wk.evq.hint.load(Ordering::Acquire) && !IN_AM.with(Cell::get)
+}
+
+/// Calls the C callbacks of completed requests and the C handlers of events. Never called
+/// with the worker borrowed. Returns how many callbacks and handlers ran
+/// (`ucp_worker_progress` counts them as progress, so that a caller that sleeps when it
+/// returns 0 does not miss them).
+#[inline(always)]
+pub(crate) fn dispatch(wk: &Wk) -> usize {
+    let mut n = dispatch_requests(wk);
+    if events_due(wk) {
+        IN_AM.with(|f| f.set(true));
+        let _reset = ResetAm;
+        n += dispatch_events(wk);
+    }
+    n
+}
+
+/// Calls the C callbacks of completed requests, in completion order.
+#[inline(always)]
+pub(crate) fn dispatch_requests(wk: &Wk) -> usize {
+    let mut n = 0;
+    while wk.has_ready() {
+        let Ok(h) = wk.take_ready() else { break };
+        n += run_chain(h);
+    }
+    n
+}
+
+/// Calls the C callbacks of a ready list taken from a worker (the worker released).
+#[inline(always)]
+pub(crate) fn run_chain(mut h: *mut ReqHdr) -> usize {
+    let mut n = 0;
+    while !h.is_null() {
+        // SAFETY: headers of a ready list are live requests whose outcome was stored; the
+        // next one is read before the callback may recycle this one.
+        unsafe {
+            let next = next_ready(h);
+            finish(h);
+            h = next;
+        }
+        n += 1;
+    }
+    n
+}
+
+/// Runs the callback of a completed request, then marks it completed.
+///
+/// # Safety
+/// `hdr` must be a live request whose outcome was stored.
+unsafe fn finish(hdr: *mut ReqHdr) {
+    // SAFETY: a live header.
+    let h = unsafe { &*hdr };
+    let flags = h.flags.load(Ordering::Acquire);
+    if flags & core::F_CALLBACK != 0 && h.cb != 0 {
+        let req = ReqHdr::user(hdr);
+        let status = h.status.load(Ordering::Acquire) as ucs_status_t;
+        // SAFETY: `cb` is the non-null function the caller registered, with the
+        // signature its kind names (set by the operation that started the request).
+        unsafe {
+            match h.cb_kind {
+                k if k == CbKind::Send as u8 => {
+                    std::mem::transmute::<usize, SendCb>(h.cb)(req, status)
+                }
+                k if k == CbKind::SendNbx as u8 => {
+                    std::mem::transmute::<usize, SendNbxCb>(h.cb)(req, status, h.user_data)
+                }
+                k if k == CbKind::TagRecv as u8 => {
+                    let mut info = h.info;
+                    std::mem::transmute::<usize, TagRecvCb>(h.cb)(req, status, &mut info)
+                }
+                k if k == CbKind::TagRecvNbx as u8 => {
+                    let info = h.info;
+                    std::mem::transmute::<usize, TagRecvNbxCb>(h.cb)(
+                        req,
+                        status,
+                        &info,
+                        h.user_data,
+                    )
+                }
+                k if k == CbKind::StreamRecv as u8 => {
+                    std::mem::transmute::<usize, StreamRecvCb>(h.cb)(req, status, h.info.length)
+                }
+                k if k == CbKind::LengthNbx as u8 => std::mem::transmute::<usize, StreamRecvNbxCb>(
+                    h.cb,
+                )(
+                    req, status, h.info.length, h.user_data
+                ),
+                _ => {}
+            }
+        }
+    }
+    // SAFETY: as above; the callback has run.
+    unsafe { mark_completed(hdr) };
+}
+
+/// Runs the C handlers of queued events (active messages, connection requests,
+/// endpoint failures), one at a time, with the worker released while each runs.
+fn dispatch_events(wk: &Wk) -> usize {
+    let mut n = 0;
+    enum Ready {
+        Am(AmReady),
+        Conn(ConnReady),
+        EpError(ErrReady),
+    }
+    loop {
+        let next = wk.with(|w, side| loop {
+            // SAFETY: the queue is guarded by the worker, which `with` holds.
+            let ev = unsafe { wk.evq.pop() }?;
+            let r = match ev {
+                Event::Am(a) => am_prepare(wk, w, side, a).map(Ready::Am),
+                Event::Conn(l, r, c) => conn_prepare(w, side, l, r, c).map(Ready::Conn),
+                Event::EpError(e, s) => err_prepare(side, e, s).map(Ready::EpError),
+            };
+            if r.is_some() {
+                return r;
+            }
+        });
+        let Ok(Some(r)) = next else { break };
+        n += 1;
+        let am = matches!(r, Ready::Am(_));
+        match r {
+            Ready::Am(r) => am_deliver(wk, r),
+            Ready::Conn(r) => conn_deliver(wk, r),
+            Ready::EpError(r) => err_deliver(r),
+        }
+        n += dispatch_requests(wk);
+        if am {
+            // One active message per call: a program that waits for "the next
+            // message" with a flag its handler sets, as UCX's examples do, sees
+            // each message before the next handler runs.
+            break;
+        }
+    }
+    n
+}
+
+/// Waits for a request returned by one of our functions, progressing `wk`; frees it.
+pub(crate) fn wait_ptr(wk: &Wk, p: ucs_status_ptr_t) -> Result<()> {
+    let a = p as usize;
+    if a == 0 {
+        return Ok(());
+    }
+    if a >= (UCS_ERR_LAST as isize as usize) {
+        return guard::result_from_c(a as isize as ucs_status_t);
+    }
+    // SAFETY: a request we just returned.
+    let hdr = unsafe { ReqHdr::from_user(p)? };
+    loop {
+        // SAFETY: as above; live until freed below.
+        let s = unsafe { ReqHdr::check(hdr) };
+        if s != UCS_INPROGRESS {
+            // SAFETY: as above.
+            unsafe { core::release(p, true)? };
+            return guard::result_from_c(s);
+        }
+        let (n, ready) = wk.progress()?;
+        if n == 0 {
+            std::thread::yield_now();
+        }
+        run_chain(ready);
+        dispatch(wk);
+    }
+}
+
+// ----- active messages -------------------------------------------------------------------
+
+/// A message ready for its C handler.
+struct AmReady {
+    h: AmHandlerC,
+    header: Vec<u8>,
+    data: *mut c_void,
+    len: usize,
+    rndv: bool,
+    /// Data received for an older-style handler (owned here while it runs).
+    _owned: Option<Vec<u8>>,
+    reply: *mut Handle<EpH>,
+    /// True when `data` is registered in the worker's kept-data table.
+    kept: bool,
+}
+
+/// Readies a queued message for its handler (with the worker held); `None` when it has
+/// no handler or its data is gone.
+fn am_prepare(wk: &Wk, w: &mut Worker, side: &mut Side, ev: AmEvent) -> Option<AmReady> {
+    let Some(&h) = side.am_handlers.get(&ev.id) else {
+        tracing::debug!("active message {} without a handler dropped", ev.id);
+        let _ = w.am_data_release(ev.desc);
+        return None;
+    };
+    let reply = match ev.reply_ep {
+        Some(e) => ep_handle_for(wk, side, e),
+        None => std::ptr::null_mut(),
+    };
+    let old = matches!(h, AmHandlerC::Old { .. });
+    Some(match (ev.rndv, old) {
+        (Some(len), false) => {
+            let t = side.token() as *mut c_void;
+            side.am_kept.insert(t as usize, ev.desc);
+            AmReady {
+                h,
+                header: ev.header,
+                data: t,
+                len,
+                rndv: true,
+                _owned: None,
+                reply,
+                kept: true,
+            }
+        }
+        (Some(len), true) => {
+            let mut v = vec![0u8; len];
+            w.am_recv_data(ev.desc, &mut v).ok()?;
+            AmReady {
+                h,
+                header: ev.header,
+                data: v.as_mut_ptr().cast(),
+                len,
+                rndv: true,
+                _owned: Some(v),
+                reply,
+                kept: false,
+            }
+        }
+        (None, _) => {
+            let (p, len) = match w.am_data(ev.desc)? {
+                d if !d.is_empty() => (d.as_ptr().cast_mut().cast(), d.len()),
+                _ => (side.token() as *mut c_void, 0),
+            };
+            side.am_kept.insert(p as usize, ev.desc);
+            AmReady {
+                h,
+                header: ev.header,
+                data: p,
+                len,
+                rndv: false,
+                _owned: None,
+                reply,
+                kept: true,
+            }
+        }
+    })
+}
+
+/// Calls the C handler of a readied message (the worker released), then releases the
+/// data unless the handler kept it.
+fn am_deliver(wk: &Wk, r: AmReady) {
+    let status = match r.h {
+        AmHandlerC::Recv { cb, arg } => {
+            let mut attr = if r.rndv {
+                UCP_AM_RECV_ATTR_FLAG_RNDV
+            } else {
+                UCP_AM_RECV_ATTR_FLAG_DATA
+            };
+            if !r.reply.is_null() {
+                attr |= UCP_AM_RECV_ATTR_FIELD_REPLY_EP;
+            }
+            let param = ucp_am_recv_param_t {
+                recv_attr: attr,
+                reply_ep: r.reply.cast(),
+            };
+            let hp = if r.header.is_empty() {
+                std::ptr::null()
+            } else {
+                r.header.as_ptr().cast()
+            };
+            // SAFETY: the application's handler, registered with this signature, called
+            // with no worker held; the pointers stay valid during the call.
+            unsafe {
+                let f = std::mem::transmute::<
+                    usize,
+                    unsafe extern "C" fn(
+                        *mut c_void,
+                        *const c_void,
+                        usize,
+                        *mut c_void,
+                        usize,
+                        *const ucp_am_recv_param_t,
+                    ) -> ucs_status_t,
+                >(cb);
+                f(arg, hp, r.header.len(), r.data, r.len, &param)
+            }
+        }
+        AmHandlerC::Old { cb, arg } => {
+            let flags = if r.kept { UCP_CB_PARAM_FLAG_DATA } else { 0 };
+            // SAFETY: as above, for the older handler signature.
+            unsafe {
+                let f = std::mem::transmute::<
+                    usize,
+                    unsafe extern "C" fn(
+                        *mut c_void,
+                        *mut c_void,
+                        usize,
+                        *mut c_void,
+                        c_uint,
+                    ) -> ucs_status_t,
+                >(cb);
+                f(arg, r.data, r.len, r.reply.cast(), flags)
+            }
+        }
+    };
+    if r.kept && status != UCS_INPROGRESS {
+        let _ = wk.with(|w, side| {
+            if let Some(desc) = side.am_kept.remove(&(r.data as usize)) {
+                let _ = w.am_data_release(desc);
+            }
+        });
+    }
+}
+
+// ----- connection requests -------------------------------------------------------------
+
+/// A connection request ready for the application's handler.
+struct ConnReady {
+    on_conn: OnConn,
+    req: ConnReqId,
+    client: SocketAddr,
+}
+
+/// Readies a queued connection request (with the worker held).
+fn conn_prepare(
+    w: &mut Worker,
+    side: &mut Side,
+    l: ListenerId,
+    req: ConnReqId,
+    client: SocketAddr,
+) -> Option<ConnReady> {
+    match side.listeners.get(&l) {
+        Some(info) => Some(ConnReady {
+            on_conn: info.on_conn,
+            req,
+            client,
+        }),
+        None => {
+            let _ = w.listener_reject(req);
+            None
+        }
+    }
+}
+
+/// Calls the application's handler for a connection request (the worker released).
+fn conn_deliver(wk: &Wk, r: ConnReady) {
+    let (me, gen) = wk.me();
+    match r.on_conn {
+        OnConn::Request { cb, arg } => {
+            let (h, _) = Handle::alloc(ConnReqH {
+                wk: me,
+                wgen: gen,
+                id: r.req,
+                client: r.client,
+            });
+            if wk.with(|_, side| side.conn_reqs.insert(r.req, h)).is_err() {
+                return;
+            }
+            // SAFETY: the application's connection handler, registered with this
+            // signature, called with no worker held.
+            unsafe {
+                let f = std::mem::transmute::<usize, unsafe extern "C" fn(*mut c_void, *mut c_void)>(
+                    cb,
+                );
+                f(h.cast(), arg);
+            }
+        }
+        OnConn::Accept { cb, arg } => {
+            let Ok(Ok(h)) = wk.with(|w, side| -> Result<*mut Handle<EpH>> {
+                let e = w.ep_create_from_request(r.req)?;
+                let h = ep_handle_for(wk, side, e);
+                // SAFETY: the handle just made or found for this worker's endpoint.
+                if let Ok(eh) = unsafe { Handle::get(h) } {
+                    eh.implicit.set(false);
+                }
+                Ok(h)
+            }) else {
+                return;
+            };
+            // SAFETY: the application's accept handler, registered with this signature,
+            // called with no worker held.
+            unsafe {
+                let f = std::mem::transmute::<usize, unsafe extern "C" fn(*mut c_void, *mut c_void)>(
+                    cb,
+                );
+                f(h.cast(), arg);
+            }
+        }
+    }
+}
+
+// ----- endpoint failures ---------------------------------------------------------------
+
+/// An endpoint failure, ready for the application's error handler.
+struct ErrReady {
+    cb: usize,
+    arg: *mut c_void,
+    ep: *mut Handle<EpH>,
+    status: Status,
+}
+
+/// Readies an endpoint failure (with the worker held): `None` when the application set
+/// no handler (or closed the endpoint meanwhile).
+fn err_prepare(side: &mut Side, ep: ucp::Ep, status: Status) -> Option<ErrReady> {
+    let h = *side.eps.get(&ep)?;
+    // SAFETY: handles in the table are live endpoint handles of this worker.
+    let e = unsafe { Handle::get(h) }.ok()?;
+    let cb = e.err.get()?;
+    Some(ErrReady {
+        cb,
+        arg: e.user_data.get(),
+        ep: h,
+        status,
+    })
+}
+
+/// Calls the application's error handler (the worker released).
+fn err_deliver(r: ErrReady) {
+    // SAFETY: the application's error handler, registered with this signature, called
+    // with no worker held.
+    unsafe {
+        let f = std::mem::transmute::<
+            usize,
+            unsafe extern "C" fn(*mut c_void, *mut c_void, ucs_status_t),
+        >(r.cb);
+        f(r.arg, r.ep.cast(), r.status.code());
+    }
+}
