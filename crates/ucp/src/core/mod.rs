@@ -182,12 +182,34 @@ impl Core {
                 ReqKind::Rma(s) => Some(s.ep),
                 _ => None,
             };
-            if q.cb.is_some() || q.released {
-                self.completed.push(r);
-            }
             if let Some(Some(e)) = counted.and_then(|ep| self.eps.get_mut(ep as usize)) {
                 e.outstanding = e.outstanding.saturating_sub(1);
             }
+            self.settle(r);
+        }
+    }
+
+    /// A request just got its status: a released one reported by word is listed for
+    /// `drain_completed` and freed now (nothing runs for it later); one with a closure or
+    /// released otherwise waits for `engine::run_completions`.
+    #[inline]
+    fn settle(&mut self, r: Request) {
+        let Some(q) = self.reqs.get_mut(r.0) else {
+            return;
+        };
+        match (&q.cb, q.released) {
+            (Some(Callback::Word(word)), true) => {
+                let c = Completed {
+                    request: r,
+                    word: *word,
+                    status: q.status.unwrap_or(Status::Ok),
+                    info: q.info,
+                };
+                self.words.push(c);
+                self.reqs.remove(r.0);
+            }
+            (Some(_), _) | (None, true) => self.completed.push(r),
+            (None, false) => {}
         }
     }
 
@@ -262,7 +284,7 @@ impl Core {
         if q.status.is_none() {
             q.status = Some(status);
             if q.cb.is_some() || q.released {
-                self.completed.push(r);
+                self.settle(r);
             }
         }
     }
