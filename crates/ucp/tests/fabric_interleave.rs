@@ -22,8 +22,9 @@ fn op() -> impl Strategy<Value = Op> {
             sync: false,
             recv_first,
         }),
-        // Synchronous sends of one fragment only: see the ignored test in fabric_tag.rs.
-        1 => (0usize..400, any::<bool>()).prop_map(|(len, recv_first)| Op::Tag {
+        // Synchronous sends of every size class, fragmented ones included (their early
+        // acknowledgement: see sync_multi_fragment_ack_before_last_fragment).
+        1 => (0usize..6000, any::<bool>()).prop_map(|(len, recv_first)| Op::Tag {
             len,
             sync: true,
             recv_first,
@@ -141,10 +142,13 @@ proptest! {
         close: bool,
     ) {
         let o = Opts { peer_timeout: 40_000_000, ..opts(put) };
-        // Tag messages of several fragments that are not rendezvous can leave a receive
-        // that nothing releases when their sender dies (the ignored test
-        // receive_of_a_partial_message_from_a_dead_sender in fabric_tag.rs): one
-        // fragment or rendezvous only here.
+        // Tag messages of several fragments that are not rendezvous stay below that size
+        // here: a receive matched by the first fragment of a dead sender's message is
+        // released once the receiver learns of the death (see
+        // receive_of_a_partial_message_from_a_dead_sender in fabric_tag.rs), but a
+        // receiver that never sent to the dead peer does not always learn of it within
+        // this test's detection window on the fabric (open: the receive-only side's
+        // failure detection).
         let ops: Vec<Op> = ops
             .into_iter()
             .map(|o| match o {

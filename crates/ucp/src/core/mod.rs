@@ -152,6 +152,14 @@ impl Core {
         }
     }
 
+    /// True when the endpoint answering for worker `uuid` failed: what still arrives
+    /// from it (late packets of a dead peer) must not start anything that waits for it.
+    pub(crate) fn peer_gone(&self, uuid: u64) -> bool {
+        self.ep_of(uuid)
+            .and_then(|e| self.ep(e).ok())
+            .is_some_and(|e| matches!(e.status, EpStatus::Failed(_)))
+    }
+
     /// The endpoint answering for worker `uuid`.
     #[inline]
     pub(crate) fn ep_of(&self, uuid: u64) -> Option<u32> {

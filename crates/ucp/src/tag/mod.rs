@@ -254,19 +254,26 @@ pub(crate) fn run_acks(tls: &mut [crate::core::Tl], core: &mut Core, st: &mut Ta
     n
 }
 
-/// The peer `uuid` failed: messages of it still being reassembled will never finish.
+/// The peer `uuid` failed: messages of it still being reassembled will never finish. A
+/// receive that took one completes with `status`; one still unexpected (or taken by a
+/// probe) is dropped, so that no later receive matches a message that cannot complete.
 pub(crate) fn peer_failed(core: &mut Core, st: &mut TagState, uuid: u64, status: Status) {
-    let partial: Vec<Request> = st
+    let dests: Vec<FragDest> = st
         .frags
         .iter()
         .filter(|(k, _)| k.0 == uuid)
-        .filter_map(|(_, d)| match d {
-            FragDest::Req(r) => Some(*r),
-            _ => None,
-        })
+        .map(|(_, d)| *d)
         .collect();
     st.frags.retain(|k, _| k.0 != uuid);
-    for r in partial {
-        core.complete(r, status);
+    for d in dests {
+        match d {
+            FragDest::Req(r) => core.complete(r, status),
+            FragDest::Unexp(m) => {
+                st.matcher.take_unexpected(m);
+            }
+            FragDest::Probed(id) => {
+                st.probed.remove(&id);
+            }
+        }
     }
 }

@@ -38,6 +38,10 @@ pub(crate) fn eager(
 /// The first fragment of a message.
 pub(crate) fn first(core: &mut Core, st: &mut TagState, h: EagerFirst, p: &[u8]) -> Result<()> {
     let total = usize::try_from(h.total).map_err(|_| Status::InvalidParam)?;
+    if p.len() < total && core.peer_gone(h.uuid) {
+        // The rest can never come: a message that cannot complete is not matched.
+        return Err(Status::ConnectionReset);
+    }
     let key = (h.uuid, h.msg_id);
     let sync = (h.sreq != 0).then_some((h.uuid, h.sreq));
     let u = Unexp::Partial {
