@@ -123,9 +123,9 @@ pub struct Config {
     pub initial_seq: u32,
     /// Unacknowledged messages per peer, 1..=[`MAX_WINDOW`].
     pub window: u32,
-    /// Largest message, in bytes: at most 65519, so that a stored packet with its header
+    /// Largest message, in bytes: at most 65515, so that a stored packet with its header
     /// fits 64 KiB. The default fills a 1500-byte MTU IPv4 UDP datagram:
-    /// 1500 - 20 (IP) - 8 (UDP) - 16 (our header).
+    /// 1500 - 20 (IP) - 8 (UDP) - 20 (our header).
     pub max_payload: usize,
     /// How long an acknowledgement may be held back waiting for a data packet to carry it.
     pub ack_delay: u64,
@@ -151,6 +151,16 @@ pub struct Config {
     pub rx_pool_packets: u32,
     /// Peer numbers must be below this; bounds the peer table.
     pub max_peers: u32,
+    /// Bytes of datagrams this engine's owner can hold before it reads them (the socket's
+    /// receive buffer, or the simulated network's): shared among the peers that send to
+    /// us, it is the flow-control credit advertised in every packet (>= 1).
+    pub rcv_buf: u32,
+    /// Congestion window of a new peer, and the credit assumed before the peer's first
+    /// packet tells us its own, in packets of `max_payload` (>= 1).
+    pub initial_window: u32,
+    /// Length of the period over which the peers sending to us are counted to share
+    /// `rcv_buf` among them (> 0).
+    pub credit_epoch: u64,
 }
 
 impl Default for Config {
@@ -170,6 +180,9 @@ impl Default for Config {
             tx_pool_packets: 8192,
             rx_pool_packets: 8192,
             max_peers: 1 << 20,
+            rcv_buf: 4 << 20,
+            initial_window: 8,
+            credit_epoch: 1_000_000,
         }
     }
 }
@@ -189,14 +202,14 @@ impl std::error::Error for ConfigError {}
 impl Config {
     /// Checks every field's range.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let checks: [(bool, &'static str); 10] = [
+        let checks: [(bool, &'static str); 13] = [
             (
                 (1..=MAX_WINDOW).contains(&self.window),
                 "window must be 1..=32768",
             ),
             (
                 self.max_payload <= packet::MAX_PAYLOAD - HEADER_LEN,
-                "max_payload must be <= 65519",
+                "max_payload must be <= 65515",
             ),
             (self.ack_every >= 1, "ack_every must be >= 1"),
             (self.initial_rto > 0, "initial_rto must be > 0"),
@@ -212,6 +225,9 @@ impl Config {
                 self.tx_pool_packets < NIL && self.rx_pool_packets < NIL && self.max_peers < NIL,
                 "pool sizes and max_peers must be < 2^32-1",
             ),
+            (self.rcv_buf >= 1, "rcv_buf must be >= 1"),
+            (self.initial_window >= 1, "initial_window must be >= 1"),
+            (self.credit_epoch > 0, "credit_epoch must be > 0"),
         ];
         match checks.iter().find(|(ok, _)| !ok) {
             Some((_, why)) => Err(ConfigError(why)),
@@ -291,6 +307,40 @@ pub struct Transmit<'a> {
     pub bytes: &'a [u8],
 }
 
+/// Where a datagram of a [`TxBatch`] lives.
+#[derive(Clone, Copy, Debug)]
+enum Loc {
+    /// A send-pool slot (a data packet).
+    Pool(u32),
+    /// Offset and length in the batch's control buffer.
+    Ctl(u32, u32),
+}
+
+/// Datagrams taken from the engine together by [`Engine::poll_transmit_batch`]. Reused
+/// from call to call, so that a warmed-up owner does not allocate per batch.
+#[derive(Debug, Default)]
+pub struct TxBatch {
+    items: Vec<(u32, Loc)>,
+    ctl: Vec<u8>,
+}
+
+impl TxBatch {
+    /// An empty batch.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Datagrams in the batch.
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    /// Whether the batch holds no datagram.
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+}
+
 /// What a peer's entry says, for flush and diagnostics.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PeerStatus {
@@ -348,6 +398,12 @@ pub struct Counters {
     pub tx_pool_exhausted: u64,
     /// Peers declared failed.
     pub peers_failed: u64,
+    /// Congestion-window reductions after a loss named by a NAK (at most one per window
+    /// of packets).
+    pub cwnd_reductions: u64,
+    /// Times a data packet waited because the congestion window or the peer's credit was
+    /// full (the peer had something new to send and could not).
+    pub window_limited: u64,
 }
 
 /// Per-peer state: fixed size, no heap allocation of its own.
@@ -374,6 +430,20 @@ struct Peer {
     /// Backoff exponent of the retransmission timeout.
     rto_shift: u8,
     flags: u8,
+    /// Congestion window, bytes of packets (headers included) in flight.
+    cwnd: u32,
+    /// Slow-start threshold: below it the window doubles per round trip, above it grows
+    /// by one packet per round trip.
+    ssthresh: u32,
+    /// The receive space the peer last advertised (its credit), bytes.
+    peer_credit: u32,
+    /// Bytes of the packets `snd_una..snd_sent` (transmitted, not acknowledged).
+    flight_bytes: u32,
+    /// `snd_sent` at the last window reduction: a loss of a packet sent before it belongs
+    /// to the same congestion event and does not reduce the window again.
+    cc_mark: u32,
+    /// Credit epoch in which this peer last sent us data (low 16 bits).
+    rx_epoch: u16,
     // Receive direction.
     /// Next sequence number to deliver; also the acknowledgement we send.
     rcv_nxt: u32,
@@ -408,6 +478,12 @@ impl Peer {
             recover: cfg.initial_seq,
             rto_shift: 0,
             flags: 0,
+            cwnd: cfg.initial_window.saturating_mul(mss(cfg)),
+            ssthresh: u32::MAX,
+            peer_credit: cfg.initial_window.saturating_mul(mss(cfg)),
+            flight_bytes: 0,
+            cc_mark: cfg.initial_seq,
+            rx_epoch: u16::MAX,
             rcv_nxt: cfg.initial_seq,
             ooo_head: NIL,
             ooo_tail: NIL,
@@ -457,10 +533,51 @@ impl Peer {
         }
     }
 
-    fn has_work(&self) -> bool {
+    /// Whether a packet would go out now; `new_len` is the size of the next new data
+    /// packet, if there is one.
+    fn has_work(&self, new_len: Option<u32>) -> bool {
         self.flags & (F_NAK_OWED | F_PROBE_OWED | F_ACK_NOW) != 0
             || self.rtx_pending > 0
-            || self.tx_cursor != NIL
+            || new_len.is_some_and(|n| self.may_send(n))
+    }
+
+    /// The send window: the smaller of the congestion window and the peer's credit.
+    fn wnd(&self) -> u32 {
+        self.cwnd.min(self.peer_credit)
+    }
+
+    /// Whether a new data packet of `len` bytes fits the window. One packet may always be
+    /// in flight, whatever the window says, so that a peer can never stall for good.
+    fn may_send(&self, len: u32) -> bool {
+        self.snd_una == self.snd_sent || self.flight_bytes.saturating_add(len) <= self.wnd()
+    }
+
+    /// Loss: halve the window (once per window of packets), as TCP's fast recovery.
+    fn on_loss(&mut self, cfg: &Config, timeout: bool) -> bool {
+        if !timeout && seq::lt(self.snd_una, self.cc_mark) {
+            return false;
+        }
+        let m = mss(cfg);
+        let w = self.wnd().min(self.flight_bytes.max(m));
+        self.ssthresh = (w / 2).max(2 * m);
+        self.cwnd = if timeout { m } else { self.ssthresh };
+        self.cc_mark = self.snd_sent;
+        true
+    }
+
+    /// `bytes` of packets were acknowledged: grow the window (slow start below
+    /// `ssthresh`, one packet per window above), never far past the peer's credit.
+    fn on_acked_bytes(&mut self, cfg: &Config, bytes: u32) {
+        let m = mss(cfg);
+        let inc = if self.cwnd < self.ssthresh {
+            bytes
+        } else {
+            (u64::from(m) * u64::from(bytes) / u64::from(self.cwnd.max(1))).max(1) as u32
+        };
+        let cap = self.peer_credit.saturating_add(m);
+        if self.cwnd < cap {
+            self.cwnd = self.cwnd.saturating_add(inc).min(cap);
+        }
     }
 
     /// The earliest time at which a timer of this peer must run, if any.
@@ -542,6 +659,12 @@ struct Core {
     ooo_peers: u32,
     scratch: [u8; HEADER_LEN + MAX_SACK_BYTES],
     counters: Counters,
+    /// The current credit epoch (see [`Config::credit_epoch`]) and when it started.
+    epoch: u16,
+    epoch_start: u64,
+    /// Peers that sent us data in the current and in the previous epoch.
+    epoch_senders: u32,
+    prev_senders: u32,
 }
 
 impl fmt::Debug for Engine {
@@ -557,7 +680,12 @@ impl fmt::Debug for Engine {
 }
 
 // Per-peer state must stay small and fixed: the point of a connectionless transport.
-const _: () = assert!(Engine::IDLE_PEER_BYTES <= 128);
+const _: () = assert!(Engine::IDLE_PEER_BYTES <= 144);
+
+/// Bytes of the largest packet: the unit of the congestion window.
+fn mss(cfg: &Config) -> u32 {
+    (HEADER_LEN + cfg.max_payload) as u32
+}
 
 fn store(rx: &mut Pool, slot: u32, seq: u32, payload: &[u8]) {
     rx.buf_mut(slot)[..payload.len()].copy_from_slice(payload);
@@ -588,6 +716,10 @@ impl Engine {
                 ooo_peers: 0,
                 scratch: [0; HEADER_LEN + MAX_SACK_BYTES],
                 counters: Counters::default(),
+                epoch: 0,
+                epoch_start: 0,
+                epoch_senders: 0,
+                prev_senders: 0,
             },
         })
     }
@@ -677,6 +809,26 @@ impl Engine {
     /// the caller's buffer is free on return. The packet goes out through
     /// [`Engine::poll_transmit`].
     pub fn send(&mut self, peer: PeerId, payload: &[u8], now: u64) -> Result<(), SendError> {
+        if payload.len() > self.core.cfg.max_payload {
+            return Err(SendError::TooLarge);
+        }
+        self.send_with(peer, now, |buf| {
+            buf[..payload.len()].copy_from_slice(payload);
+            payload.len()
+        })
+    }
+
+    /// Queues a message that `pack` writes straight into the packet buffer it is lent
+    /// ([`Config::max_payload`] bytes), returning its length: the one copy of the message
+    /// on the send path before the kernel's. `pack` runs only when the message is taken
+    /// (the peer is active and has room); a returned length above the buffer's is
+    /// refused with [`SendError::TooLarge`] and nothing is queued.
+    pub fn send_with(
+        &mut self,
+        peer: PeerId,
+        now: u64,
+        pack: impl FnOnce(&mut [u8]) -> usize,
+    ) -> Result<(), SendError> {
         let idx = peer.0;
         let core = &mut self.core;
         let p = match self.peers.get_mut(idx as usize) {
@@ -684,9 +836,6 @@ impl Engine {
             Some(PeerSlot::Failed) => return Err(SendError::Failed),
             _ => return Err(SendError::UnknownPeer),
         };
-        if payload.len() > core.cfg.max_payload {
-            return Err(SendError::TooLarge);
-        }
         if p.unacked() >= core.cfg.window {
             core.counters.window_full += 1;
             return Err(SendError::WindowFull);
@@ -695,21 +844,20 @@ impl Engine {
             core.counters.tx_pool_exhausted += 1;
             return Err(SendError::WindowFull);
         };
-        let pkt = Packet {
-            session: core.cfg.session,
-            ack: 0, // filled in when transmitted
-            body: Body::Data {
-                seq: p.snd_nxt,
-                ack_req: false,
-                payload,
-            },
-        };
-        // Cannot fail: the slot holds HEADER_LEN + max_payload bytes and max_payload fits
-        // the length field (checked by Config::validate).
-        let len = pkt.encode_into(core.tx.buf_mut(slot)).unwrap_or(0);
+        let max = core.cfg.max_payload;
+        let buf = core.tx.buf_mut(slot);
+        let n = pack(&mut buf[HEADER_LEN..HEADER_LEN + max]);
+        if n > max {
+            core.tx.free(slot);
+            return Err(SendError::TooLarge);
+        }
+        // The acknowledgement and credit are filled in when the packet is transmitted.
+        packet::encode_data_header(buf, core.cfg.session, p.snd_nxt, n);
         let m = core.tx.meta_mut(slot);
         m.seq = p.snd_nxt;
-        m.len = len as u16;
+        m.len = (HEADER_LEN + n) as u16; // <= 65535: max_payload checked by validate
+        m.flags = 0;
+        m.next = NIL;
         if p.tx_tail == NIL {
             p.tx_head = slot;
         } else {
@@ -726,6 +874,20 @@ impl Engine {
         core.mark_ready(p, idx);
         core.rearm(p, idx);
         Ok(())
+    }
+
+    /// Tells the engine how many bytes of datagrams its owner can now hold unread (see
+    /// [`Config::rcv_buf`]); the credit advertised from the next packet on follows.
+    pub fn set_rcv_buf(&mut self, bytes: u32) {
+        self.core.cfg.rcv_buf = bytes.max(1);
+    }
+
+    /// The congestion window and the peer's credit, in bytes, of an active peer.
+    pub fn peer_window(&self, peer: PeerId) -> Option<(u32, u32)> {
+        match self.peers.get(peer.0 as usize) {
+            Some(PeerSlot::Active(p)) => Some((p.cwnd, p.peer_credit)),
+            _ => None,
+        }
     }
 
     /// Processes one datagram received from `from`. Malformed, invalid and stale packets
@@ -769,7 +931,11 @@ impl Engine {
 
         p.flags |= F_SESSION;
         p.remote_session = pkt.session;
+        p.peer_credit = pkt.credit;
         p.last_heard = now;
+        if matches!(pkt.body, Body::Data { .. }) {
+            core.count_sender(p, now);
+        }
         p.flags &= !(F_PROBE_OUT | F_PROBE_OWED);
         if advance > 0 {
             core.on_ack(p, advance, now);
@@ -820,6 +986,55 @@ impl Engine {
             });
         }
         None
+    }
+
+    /// Takes up to `max` datagrams at once, in the order [`Engine::poll_transmit`] would
+    /// return them, into `batch` (cleared first), so that the owner can hand them to the
+    /// kernel in one call (sendmmsg, UDP GSO). Read them with [`Engine::batch_item`]: they
+    /// stay valid until the next `&mut` call on the engine. Data packets are not copied
+    /// (the batch names their send-pool slots); control packets (acks, NAKs, probes) are
+    /// copied into the batch's own small buffer. Returns the number taken.
+    pub fn poll_transmit_batch(&mut self, now: u64, batch: &mut TxBatch, max: usize) -> usize {
+        batch.items.clear();
+        batch.ctl.clear();
+        let core = &mut self.core;
+        while batch.items.len() < max {
+            let Some(idx) = core.ready.pop_front() else {
+                break;
+            };
+            let Some(PeerSlot::Active(p)) = self.peers.get_mut(idx as usize) else {
+                continue;
+            };
+            p.flags &= !F_READY;
+            let out = core.build_packet(p, now);
+            core.mark_ready(p, idx);
+            core.rearm(p, idx);
+            let loc = match out {
+                None => continue,
+                Some(Out::Scratch(n)) => {
+                    let off = batch.ctl.len() as u32;
+                    batch.ctl.extend_from_slice(&core.scratch[..n]);
+                    Loc::Ctl(off, n as u32)
+                }
+                Some(Out::Tx(slot)) => Loc::Pool(slot),
+            };
+            batch.items.push((idx, loc));
+        }
+        batch.items.len()
+    }
+
+    /// Datagram `i` of a batch filled by [`Engine::poll_transmit_batch`] since the last
+    /// `&mut` call on the engine. Panics if `i >= batch.len()`.
+    pub fn batch_item<'a>(&'a self, batch: &'a TxBatch, i: usize) -> Transmit<'a> {
+        let (peer, loc) = batch.items[i];
+        let bytes = match loc {
+            Loc::Pool(slot) => self.core.tx.data(slot),
+            Loc::Ctl(off, n) => &batch.ctl[off as usize..(off + n) as usize],
+        };
+        Transmit {
+            peer: PeerId(peer),
+            bytes,
+        }
     }
 
     /// The next event, if any. A delivered message's bytes are lent until the next call
@@ -894,6 +1109,7 @@ impl Engine {
                 p.rtx_cursor = head;
                 p.flags |= F_RECOVERY;
                 p.recover = p.snd_sent;
+                p.on_loss(cfg, true);
                 core.counters.timeouts += 1;
                 p.backoff(cfg);
                 p.rto_at = now.saturating_add(p.rto(cfg));
@@ -936,9 +1152,41 @@ impl Core {
     }
 
     fn mark_ready(&mut self, p: &mut Peer, idx: u32) {
-        if p.flags & F_READY == 0 && p.has_work() {
+        if p.flags & F_READY == 0 && p.has_work(self.next_new_len(p)) {
             p.flags |= F_READY;
             self.ready.push_back(idx);
+        }
+    }
+
+    /// Bytes of the peer's next new data packet, if it has one.
+    fn next_new_len(&self, p: &Peer) -> Option<u32> {
+        (p.tx_cursor != NIL).then(|| u32::from(self.tx.meta(p.tx_cursor).len))
+    }
+
+    /// The credit we advertise to each peer: our receive space shared among the peers that
+    /// sent us data lately (this epoch or the last), never below one packet.
+    fn credit(&self) -> u32 {
+        let senders = self.epoch_senders.max(self.prev_senders).max(1);
+        (self.cfg.rcv_buf / senders).max(mss(&self.cfg))
+    }
+
+    /// Counts `p` among this epoch's senders, starting a new epoch when the last one ended.
+    fn count_sender(&mut self, p: &mut Peer, now: u64) {
+        if now.saturating_sub(self.epoch_start) >= self.cfg.credit_epoch {
+            let elapsed = now.saturating_sub(self.epoch_start);
+            // An epoch with no data at all in between leaves no senders to remember.
+            self.prev_senders = if elapsed >= 2 * self.cfg.credit_epoch {
+                0
+            } else {
+                self.epoch_senders
+            };
+            self.epoch_senders = 0;
+            self.epoch = self.epoch.wrapping_add(1);
+            self.epoch_start = now;
+        }
+        if p.rx_epoch != self.epoch {
+            p.rx_epoch = self.epoch;
+            self.epoch_senders += 1;
         }
     }
 
@@ -995,9 +1243,11 @@ impl Core {
     fn on_ack(&mut self, p: &mut Peer, advance: u32, now: u64) {
         let tx = &mut self.tx;
         let mut cursor_freed = false;
+        let mut bytes: u32 = 0;
         for _ in 0..advance {
             let s = p.tx_head;
             let m = *tx.meta(s);
+            bytes += u32::from(m.len);
             if m.flags & S_RTX != 0 {
                 p.rtx_pending -= 1;
             }
@@ -1014,6 +1264,11 @@ impl Core {
             p.rtx_cursor = p.tx_head;
         }
         p.snd_una = p.snd_una.wrapping_add(advance);
+        p.flight_bytes = p.flight_bytes.saturating_sub(bytes);
+        if p.snd_una == p.snd_sent {
+            p.flight_bytes = 0;
+        }
+        p.on_acked_bytes(&self.cfg, bytes);
         if p.flags & F_RECOVERY != 0 {
             if seq::lt(p.snd_una, p.recover) {
                 // A partial acknowledgement after a timeout: the next packet was most
@@ -1073,6 +1328,9 @@ impl Core {
         }
         if marked {
             p.rtx_cursor = p.tx_head;
+            if p.on_loss(&self.cfg, false) {
+                self.counters.cwnd_reductions += 1;
+            }
         }
     }
 
@@ -1195,6 +1453,7 @@ impl Core {
         let pkt = Packet {
             session: self.cfg.session,
             ack: p.rcv_nxt,
+            credit: self.credit(),
             body,
         };
         p.clear_ack_owed();
@@ -1213,24 +1472,35 @@ impl Core {
                 return Some(out);
             }
         }
-        if p.tx_cursor != NIL {
+        if let Some(len) = self.next_new_len(p) {
+            if !p.may_send(len) {
+                self.counters.window_limited += 1;
+                return self.build_control(p);
+            }
             let s = p.tx_cursor;
             if p.in_flight() == 0 {
                 p.rto_shift = 0;
                 p.rto_at = now.saturating_add(p.rto(&self.cfg));
             }
             p.snd_sent = p.snd_sent.wrapping_add(1);
+            p.flight_bytes = p.flight_bytes.saturating_add(len);
             // The packet that fills the window asks for an acknowledgement at once: the
             // sender is stalled until one comes, so waiting out the ack delay is waste.
             let ack_req = p.in_flight() >= self.cfg.window;
             let m = self.tx.meta_mut(s);
             m.sent_at = now;
             p.tx_cursor = m.next;
-            packet::patch_data(self.tx.buf_mut(s), p.rcv_nxt, ack_req);
+            let credit = self.credit();
+            packet::patch_data(self.tx.buf_mut(s), p.rcv_nxt, credit, ack_req);
             p.clear_ack_owed();
             self.counters.tx_data += 1;
             return Some(Out::Tx(s));
         }
+        self.build_control(p)
+    }
+
+    /// A probe or a standalone acknowledgement, if one is owed.
+    fn build_control(&mut self, p: &mut Peer) -> Option<Out> {
         if p.flags & F_PROBE_OWED != 0 {
             p.flags &= !F_PROBE_OWED;
             self.counters.tx_probes += 1;
@@ -1306,7 +1576,8 @@ impl Core {
         m.sent_at = now;
         p.rtx_pending -= 1;
         p.rtx_cursor = if p.rtx_pending > 0 { m.next } else { NIL };
-        packet::patch_data(tx.buf_mut(s), p.rcv_nxt, ack_req);
+        let credit = self.credit();
+        packet::patch_data(self.tx.buf_mut(s), p.rcv_nxt, credit, ack_req);
         p.clear_ack_owed();
         self.counters.tx_retransmits += 1;
         Some(Out::Tx(s))
@@ -1636,7 +1907,7 @@ mod tests {
         assert_eq!(a.armed_timers(), 0);
         assert_eq!(a.counters().peers_failed, 1);
         // Packets from it are dropped; it can be added again.
-        a.on_packet(B, &[1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], now);
+        a.on_packet(B, &[2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], now);
         assert_eq!(a.counters().rx_unknown_peer, 1);
         a.add_peer(B, now).unwrap();
         a.send(B, b"again", now).unwrap();
@@ -1735,6 +2006,7 @@ mod tests {
         let n = Packet {
             session: 200,
             ack: 5,
+            credit: 1 << 20,
             body: Body::Ack { ack_req: false },
         }
         .encode_into(&mut buf)
@@ -1745,6 +2017,7 @@ mod tests {
         let n = Packet {
             session: 200,
             ack: 0,
+            credit: 1 << 20,
             body: Body::Data {
                 seq: 1000,
                 ack_req: false,
@@ -1768,6 +2041,7 @@ mod tests {
         let n = Packet {
             session: 999,
             ack: 0,
+            credit: 1 << 20,
             body: Body::Data {
                 seq: 1,
                 ack_req: false,
@@ -1794,17 +2068,17 @@ mod tests {
         })
         .is_err());
         assert!(Engine::new(Config {
-            max_payload: 65520,
+            max_payload: 65516,
             ..Config::default()
         })
         .is_err());
         // The largest allowed message round-trips.
         let big = Config {
-            max_payload: 65519,
+            max_payload: 65515,
             ..cfg()
         };
         let (mut a, mut b) = pair(big);
-        let m = vec![7u8; 65519];
+        let m = vec![7u8; 65515];
         a.send(B, &m, 0).unwrap();
         let mut now = 0;
         settle(&mut a, &mut b, &mut now);
