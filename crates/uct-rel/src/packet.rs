@@ -40,8 +40,9 @@
 //! `ack`", and a flow-control credit in `credit`: how many bytes of messages past `ack`
 //! the sender of the packet offers to take from the receiver of the packet (its share of
 //! its receive buffer). It is a window size, not an edge: the newest packet's value holds.
-//! Version 1 (a 16-byte header without credit) is not accepted. An Ack with ACK_REQ is a keepalive probe. The payload length must equal the
-//! datagram's length minus the header exactly (a datagram is never padded or
+//! Version 1 (a 16-byte header without credit) is not accepted. An Ack with ACK_REQ is
+//! a keepalive probe. The payload length must equal the datagram's length minus the
+//! header exactly (a datagram is never padded or
 //! concatenated). The `session` field identifies the sender's incarnation: a receiver pins
 //! the first one it sees per peer, so packets from a restarted peer are not mistaken for the
 //! old one's.
