@@ -169,6 +169,13 @@ pub struct SendBatch {
     cmsgs: Vec<[u64; CMSG_ROOM / 8]>,
 }
 
+// SAFETY: the raw pointers inside the headers are written at the start of every call and
+// used only during it, while the batch is borrowed mutably; between calls they are never
+// dereferenced, so moving the batch to, or sharing it with, another thread is harmless.
+unsafe impl Send for SendBatch {}
+// SAFETY: as above; `&SendBatch` gives no access to the pointers at all.
+unsafe impl Sync for SendBatch {}
+
 impl std::fmt::Debug for SendBatch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SendBatch").finish_non_exhaustive()
@@ -296,6 +303,13 @@ pub struct RecvBatch {
     cmsgs: Vec<[u64; CMSG_ROOM / 8]>,
     got: usize,
 }
+
+// SAFETY: the header pointers point into the batch's own heap buffers (which do not move
+// when the batch does) and are rewritten at the start of every `recv`; `get` (through
+// `&self`) reads only the control buffers through them, which nothing mutates meanwhile.
+unsafe impl Send for RecvBatch {}
+// SAFETY: as above: shared access only reads.
+unsafe impl Sync for RecvBatch {}
 
 impl std::fmt::Debug for RecvBatch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
