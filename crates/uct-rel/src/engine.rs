@@ -38,12 +38,37 @@
 //!   (an ACK or a NAK) tells it what else to resend; until everything sent before the
 //!   timeout is acknowledged, each partial acknowledgement resends the next oldest packet
 //!   at once (losses at the tail of a burst leave nothing behind them to trigger a NAK,
-//!   and one timeout per lost packet would be slow). The timeout starts at
-//!   [`Config::initial_rto`], doubles on each expiry up to [`Config::max_rto`], and resets
-//!   when the acknowledgement moves. (The timeout is not adapted to a measured round trip;
-//!   `initial_rto` should exceed the path's round trip.)
-//! - At most [`Config::window`] messages per peer are unacknowledged; beyond that, and when
+//!   and one timeout per lost packet would be slow). The timeout is the larger of
+//!   [`Config::initial_rto`] and the measured round trip plus four deviations (RFC 6298's
+//!   smoothing, sampled only from packets sent once), doubles on each expiry up to
+//!   [`Config::max_rto`], and resets when the acknowledgement moves.
+//! - At most [`Config::window`] messages per peer are unacknowledged, and at most one
+//!   send window (below) of messages waits behind those in flight; beyond that, and when
 //!   the shared send pool is empty, [`Engine::send`] returns [`SendError::WindowFull`].
+//!
+//! # Flow and congestion control
+//!
+//! What is on the wire is bounded in bytes, not only in messages: a new data packet goes
+//! out only while the bytes in flight to its peer (transmitted, not acknowledged, headers
+//! included) stay within the smaller of two windows (one packet may always be in flight,
+//! so no peer stalls for good):
+//!
+//! - **Credit (flow control).** Every packet carries the receive space its sender offers
+//!   (see [`crate::packet`]): [`Config::rcv_buf`] (the owner's socket receive buffer)
+//!   divided among the peers that sent it data in the current or the previous
+//!   [`Config::credit_epoch`], never below one packet. The newest credit heard holds, so a
+//!   shrinking buffer ([`Engine::set_rcv_buf`]) or a new sender takes effect within a
+//!   round trip. This is what keeps a window of large datagrams from overflowing a
+//!   receiver's socket.
+//! - **Congestion window.** It starts at [`Config::initial_window`] packets, doubles per
+//!   round trip (slow start) up to a threshold, then grows by one packet per round trip,
+//!   and never far past the peer's credit. A NAK that names a loss halves it (once per
+//!   window of packets: losses of packets sent before the last cut belong to the same
+//!   event), and the NAK's holes are resent at once (fast recovery). A retransmission
+//!   timeout, the last resort, halves it again each time it fires.
+//!
+//! Pacing: the engine has no clock of its own, so bursts are bounded by the windows above
+//! rather than spread in time; the owner sends what the engine releases in one batch.
 //! - A peer we have unacknowledged data for (or an unanswered keepalive probe, if
 //!   [`Config::keepalive`] is set) that sends nothing valid for [`Config::peer_timeout`] is
 //!   declared failed: [`Event::PeerFailed`] is queued after the messages already received
@@ -56,9 +81,9 @@
 //! # Memory
 //!
 //! Per peer the engine keeps a fixed-size record in a table indexed by [`PeerId`] and a
-//! 4-byte position in the timer heap: [`Engine::IDLE_PEER_BYTES`] in all (116 bytes on
-//! 64-bit targets, checked at compile time to stay within 128), with no heap allocation
-//! of its own. A number below the highest one added costs the same, used or not, so
+//! 4-byte position in the timer heap: [`Engine::IDLE_PEER_BYTES`] in all (148 bytes on
+//! 64-bit targets with the flow- and congestion-control state, checked at compile time to
+//! stay within 152), with no heap allocation of its own. A number below the highest one added costs the same, used or not, so
 //! owners number their peers densely. Packet storage is two pools shared by all peers
 //! (rather than a ring per peer, which would cost a window of buffers per idle peer, or a
 //! vector of slot indices per peer): the send pool keeps each unacknowledged packet
@@ -100,6 +125,7 @@ const F_RECOVERY: u8 = 1 << 6; // recovering from a timeout until `recover` is a
 // Send-slot flags.
 const S_RTX: u8 = 1 << 0; // queued for retransmission
 const S_ACK_REQ: u8 = 1 << 1; // send the retransmission with ACK_REQ
+const S_RESENT: u8 = 1 << 2; // transmitted more than once (no round-trip sample from it)
 
 /// A peer, as numbered by the engine's owner. The engine keeps a table indexed by this
 /// number, so owners should use small dense numbers (the index in their own peer table).
@@ -439,11 +465,16 @@ struct Peer {
     peer_credit: u32,
     /// Bytes of the packets `snd_una..snd_sent` (transmitted, not acknowledged).
     flight_bytes: u32,
+    /// Bytes of the packets `snd_una..snd_nxt` (queued, not acknowledged).
+    unacked_bytes: u32,
     /// `snd_sent` at the last window reduction: a loss of a packet sent before it belongs
     /// to the same congestion event and does not reduce the window again.
     cc_mark: u32,
     /// Credit epoch in which this peer last sent us data (low 16 bits).
     rx_epoch: u16,
+    /// Smoothed round trip and its mean deviation, ns (0: no sample yet).
+    srtt: u32,
+    rttvar: u32,
     // Receive direction.
     /// Next sequence number to deliver; also the acknowledgement we send.
     rcv_nxt: u32,
@@ -482,8 +513,11 @@ impl Peer {
             ssthresh: u32::MAX,
             peer_credit: cfg.initial_window.saturating_mul(mss(cfg)),
             flight_bytes: 0,
+            unacked_bytes: 0,
             cc_mark: cfg.initial_seq,
             rx_epoch: u16::MAX,
+            srtt: 0,
+            rttvar: 0,
             rcv_nxt: cfg.initial_seq,
             ooo_head: NIL,
             ooo_tail: NIL,
@@ -520,7 +554,8 @@ impl Peer {
     }
 
     fn rto(&self, cfg: &Config) -> u64 {
-        let mut r = cfg.initial_rto;
+        let measured = u64::from(self.srtt) + 4 * u64::from(self.rttvar);
+        let mut r = cfg.initial_rto.max(measured);
         for _ in 0..self.rto_shift {
             r = r.saturating_mul(2);
         }
@@ -539,6 +574,15 @@ impl Peer {
         self.flags & (F_NAK_OWED | F_PROBE_OWED | F_ACK_NOW) != 0
             || self.rtx_pending > 0
             || new_len.is_some_and(|n| self.may_send(n))
+    }
+
+    /// Whether [`Engine::send`] takes another message: fewer than `window` unacknowledged,
+    /// and less than one send window of bytes waiting behind those in flight, so that a
+    /// slow receiver pushes back on the sender's caller instead of filling the shared
+    /// send pool with data that cannot go yet.
+    fn has_room(&self, cfg: &Config) -> bool {
+        let queued = self.unacked_bytes.saturating_sub(self.flight_bytes);
+        self.unacked() < cfg.window && queued < self.wnd().max(mss(cfg))
     }
 
     /// The send window: the smaller of the congestion window and the peer's credit.
@@ -560,9 +604,24 @@ impl Peer {
         let m = mss(cfg);
         let w = self.wnd().min(self.flight_bytes.max(m));
         self.ssthresh = (w / 2).max(2 * m);
-        self.cwnd = if timeout { m } else { self.ssthresh };
+        // A timeout halves the window too (each further timeout halves it again) rather
+        // than restarting from one packet: on a host path a timeout is as often a peer
+        // that was not scheduled for a while as a congested link.
+        self.cwnd = self.ssthresh;
         self.cc_mark = self.snd_sent;
         true
+    }
+
+    /// A round-trip sample (RFC 6298's smoothing, in ns).
+    fn rtt_sample(&mut self, sample: u64) {
+        let r = sample.min(u64::from(u32::MAX / 8)) as u32;
+        if self.srtt == 0 {
+            self.srtt = r.max(1);
+            self.rttvar = r / 2;
+        } else {
+            self.rttvar = self.rttvar - self.rttvar / 4 + self.srtt.abs_diff(r) / 4;
+            self.srtt = (self.srtt - self.srtt / 8 + r / 8).max(1);
+        }
     }
 
     /// `bytes` of packets were acknowledged: grow the window (slow start below
@@ -680,7 +739,7 @@ impl fmt::Debug for Engine {
 }
 
 // Per-peer state must stay small and fixed: the point of a connectionless transport.
-const _: () = assert!(Engine::IDLE_PEER_BYTES <= 144);
+const _: () = assert!(Engine::IDLE_PEER_BYTES <= 152);
 
 /// Bytes of the largest packet: the unit of the congestion window.
 fn mss(cfg: &Config) -> u32 {
@@ -836,7 +895,7 @@ impl Engine {
             Some(PeerSlot::Failed) => return Err(SendError::Failed),
             _ => return Err(SendError::UnknownPeer),
         };
-        if p.unacked() >= core.cfg.window {
+        if !p.has_room(&core.cfg) {
             core.counters.window_full += 1;
             return Err(SendError::WindowFull);
         }
@@ -871,6 +930,7 @@ impl Engine {
             p.outstanding_since = now;
         }
         p.snd_nxt = p.snd_nxt.wrapping_add(1);
+        p.unacked_bytes = p.unacked_bytes.saturating_add((HEADER_LEN + n) as u32);
         core.mark_ready(p, idx);
         core.rearm(p, idx);
         Ok(())
@@ -880,6 +940,17 @@ impl Engine {
     /// [`Config::rcv_buf`]); the credit advertised from the next packet on follows.
     pub fn set_rcv_buf(&mut self, bytes: u32) {
         self.core.cfg.rcv_buf = bytes.max(1);
+    }
+
+    /// Whether [`Engine::send`] to `peer` would take a message now (an active peer with
+    /// room in its window and a free slot in the send pool).
+    pub fn can_send(&self, peer: PeerId) -> bool {
+        match self.peers.get(peer.0 as usize) {
+            Some(PeerSlot::Active(p)) => {
+                p.has_room(&self.core.cfg) && self.core.tx.in_use() < self.core.cfg.tx_pool_packets
+            }
+            _ => false,
+        }
     }
 
     /// The congestion window and the peer's credit, in bytes, of an active peer.
@@ -1244,10 +1315,13 @@ impl Core {
         let tx = &mut self.tx;
         let mut cursor_freed = false;
         let mut bytes: u32 = 0;
+        let mut sample = None;
         for _ in 0..advance {
             let s = p.tx_head;
             let m = *tx.meta(s);
             bytes += u32::from(m.len);
+            // Karn: only a packet sent once gives an unambiguous round trip.
+            sample = (m.flags & S_RESENT == 0).then(|| now.saturating_sub(m.sent_at));
             if m.flags & S_RTX != 0 {
                 p.rtx_pending -= 1;
             }
@@ -1265,10 +1339,14 @@ impl Core {
         }
         p.snd_una = p.snd_una.wrapping_add(advance);
         p.flight_bytes = p.flight_bytes.saturating_sub(bytes);
+        p.unacked_bytes = p.unacked_bytes.saturating_sub(bytes);
         if p.snd_una == p.snd_sent {
             p.flight_bytes = 0;
         }
         p.on_acked_bytes(&self.cfg, bytes);
+        if let Some(r) = sample {
+            p.rtt_sample(r);
+        }
         if p.flags & F_RECOVERY != 0 {
             if seq::lt(p.snd_una, p.recover) {
                 // A partial acknowledgement after a timeout: the next packet was most
@@ -1573,6 +1651,7 @@ impl Core {
         let m = tx.meta_mut(s);
         let ack_req = m.flags & S_ACK_REQ != 0;
         m.flags &= !(S_RTX | S_ACK_REQ);
+        m.flags |= S_RESENT;
         m.sent_at = now;
         p.rtx_pending -= 1;
         p.rtx_cursor = if p.rtx_pending > 0 { m.next } else { NIL };

@@ -24,12 +24,35 @@
 //! two-byte frame header ([`wire`]) and the AM bytes, so `max_am_bcopy` is the datagram
 //! payload ([`UdpConfig::seg_size`]; by default 1472 bytes on IPv4 and 1452 on IPv6, a
 //! 1500-byte MTU path, and 65000 bytes on a loopback device, whose path is this host)
-//! minus the engine's 20-byte header and the frame header. The
-//! protocol layer fragments larger messages. zcopy gathers into the same buffer.
-//! A send copies the message into the engine's send pool and hands the datagrams the
-//! engine wants out to the socket at once. When the peer's window (or the interface's
-//! send pool) is full, the send returns `NoResource`, and `pending_add` queues until
-//! acknowledgements make room.
+//! minus the engine's 20-byte header and the frame header. The protocol layer fragments
+//! larger messages. Every send (short, bcopy's packer, zcopy's gather) writes the message
+//! straight into its slot of the engine's send pool ([`uct_rel::Engine::send_with`]),
+//! where it stays for retransmission: the only other copy is the kernel's. A message to
+//! an idle peer is handed to the socket at once; one queued behind others waits for the
+//! next progress call or until [`TX_DEFER`] have gathered, so that they go to the kernel
+//! together. When the peer's window (or the interface's send pool) is full, the send
+//! returns `NoResource`, and `pending_add` queues until acknowledgements make room.
+//!
+//! # Kernel path
+//!
+//! Datagrams leave in batches: up to [`TX_BATCH`] at a time are taken from the engine
+//! without copying and handed to one `sendmmsg`; where the kernel has UDP GSO (probed at
+//! open) a run of equal-size datagrams to one peer is one message of that call with a
+//! `UDP_SEGMENT` size, so the kernel walks its stack once per run. Reception is one
+//! `recvmmsg` per batch; with UDP GRO (turned on when GSO is available) the kernel hands
+//! back runs of one sender's datagrams in one buffer with their size, which the interface
+//! splits. A kernel or device that refuses GSO turns it off for the interface (the
+//! datagrams go one per message). GSO is not used with datagrams above half of 65000
+//! bytes (nothing to gain).
+//!
+//! # Flow control and socket buffers
+//!
+//! The socket's buffers are set to [`UdpConfig::sock_buf`] (`UCX_UDP_SOCK_BUF`, 4 MiB).
+//! The kernel caps them at `net.core.rmem_max` / `wmem_max` (208 KiB on a stock Debian
+//! host); a capped buffer is reported once per process at warn level, naming the sysctl.
+//! The receive buffer obtained is what the engine offers its senders (its credit, shared
+//! among the peers sending at the time), so a sender never has more in flight to us than
+//! the socket can hold: a small buffer costs bandwidth, not retransmissions.
 //!
 //! # Progress
 //!
@@ -38,8 +61,8 @@
 //! the engine wants sent (acknowledgements, NAKs, retransmissions, probes); deliver the
 //! messages the engine releases, in order, to the handler, and turn failed peers into
 //! [`IfaceEvent::EpFailed`]`(ep, EndpointTimeout)` for each of their endpoints. If the
-//! socket's send buffer is full, the datagram at hand is kept and sent first on the next
-//! progress (nothing else is sent meanwhile).
+//! socket's send buffer is full, the datagrams at hand are copied aside and sent first on
+//! the next progress (nothing else is sent meanwhile).
 //!
 //! # Flush
 //!
@@ -66,10 +89,11 @@
 //!
 //! # Memory
 //!
-//! Per peer: the engine's record ([`uct_rel::Engine::IDLE_PEER_BYTES`], 116 bytes), a
+//! Per peer: the engine's record ([`uct_rel::Engine::IDLE_PEER_BYTES`], 148 bytes), a
 //! 40-byte table entry, a hash-map entry (about 48 bytes) and per endpoint a 12-byte slot:
-//! about 220 bytes, no descriptor, no buffer. Shared by all peers: the socket, a receive
-//! and a send buffer of one datagram, and the engine's packet pools, which grow with the
+//! about 250 bytes, no descriptor, no buffer. Shared by all peers: the socket, the
+//! receive batch (up to 1 MiB: 64 datagrams, or 16 GRO buffers of 64 KiB), the send
+//! batch's headers, and the engine's packet pools, which grow with the
 //! messages in flight up to [`UdpConfig::tx_queue`] datagrams each (by default 8192, and
 //! at most 64 MiB of datagrams: 1032 on loopback).
 //!
@@ -374,10 +398,10 @@ struct UdpEp {
     failed: Option<Status>,
 }
 
-// The per-peer state the module docs promise (about 220 bytes with the hash-map entry).
+// The per-peer state the module docs promise (about 250 bytes with the hash-map entry).
 const _: () = assert!(std::mem::size_of::<PeerEntry>() <= 40);
 const _: () = assert!(std::mem::size_of::<Option<UdpEp>>() <= 12);
-const _: () = assert!(Engine::IDLE_PEER_BYTES <= 144);
+const _: () = assert!(Engine::IDLE_PEER_BYTES <= 152);
 
 const TOK_SOCK: u64 = 0;
 const TOK_TIMER: u64 = 1;
@@ -410,6 +434,8 @@ pub struct UdpIface {
     /// Datagrams the socket did not take (its send buffer was full), with their peers,
     /// sent first on the next progress. Copies: a rare path.
     stalled: VecDeque<(u32, Vec<u8>)>,
+    /// Messages queued since the last transmit (see `push`).
+    deferred: u32,
     /// The kernel has UDP GSO (and this interface's datagrams are small enough to gain).
     gso: bool,
     /// The socket has UDP GRO on.
@@ -448,7 +474,9 @@ fn warn_if_capped(asked: usize, rcv: usize, snd: usize) {
 }
 
 /// Datagrams taken from the engine per sendmmsg.
-const TX_BATCH: usize = 128;
+pub const TX_BATCH: usize = 128;
+/// Messages queued behind others that may wait for the next progress call.
+pub const TX_DEFER: u32 = 32;
 
 /// The form of an address used as a map key: no IPv6 flow label.
 fn key(a: SocketAddr) -> SocketAddr {
@@ -503,8 +531,12 @@ impl UdpIface {
             tracing::error!("udp: {e}");
             Status::InvalidParam
         })?);
-        // What senders may have in flight to us together: the receive buffer granted.
-        engine.set_rcv_buf(u32::try_from(rcv.max(seg_size)).unwrap_or(u32::MAX));
+        // What senders may have in flight to us together: the receive buffer granted. The
+        // kernel counts each datagram's bookkeeping against the doubled figure it reports:
+        // large (or GRO-coalesced) datagrams fill three quarters of it with data, small ones
+        // about half.
+        let usable = if gro || seg_size >= 8192 { rcv * 3 / 2 } else { rcv };
+        engine.set_rcv_buf(u32::try_from(usable.max(seg_size)).unwrap_or(u32::MAX));
         // GSO pays off only when several datagrams fit one send; GRO then hands them back
         // in one buffer. Either is used only if this kernel has it.
         let gso = 2 * seg_size <= udp_batch::GSO_MAX_BYTES && udp_batch::gso_supported(s_fd(&sock));
@@ -567,6 +599,7 @@ impl UdpIface {
             sendb: SendBatch::new(),
             out_msgs: Vec::new(),
             stalled: VecDeque::new(),
+            deferred: 0,
             gso,
             gro,
             cfg,
@@ -742,9 +775,7 @@ impl UdpIface {
     }
 
     fn peer_has_space(&self, peer: u32) -> bool {
-        matches!(self.engine.peer_status(PeerId(peer)),
-            PeerStatus::Active { unacked } if unacked < self.cfg.window)
-            && self.engine.pool_in_use().0 < self.engine.config().tx_pool_packets
+        self.engine.can_send(PeerId(peer))
     }
 
     /// True when `ep` can take another message now. A failed endpoint "has space": its
@@ -778,9 +809,19 @@ impl UdpIface {
     #[inline]
     fn push(&mut self, peer: u32, pack: impl FnOnce(&mut [u8]) -> usize) -> Result<Outcome> {
         let now = ucs::now_ns();
+        let idle = matches!(
+            self.engine.peer_status(PeerId(peer)),
+            PeerStatus::Active { unacked: 0 }
+        );
         match self.engine.send_with(PeerId(peer), now, pack) {
             Ok(()) => {
-                self.transmit(now);
+                // A message to an idle peer goes at once (latency); behind others, up to
+                // TX_DEFER wait for the next progress or for the batch to fill, so that
+                // they reach the kernel together (one sendmmsg, one GSO send).
+                self.deferred += 1;
+                if idle || self.deferred >= TX_DEFER {
+                    self.transmit(now);
+                }
                 Ok(Outcome::Done(()))
             }
             Err(SendError::WindowFull) => Ok(Outcome::NoResource),
@@ -1015,6 +1056,7 @@ impl UdpIface {
     /// consecutive datagrams go to one peer) until it has none or the socket's send buffer
     /// is full (what is at hand is then kept for the next call).
     fn transmit(&mut self, now: u64) {
+        self.deferred = 0;
         if !self.stalled.is_empty() && !self.send_stalled() {
             return;
         }
@@ -1176,6 +1218,7 @@ impl UdpIface {
     pub fn arm(&mut self) -> Result<()> {
         if !self.out_events.is_empty()
             || !self.stalled.is_empty()
+            || self.deferred > 0
             || ucs::sys::poll::readable(self.sock.as_fd(), 0)?
         {
             return Err(Status::Busy);
@@ -1185,6 +1228,17 @@ impl UdpIface {
             return Err(Status::Busy);
         }
         self.timer.set(next)
+    }
+}
+
+impl Drop for UdpIface {
+    fn drop(&mut self) {
+        tracing::debug!(
+            "udp: interface {} closing: {:?}; engine {:?}",
+            self.local,
+            self.stats,
+            self.engine.counters()
+        );
     }
 }
 
