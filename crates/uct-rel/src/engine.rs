@@ -427,8 +427,8 @@ pub struct Counters {
     /// Congestion-window reductions after a loss named by a NAK (at most one per window
     /// of packets).
     pub cwnd_reductions: u64,
-    /// Times a data packet waited because the congestion window or the peer's credit was
-    /// full (the peer had something new to send and could not).
+    /// Messages queued while the send window (congestion window or the peer's credit) was
+    /// full: they wait for acknowledgements before their first transmission.
     pub window_limited: u64,
 }
 
@@ -928,6 +928,10 @@ impl Engine {
         }
         if !p.outstanding() {
             p.outstanding_since = now;
+        }
+        // It waits if what is queued before it, and it, exceed the window.
+        if p.unacked() > 0 && p.unacked_bytes + (HEADER_LEN + n) as u32 > p.wnd() {
+            core.counters.window_limited += 1;
         }
         p.snd_nxt = p.snd_nxt.wrapping_add(1);
         p.unacked_bytes = p.unacked_bytes.saturating_add((HEADER_LEN + n) as u32);
@@ -1552,7 +1556,6 @@ impl Core {
         }
         if let Some(len) = self.next_new_len(p) {
             if !p.may_send(len) {
-                self.counters.window_limited += 1;
                 return self.build_control(p);
             }
             let s = p.tx_cursor;
@@ -2264,6 +2267,134 @@ mod recovery_tests {
             v.push(t.bytes.to_vec());
         }
         v
+    }
+
+    /// Bytes of data packets in `pkts` (headers included).
+    fn data_bytes(pkts: &[Vec<u8>]) -> usize {
+        pkts.iter()
+            .filter(|p| matches!(Packet::decode(p).unwrap().body, Body::Data { .. }))
+            .map(|p| p.len())
+            .sum()
+    }
+
+    #[test]
+    fn the_peers_credit_bounds_the_bytes_in_flight() {
+        let c = Config {
+            window: 1024,
+            max_payload: 1000,
+            // The congestion window starts above the credit: the credit binds.
+            initial_window: 100,
+            ..cfg()
+        };
+        let (mut a, mut b) = pair(c.clone());
+        // b can hold 10 KB: it says so in every packet.
+        b.set_rcv_buf(10_000);
+        b.send(A, b"hello", 0).unwrap();
+        for p in out(&mut b, 0) {
+            a.on_packet(B, &p, 1);
+        }
+        assert_eq!(a.peer_window(B).map(|w| w.1), Some(10_000));
+        let msg = vec![5u8; 1000];
+        let mut queued = 0;
+        while a.send(B, &msg, 2).is_ok() {
+            queued += 1;
+        }
+        // One window goes out, one more waits behind it, then the caller is pushed back.
+        assert!(queued >= 10 && queued <= 20, "{queued}");
+        assert!(!a.can_send(B));
+        let first = out(&mut a, 2);
+        assert!(data_bytes(&first) <= 10_000, "{}", data_bytes(&first));
+        assert!(!first.is_empty());
+        assert!(a.counters().window_limited > 0);
+        // Nothing more goes until b acknowledges.
+        assert!(out(&mut a, 3).is_empty());
+        for p in &first {
+            b.on_packet(A, p, 4);
+        }
+        while b.poll_event().is_some() {}
+        b.on_timeout(4 + MS);
+        for p in out(&mut b, 4 + MS) {
+            a.on_packet(B, &p, 5 + MS);
+        }
+        let second = out(&mut a, 5 + MS);
+        assert!(!second.is_empty() && data_bytes(&second) <= 10_000);
+        assert!(a.can_send(B));
+    }
+
+    #[test]
+    fn credit_is_shared_among_the_senders() {
+        let c = cfg();
+        let mut r = Engine::new(Config {
+            rcv_buf: 90_000,
+            ..c.clone()
+        })
+        .unwrap();
+        let mut senders: Vec<Engine> = (0..3).map(|_| Engine::new(c.clone()).unwrap()).collect();
+        for (i, s) in senders.iter_mut().enumerate() {
+            r.add_peer(PeerId(i as u32), 0).unwrap();
+            s.add_peer(PeerId(9), 0).unwrap();
+            s.send(PeerId(9), b"x", 0).unwrap();
+            for p in out(s, 0) {
+                r.on_packet(PeerId(i as u32), &p, 10);
+            }
+        }
+        r.on_timeout(10 + MS);
+        for p in out(&mut r, 10 + MS) {
+            assert_eq!(Packet::decode(&p).unwrap().credit, 30_000);
+        }
+    }
+
+    #[test]
+    fn a_nak_halves_the_window_once_per_loss_event() {
+        let c = Config {
+            window: 1024,
+            max_payload: 100,
+            ..cfg()
+        };
+        let (mut a, mut b) = pair(c);
+        let msg = [1u8; 100];
+        let mut now = 0;
+        // Grow the window over a few lossless round trips.
+        for _ in 0..4 {
+            while a.send(B, &msg, now).is_ok() {}
+            for p in out(&mut a, now) {
+                b.on_packet(A, &p, now + 1);
+            }
+            while b.poll_event().is_some() {}
+            now += MS;
+            b.on_timeout(now);
+            for p in out(&mut b, now) {
+                a.on_packet(B, &p, now + 1);
+            }
+            now += 1;
+        }
+        let (grown, _) = a.peer_window(B).unwrap();
+        assert!(grown > 8 * 120, "slow start grew the window: {grown}");
+        // Lose the first packet of the next flight: the NAK halves the window, once.
+        while a.send(B, &msg, now).is_ok() {}
+        let flight = out(&mut a, now);
+        assert!(flight.len() > 4);
+        now += 3 * MS;
+        for p in &flight[1..] {
+            b.on_packet(A, p, now);
+        }
+        for p in out(&mut b, now) {
+            a.on_packet(B, &p, now + 1);
+        }
+        let (cut, _) = a.peer_window(B).unwrap();
+        assert_eq!(a.counters().cwnd_reductions, 1);
+        assert!(cut <= grown / 2 + 200 && cut >= grown / 4, "{grown} -> {cut}");
+        // The lost packet went again at once (no timeout).
+        let again = out(&mut a, now + 1);
+        assert_eq!(seqs(&again)[0], seqs(&flight)[0]);
+        assert_eq!(a.counters().timeouts, 0);
+        // A second NAK for the same event does not cut again.
+        now += 3 * MS;
+        b.on_timeout(now);
+        for p in out(&mut b, now) {
+            a.on_packet(B, &p, now + 1);
+        }
+        assert_eq!(a.counters().cwnd_reductions, 1);
     }
 
     fn seqs(pkts: &[Vec<u8>]) -> Vec<u32> {

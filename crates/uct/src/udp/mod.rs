@@ -140,7 +140,7 @@ pub static VARS: &[Var] = &[
     },
     Var {
         name: "UDP_WINDOW",
-        default: "1024",
+        default: "4096",
         doc: "Unacknowledged udp messages per peer; beyond it sends get NO_RESOURCE. Both ends must agree. What is on the wire at once is bounded in bytes by flow control (the receiver's socket buffer, advertised in every packet) and congestion control, not by this.",
     },
     Var {
@@ -232,7 +232,7 @@ impl Default for UdpConfig {
     fn default() -> Self {
         UdpConfig {
             seg_size: None,
-            window: 1024,
+            window: 4096,
             timeout: Duration::from_secs(10),
             keepalive: None,
             rto: Duration::from_millis(5),
@@ -531,12 +531,6 @@ impl UdpIface {
             tracing::error!("udp: {e}");
             Status::InvalidParam
         })?);
-        // What senders may have in flight to us together: the receive buffer granted. The
-        // kernel counts each datagram's bookkeeping against the doubled figure it reports:
-        // large (or GRO-coalesced) datagrams fill three quarters of it with data, small ones
-        // about half.
-        let usable = if gro || seg_size >= 8192 { rcv * 3 / 2 } else { rcv };
-        engine.set_rcv_buf(u32::try_from(usable.max(seg_size)).unwrap_or(u32::MAX));
         // GSO pays off only when several datagrams fit one send; GRO then hands them back
         // in one buffer. Either is used only if this kernel has it.
         let gso = 2 * seg_size <= udp_batch::GSO_MAX_BYTES && udp_batch::gso_supported(s_fd(&sock));
@@ -549,6 +543,12 @@ impl UdpIface {
         };
         let slots = ((1 << 20) / slot_len).clamp(4, 64).min(cfg.rx_max_poll as usize);
         let rxb = Some(Box::new(RecvBatch::new(slots, slot_len)));
+        // What senders may have in flight to us together: the receive buffer granted. The
+        // kernel counts each datagram's bookkeeping against the doubled figure it reports:
+        // large (or GRO-coalesced) datagrams fill three quarters of it with data, small ones
+        // about half.
+        let usable = if gro || seg_size >= 8192 { rcv * 3 / 2 } else { rcv };
+        engine.set_rcv_buf(u32::try_from(usable.max(seg_size)).unwrap_or(u32::MAX));
         let max_msg = seg_size - HEADER_LEN;
         let max_am = max_msg - FRAME_HDR;
         let cost = CostModel {
