@@ -62,10 +62,13 @@
 //!   receiver's socket.
 //! - **Congestion window.** It starts at [`Config::initial_window`] packets, doubles per
 //!   round trip (slow start) up to a threshold, then grows by one packet per round trip,
-//!   and never far past the peer's credit. A NAK that names a loss halves it (once per
-//!   window of packets: losses of packets sent before the last cut belong to the same
-//!   event), and the NAK's holes are resent at once (fast recovery). A retransmission
-//!   timeout, the last resort, halves it again each time it fires.
+//!   and never far past the peer's credit. The holes a NAK names are resent at once (fast
+//!   recovery); when they are more than 1/16 of the packets in flight (congestion drops
+//!   come in runs: a full queue drops everything until it drains, where random loss
+//!   leaves isolated holes that say nothing about the rate) the window is halved, once
+//!   per window of packets (losses of packets sent before the last cut belong to the
+//!   same event). A retransmission timeout, the last resort, halves it each time it
+//!   fires.
 //!
 //! Pacing: the engine has no clock of its own, so bursts are bounded by the windows above
 //! rather than spread in time; the owner sends what the engine releases in one batch.
@@ -741,6 +744,10 @@ impl fmt::Debug for Engine {
 // Per-peer state must stay small and fixed: the point of a connectionless transport.
 const _: () = assert!(Engine::IDLE_PEER_BYTES <= 152);
 
+/// A NAK halves the congestion window when it names more than 1/this of the packets in
+/// flight as missing (see `on_nak`).
+const LOSS_BACKOFF_FRACTION: u32 = 16;
+
 /// Bytes of the largest packet: the unit of the congestion window.
 fn mss(cfg: &Config) -> u32 {
     (HEADER_LEN + cfg.max_payload) as u32
@@ -1395,22 +1402,28 @@ impl Core {
             sack.get(b / 8).is_some_and(|&x| x & (1 << (b % 8)) != 0)
         };
         let mut s = p.tx_head;
+        let mut holes = 0u32;
         let mut marked = false;
         for i in 0..n {
             let m = self.tx.meta_mut(s);
-            if (i == 0 || !held(i))
-                && m.flags & S_RTX == 0
-                && now.saturating_sub(m.sent_at) >= self.cfg.nak_interval
-            {
-                m.flags |= S_RTX;
-                p.rtx_pending += 1;
-                marked = true;
+            if i == 0 || !held(i) {
+                holes += 1;
+                if m.flags & S_RTX == 0 && now.saturating_sub(m.sent_at) >= self.cfg.nak_interval
+                {
+                    m.flags |= S_RTX;
+                    p.rtx_pending += 1;
+                    marked = true;
+                }
             }
             s = m.next;
         }
         if marked {
             p.rtx_cursor = p.tx_head;
-            if p.on_loss(&self.cfg, false) {
+            // Congestion drops come in runs (a full queue or socket buffer drops everything
+            // that arrives until it drains); a stray loss here and there is noise, not a
+            // reason to halve the rate. Back off when more than 1/16 of what is in flight
+            // is missing.
+            if holes * LOSS_BACKOFF_FRACTION > in_flight && p.on_loss(&self.cfg, false) {
                 self.counters.cwnd_reductions += 1;
             }
         }
@@ -2370,12 +2383,13 @@ mod recovery_tests {
         }
         let (grown, _) = a.peer_window(B).unwrap();
         assert!(grown > 8 * 120, "slow start grew the window: {grown}");
-        // Lose the first packet of the next flight: the NAK halves the window, once.
+        // Lose the first quarter of the next flight (a run of drops, as from a full
+        // queue): the NAK halves the window, once.
         while a.send(B, &msg, now).is_ok() {}
         let flight = out(&mut a, now);
-        assert!(flight.len() > 4);
+        assert!(flight.len() > 16);
         now += 3 * MS;
-        for p in &flight[1..] {
+        for p in &flight[flight.len() / 4..] {
             b.on_packet(A, p, now);
         }
         for p in out(&mut b, now) {
@@ -2395,6 +2409,36 @@ mod recovery_tests {
             a.on_packet(B, &p, now + 1);
         }
         assert_eq!(a.counters().cwnd_reductions, 1);
+    }
+
+    #[test]
+    fn an_isolated_loss_is_resent_without_backoff() {
+        let c = Config {
+            window: 1024,
+            max_payload: 100,
+            initial_window: 64,
+            ..cfg()
+        };
+        let (mut a, mut b) = pair(c);
+        let msg = [1u8; 100];
+        while a.send(B, &msg, 0).is_ok() {}
+        let flight = out(&mut a, 0);
+        assert!(flight.len() >= 32, "{}", flight.len());
+        let before = a.peer_window(B).unwrap().0;
+        // One packet of the flight is lost.
+        let now = 3 * MS;
+        for (i, p) in flight.iter().enumerate() {
+            if i != 5 {
+                b.on_packet(A, p, now);
+            }
+        }
+        for p in out(&mut b, now) {
+            a.on_packet(B, &p, now + 1);
+        }
+        assert_eq!(a.counters().cwnd_reductions, 0);
+        assert!(a.peer_window(B).unwrap().0 >= before);
+        let again = out(&mut a, now + 1);
+        assert_eq!(seqs(&again)[0], seqs(&flight)[5]);
     }
 
     fn seqs(pkts: &[Vec<u8>]) -> Vec<u32> {
