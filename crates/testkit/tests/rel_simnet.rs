@@ -406,6 +406,7 @@ fn add(c: &mut Counters, x: &Counters) {
     c.tx_naks += x.tx_naks;
     c.tx_probes += x.tx_probes;
     c.timeouts += x.timeouts;
+    c.tail_probes += x.tail_probes;
     c.rx_delivered += x.rx_delivered;
     c.rx_duplicates += x.rx_duplicates;
     c.rx_out_of_order += x.rx_out_of_order;

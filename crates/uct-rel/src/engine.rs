@@ -38,7 +38,10 @@
 //!   (an ACK or a NAK) tells it what else to resend; until everything sent before the
 //!   timeout is acknowledged, each partial acknowledgement resends the next oldest packet
 //!   at once (losses at the tail of a burst leave nothing behind them to trigger a NAK,
-//!   and one timeout per lost packet would be slow). The timeout is the larger of
+//!   and one timeout per lost packet would be slow). Before the timeout, once two smoothed
+//!   round trips plus four deviations pass without an acknowledgement, the same resend
+//!   goes once as a tail probe, without backoff (a loss at the tail of a burst leaves
+//!   nothing behind it for the receiver to notice). The timeout is the larger of
 //!   [`Config::initial_rto`] and the measured round trip plus four deviations (RFC 6298's
 //!   smoothing, sampled only from packets sent once), doubles on each expiry up to
 //!   [`Config::max_rto`], and resets when the acknowledgement moves.
@@ -124,6 +127,7 @@ const F_PROBE_OWED: u8 = 1 << 3; // a keepalive probe must go out
 const F_PROBE_OUT: u8 = 1 << 4; // a probe is unanswered
 const F_SESSION: u8 = 1 << 5; // remote_session is pinned
 const F_RECOVERY: u8 = 1 << 6; // recovering from a timeout until `recover` is acknowledged
+const F_TAIL_PROBED: u8 = 1 << 7; // the tail probe went since the acknowledgement last moved
 
 // Send-slot flags.
 const S_RTX: u8 = 1 << 0; // queued for retransmission
@@ -400,6 +404,9 @@ pub struct Counters {
     pub tx_probes: u64,
     /// Retransmission timeouts that fired.
     pub timeouts: u64,
+    /// Tail probes sent (the oldest packet resent after a few silent round trips, before
+    /// the retransmission timeout and without backing off).
+    pub tail_probes: u64,
     /// Messages accepted in order (each is delivered once).
     pub rx_delivered: u64,
     /// Data packets dropped as duplicates.
@@ -563,6 +570,18 @@ impl Peer {
             r = r.saturating_mul(2);
         }
         r.min(cfg.max_rto)
+    }
+
+    /// When to probe the tail once nothing was acknowledged for a while: two smoothed
+    /// round trips plus four deviations (at least `nak_interval`), well before the
+    /// retransmission timeout. Without a round-trip sample, the timeout itself.
+    fn probe_timeout(&self, cfg: &Config) -> u64 {
+        let rto = self.rto(cfg);
+        if self.srtt == 0 || self.flags & F_TAIL_PROBED != 0 {
+            return rto;
+        }
+        let pto = 2 * u64::from(self.srtt) + 4 * u64::from(self.rttvar);
+        pto.max(cfg.nak_interval).min(rto)
     }
 
     fn backoff(&mut self, cfg: &Config) {
@@ -1178,7 +1197,26 @@ impl Engine {
             return;
         }
         if now >= p.rto_at {
-            if p.in_flight() > 0 {
+            if p.in_flight() > 0 && p.flags & F_TAIL_PROBED == 0 && p.srtt > 0 {
+                // Tail probe: nothing was acknowledged for a few round trips, most likely
+                // because the last packets of a burst were lost and nothing behind them
+                // makes the receiver notice. Resend the oldest asking for an immediate
+                // answer (an ACK, or a NAK naming the holes), without backing off; the
+                // full timeout follows if that stays unanswered too.
+                let head = p.tx_head;
+                let m = core.tx.meta_mut(head);
+                if m.flags & S_RTX == 0 {
+                    m.flags |= S_RTX;
+                    p.rtx_pending += 1;
+                }
+                m.flags |= S_ACK_REQ;
+                p.rtx_cursor = head;
+                p.flags |= F_TAIL_PROBED | F_RECOVERY;
+                p.recover = p.snd_sent;
+                core.counters.tail_probes += 1;
+                let rto = p.rto(cfg);
+                p.rto_at = now.saturating_add(rto);
+            } else if p.in_flight() > 0 {
                 // Resend the oldest packet asking for an immediate answer; the answer (an
                 // ACK, or a NAK naming the holes) drives the rest of the recovery.
                 let head = p.tx_head;
@@ -1375,8 +1413,9 @@ impl Core {
             }
         }
         p.rto_shift = 0;
+        p.flags &= !F_TAIL_PROBED;
         p.rto_at = if p.in_flight() > 0 {
-            now.saturating_add(p.rto(&self.cfg))
+            now.saturating_add(p.probe_timeout(&self.cfg))
         } else {
             NEVER
         };
@@ -1574,7 +1613,8 @@ impl Core {
             let s = p.tx_cursor;
             if p.in_flight() == 0 {
                 p.rto_shift = 0;
-                p.rto_at = now.saturating_add(p.rto(&self.cfg));
+                p.flags &= !F_TAIL_PROBED;
+                p.rto_at = now.saturating_add(p.probe_timeout(&self.cfg));
             }
             p.snd_sent = p.snd_sent.wrapping_add(1);
             p.flight_bytes = p.flight_bytes.saturating_add(len);
