@@ -66,7 +66,7 @@
 //! - **Congestion window.** It starts at [`Config::initial_window`] packets, doubles per
 //!   round trip (slow start) up to a threshold, then grows by one packet per round trip,
 //!   and never far past the peer's credit. The holes a NAK names are resent at once (fast
-//!   recovery); when they are more than 1/16 of the packets in flight (congestion drops
+//!   recovery); when they are more than 4 and more than 1/16 of the packets in flight (congestion drops
 //!   come in runs: a full queue drops everything until it drains, where random loss
 //!   leaves isolated holes that say nothing about the rate) the window is halved, once
 //!   per window of packets (losses of packets sent before the last cut belong to the
@@ -764,8 +764,10 @@ impl fmt::Debug for Engine {
 const _: () = assert!(Engine::IDLE_PEER_BYTES <= 152);
 
 /// A NAK halves the congestion window when it names more than 1/this of the packets in
-/// flight as missing (see `on_nak`).
+/// flight as missing (see `on_nak`), and more than `LOSS_BACKOFF_MIN` of them (so that a
+/// small window is not cut further and further by the same few random losses).
 const LOSS_BACKOFF_FRACTION: u32 = 16;
+const LOSS_BACKOFF_MIN: u32 = 4;
 
 /// Bytes of the largest packet: the unit of the congestion window.
 fn mss(cfg: &Config) -> u32 {
@@ -1462,7 +1464,8 @@ impl Core {
             // that arrives until it drains); a stray loss here and there is noise, not a
             // reason to halve the rate. Back off when more than 1/16 of what is in flight
             // is missing.
-            if holes * LOSS_BACKOFF_FRACTION > in_flight && p.on_loss(&self.cfg, false) {
+            let runs = holes > LOSS_BACKOFF_MIN && holes * LOSS_BACKOFF_FRACTION > in_flight;
+            if runs && p.on_loss(&self.cfg, false) {
                 self.counters.cwnd_reductions += 1;
             }
         }
