@@ -66,10 +66,11 @@
 //! - **Congestion window.** It starts at [`Config::initial_window`] packets, doubles per
 //!   round trip (slow start) up to a threshold, then grows by one packet per round trip,
 //!   and never far past the peer's credit. The holes a NAK names are resent at once (fast
-//!   recovery); when they are more than 4 and more than 1/16 of the packets in flight (congestion drops
-//!   come in runs: a full queue drops everything until it drains, where random loss
-//!   leaves isolated holes that say nothing about the rate) the window is halved, once
-//!   per window of packets (losses of packets sent before the last cut belong to the
+//!   recovery); when they are more than 4 and more than a quarter of the packets in
+//!   flight (an overflowing queue drops everything until it drains, where random loss, or
+//!   a GSO batch dropped whole, leaves holes that say little about the rate; a receiver's
+//!   own overflow is prevented by its credit) the window is halved, once per window of
+//!   packets (losses of packets sent before the last cut belong to the
 //!   same event). A retransmission timeout, the last resort, halves it each time it
 //!   fires.
 //!
@@ -766,7 +767,7 @@ const _: () = assert!(Engine::IDLE_PEER_BYTES <= 152);
 /// A NAK halves the congestion window when it names more than 1/this of the packets in
 /// flight as missing (see `on_nak`), and more than `LOSS_BACKOFF_MIN` of them (so that a
 /// small window is not cut further and further by the same few random losses).
-const LOSS_BACKOFF_FRACTION: u32 = 16;
+const LOSS_BACKOFF_FRACTION: u32 = 4;
 const LOSS_BACKOFF_MIN: u32 = 4;
 
 /// Bytes of the largest packet: the unit of the congestion window.
@@ -1460,10 +1461,12 @@ impl Core {
         }
         if marked {
             p.rtx_cursor = p.tx_head;
-            // Congestion drops come in runs (a full queue or socket buffer drops everything
-            // that arrives until it drains); a stray loss here and there is noise, not a
-            // reason to halve the rate. Back off when more than 1/16 of what is in flight
-            // is missing.
+            // A receiver's overflowing socket is kept away by its credit; what is left to
+            // react to is an overflowing queue on the path, which drops everything that
+            // arrives until it drains: a large share of the flight. Holes here and there
+            // (random loss; or one GSO batch dropped whole, which is a run of datagrams
+            // but one loss event) are resent without halving the rate. Back off when more
+            // than a quarter of what is in flight is missing.
             let runs = holes > LOSS_BACKOFF_MIN && holes * LOSS_BACKOFF_FRACTION > in_flight;
             if runs && p.on_loss(&self.cfg, false) {
                 self.counters.cwnd_reductions += 1;
@@ -2426,13 +2429,13 @@ mod recovery_tests {
         }
         let (grown, _) = a.peer_window(B).unwrap();
         assert!(grown > 8 * 120, "slow start grew the window: {grown}");
-        // Lose the first quarter of the next flight (a run of drops, as from a full
-        // queue): the NAK halves the window, once.
+        // Lose the first half of the next flight (a run of drops, as from a full queue):
+        // the NAK halves the window, once.
         while a.send(B, &msg, now).is_ok() {}
         let flight = out(&mut a, now);
         assert!(flight.len() > 16);
         now += 3 * MS;
-        for p in &flight[flight.len() / 4..] {
+        for p in &flight[flight.len() / 2..] {
             b.on_packet(A, p, now);
         }
         for p in out(&mut b, now) {
