@@ -64,9 +64,9 @@
 //!   round trip. This is what keeps a window of large datagrams from overflowing a
 //!   receiver's socket.
 //! - **Congestion window.** It starts at [`Config::initial_window`] packets, doubles per
-//!   round trip (slow start) up to a threshold, then grows by one packet per round trip,
-//!   and never far past the peer's credit. The holes a NAK names are resent at once (fast
-//!   recovery); when they are more than 4 and more than a quarter of the packets in
+//!   round trip (slow start) up to a threshold, then grows by the larger of one packet and
+//!   1/16 of the window per round trip, and never far past the peer's credit. The holes
+//!   a NAK names are resent at once (fast recovery); when they are more than 4 and more than a quarter of the packets in
 //!   flight (an overflowing queue drops everything until it drains, where random loss, or
 //!   a GSO batch dropped whole, leaves holes that say little about the rate; a receiver's
 //!   own overflow is prevented by its credit) the window is halved, once per window of
@@ -470,7 +470,7 @@ struct Peer {
     /// Congestion window, bytes of packets (headers included) in flight.
     cwnd: u32,
     /// Slow-start threshold: below it the window doubles per round trip, above it grows
-    /// by one packet per round trip.
+    /// by the larger of one packet and 1/16 of the window per round trip.
     ssthresh: u32,
     /// The receive space the peer last advertised (its credit), bytes.
     peer_credit: u32,
@@ -648,13 +648,19 @@ impl Peer {
     }
 
     /// `bytes` of packets were acknowledged: grow the window (slow start below
-    /// `ssthresh`, one packet per window above), never far past the peer's credit.
+    /// `ssthresh`, by the larger of one packet and 1/16 of the window per round trip
+    /// above), never far past the peer's credit.
     fn on_acked_bytes(&mut self, cfg: &Config, bytes: u32) {
         let m = mss(cfg);
         let inc = if self.cwnd < self.ssthresh {
             bytes
         } else {
-            (u64::from(m) * u64::from(bytes) / u64::from(self.cwnd.max(1))).max(1) as u32
+            // One packet per round trip (TCP's additive increase), or 1/16 of the window
+            // per round trip when that is more (scalable increase: after a cut, a large
+            // window on a short host or LAN path comes back within tens of round trips,
+            // not thousands).
+            let additive = u64::from(m) * u64::from(bytes) / u64::from(self.cwnd.max(1));
+            additive.max(u64::from(bytes / 16)).max(1) as u32
         };
         let cap = self.peer_credit.saturating_add(m);
         if self.cwnd < cap {
