@@ -271,8 +271,7 @@ impl Run {
             }
             match ev {
                 Event::Deliver { peer, payload } => {
-                    err = check_message(expected, sc.messages, sc.extra, node, peer, payload)
-                        .err();
+                    err = check_message(expected, sc.messages, sc.extra, node, peer, payload).err();
                 }
                 Event::PeerFailed(peer) => {
                     let p = peer.0 as usize;

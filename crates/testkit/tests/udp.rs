@@ -237,7 +237,10 @@ fn seg_size_is_configurable() {
     let mut a = open(LOCALHOST, &cfg);
     let mut b = open(LOCALHOST, &cfg);
     let small = open(LOCALHOST, &IfaceConfig::default());
-    assert_eq!(a.attr().max_am_bcopy, 9000 - uct_rel::packet::HEADER_LEN - 2);
+    assert_eq!(
+        a.attr().max_am_bcopy,
+        9000 - uct_rel::packet::HEADER_LEN - 2
+    );
     let inbox = record(&mut b);
     let ep = a.ep_create(&b.address()).unwrap();
     let data = pattern::am_vec(9000 - uct_rel::packet::HEADER_LEN - 2, 3, 1, 1);

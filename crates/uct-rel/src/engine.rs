@@ -48,6 +48,14 @@
 //! - At most [`Config::window`] messages per peer are unacknowledged, and at most one
 //!   send window (below) of messages waits behind those in flight; beyond that, and when
 //!   the shared send pool is empty, [`Engine::send`] returns [`SendError::WindowFull`].
+//! - A peer we have unacknowledged data for (or an unanswered keepalive probe, if
+//!   [`Config::keepalive`] is set) that sends nothing valid for [`Config::peer_timeout`] is
+//!   declared failed: [`Event::PeerFailed`] is queued after the messages already received
+//!   from it, its state and buffers are dropped, and sends to it return
+//!   [`SendError::Failed`] until it is removed or added again.
+//! - Every datagram is decoded by [`crate::packet`] and then range-checked: an
+//!   acknowledgement of something never sent or a sequence number beyond the window drops
+//!   the whole packet. Such drops are counted in [`Counters`], never trusted.
 //!
 //! # Flow and congestion control
 //!
@@ -66,32 +74,24 @@
 //! - **Congestion window.** It starts at [`Config::initial_window`] packets, doubles per
 //!   round trip (slow start) up to a threshold, then grows by the larger of one packet and
 //!   1/16 of the window per round trip, and never far past the peer's credit. The holes
-//!   a NAK names are resent at once (fast recovery); when they are more than 4 and more than a quarter of the packets in
-//!   flight (an overflowing queue drops everything until it drains, where random loss, or
-//!   a GSO batch dropped whole, leaves holes that say little about the rate; a receiver's
-//!   own overflow is prevented by its credit) the window is halved, once per window of
-//!   packets (losses of packets sent before the last cut belong to the
-//!   same event). A retransmission timeout, the last resort, halves it each time it
-//!   fires.
+//!   a NAK names are resent at once (fast recovery); when they are more than 4 and more
+//!   than a quarter of the packets in flight (an overflowing queue drops everything until
+//!   it drains, where random loss, or a GSO batch dropped whole, leaves holes that say
+//!   little about the rate; a receiver's own overflow is prevented by its credit) the
+//!   window is halved, once per window of packets (losses of packets sent before the last
+//!   cut belong to the same event). A retransmission timeout, the last resort, halves it
+//!   each time it fires.
 //!
 //! Pacing: the engine has no clock of its own, so bursts are bounded by the windows above
 //! rather than spread in time; the owner sends what the engine releases in one batch.
-//! - A peer we have unacknowledged data for (or an unanswered keepalive probe, if
-//!   [`Config::keepalive`] is set) that sends nothing valid for [`Config::peer_timeout`] is
-//!   declared failed: [`Event::PeerFailed`] is queued after the messages already received
-//!   from it, its state and buffers are dropped, and sends to it return
-//!   [`SendError::Failed`] until it is removed or added again.
-//! - Every datagram is decoded by [`crate::packet`] and then range-checked: an
-//!   acknowledgement of something never sent or a sequence number beyond the window drops
-//!   the whole packet. Such drops are counted in [`Counters`], never trusted.
 //!
 //! # Memory
 //!
 //! Per peer the engine keeps a fixed-size record in a table indexed by [`PeerId`] and a
 //! 4-byte position in the timer heap: [`Engine::IDLE_PEER_BYTES`] in all (148 bytes on
 //! 64-bit targets with the flow- and congestion-control state, checked at compile time to
-//! stay within 152), with no heap allocation of its own. A number below the highest one added costs the same, used or not, so
-//! owners number their peers densely. Packet storage is two pools shared by all peers
+//! stay within 152), with no heap allocation of its own. A number below the highest one
+//! added costs the same, used or not, so owners number their peers densely. Packet storage is two pools shared by all peers
 //! (rather than a ring per peer, which would cost a window of buffers per idle peer, or a
 //! vector of slot indices per peer): the send pool keeps each unacknowledged packet
 //! (encoded, ready to resend), the receive pool keeps messages received out of order or
@@ -102,7 +102,8 @@
 //! engine never visits it.
 //!
 //! Invariants (per active peer): `snd_una <= snd_sent <= snd_nxt` in serial order, with
-//! `snd_nxt - snd_una <= window`; the send list holds exactly the packets
+//! `snd_nxt - snd_una <= window`; `flight_bytes` and `unacked_bytes` are the encoded
+//! sizes of `snd_una..snd_sent` and `snd_una..snd_nxt`; the send list holds exactly the packets
 //! `snd_una..snd_nxt` in order, `tx_cursor` is the one numbered `snd_sent`; the
 //! out-of-order list holds distinct numbers in `rcv_nxt+1 .. rcv_nxt+window`, ascending.
 
@@ -1456,8 +1457,7 @@ impl Core {
             let m = self.tx.meta_mut(s);
             if i == 0 || !held(i) {
                 holes += 1;
-                if m.flags & S_RTX == 0 && now.saturating_sub(m.sent_at) >= self.cfg.nak_interval
-                {
+                if m.flags & S_RTX == 0 && now.saturating_sub(m.sent_at) >= self.cfg.nak_interval {
                     m.flags |= S_RTX;
                     p.rtx_pending += 1;
                     marked = true;
@@ -2054,7 +2054,11 @@ mod tests {
         assert_eq!(a.armed_timers(), 0);
         assert_eq!(a.counters().peers_failed, 1);
         // Packets from it are dropped; it can be added again.
-        a.on_packet(B, &[2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], now);
+        a.on_packet(
+            B,
+            &[2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+            now,
+        );
         assert_eq!(a.counters().rx_unknown_peer, 1);
         a.add_peer(B, now).unwrap();
         a.send(B, b"again", now).unwrap();
@@ -2365,7 +2369,7 @@ mod recovery_tests {
             queued += 1;
         }
         // One window goes out, one more waits behind it, then the caller is pushed back.
-        assert!(queued >= 10 && queued <= 20, "{queued}");
+        assert!((10..=20).contains(&queued), "{queued}");
         assert!(!a.can_send(B));
         let first = out(&mut a, 2);
         assert!(data_bytes(&first) <= 10_000, "{}", data_bytes(&first));
@@ -2449,7 +2453,10 @@ mod recovery_tests {
         }
         let (cut, _) = a.peer_window(B).unwrap();
         assert_eq!(a.counters().cwnd_reductions, 1);
-        assert!(cut <= grown / 2 + 200 && cut >= grown / 4, "{grown} -> {cut}");
+        assert!(
+            cut <= grown / 2 + 200 && cut >= grown / 4,
+            "{grown} -> {cut}"
+        );
         // The lost packet went again at once (no timeout).
         let again = out(&mut a, now + 1);
         assert_eq!(seqs(&again)[0], seqs(&flight)[0]);

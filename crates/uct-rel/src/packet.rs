@@ -401,7 +401,10 @@ mod tests {
         .encode_into(&mut good)
         .unwrap();
         assert!(Packet::decode(&good).is_ok());
-        assert_eq!(Packet::decode(&good[..HEADER_LEN - 1]), Err(DecodeError::Truncated));
+        assert_eq!(
+            Packet::decode(&good[..HEADER_LEN - 1]),
+            Err(DecodeError::Truncated)
+        );
         let mut b = good;
         b[0] = 1;
         assert_eq!(Packet::decode(&b), Err(DecodeError::Version(1)));

@@ -403,6 +403,7 @@ impl RecvBatch {
         let len = (self.hdrs[i].msg_len as usize).min(self.slot_len);
         let data = &self.arena[i * self.slot_len..i * self.slot_len + len];
         let mut seg = None;
+        #[allow(clippy::unnecessary_cast)] // socklen_t on some targets
         let ctl_len = (h.msg_controllen as usize).min(CMSG_ROOM);
         if h.msg_flags & libc::MSG_CTRUNC == 0 && ctl_len > 0 {
             let mut probe = zeroed_mmsghdr().msg_hdr;

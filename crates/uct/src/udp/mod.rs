@@ -406,6 +406,14 @@ const _: () = assert!(Engine::IDLE_PEER_BYTES <= 152);
 const TOK_SOCK: u64 = 0;
 const TOK_TIMER: u64 = 1;
 
+/// The send side's batch state: datagrams taken from the engine, the sendmmsg headers,
+/// and the messages (single datagrams or GSO runs) they form.
+struct TxPath {
+    txb: TxBatch,
+    sendb: SendBatch,
+    out_msgs: Vec<OutMsg>,
+}
+
 /// A udp interface on one device.
 pub struct UdpIface {
     device: String,
@@ -427,10 +435,9 @@ pub struct UdpIface {
     out_events: Vec<IfaceEvent>,
     /// Receive buffers and headers for recvmmsg (taken out while a batch is processed).
     rxb: Option<Box<RecvBatch>>,
-    /// Datagrams taken from the engine for one sendmmsg, and the messages they form.
-    txb: TxBatch,
-    sendb: SendBatch,
-    out_msgs: Vec<OutMsg>,
+    /// Datagrams taken from the engine for one sendmmsg, and the messages they form
+    /// (boxed: the interface enum should not grow by them).
+    tx: Box<TxPath>,
     /// Datagrams the socket did not take (its send buffer was full), with their peers,
     /// sent first on the next progress. Copies: a rare path.
     stalled: VecDeque<(u32, Vec<u8>)>,
@@ -541,13 +548,19 @@ impl UdpIface {
             // One byte more than the largest datagram: a longer one shows up as cut.
             seg_size + 1
         };
-        let slots = ((1 << 20) / slot_len).clamp(4, 64).min(cfg.rx_max_poll as usize);
+        let slots = ((1 << 20) / slot_len)
+            .clamp(4, 64)
+            .min(cfg.rx_max_poll as usize);
         let rxb = Some(Box::new(RecvBatch::new(slots, slot_len)));
         // What senders may have in flight to us together: the receive buffer granted. The
         // kernel counts each datagram's bookkeeping against the doubled figure it reports:
         // large (or GRO-coalesced) datagrams fill three quarters of it with data, small ones
         // about half.
-        let usable = if gro || seg_size >= 8192 { rcv * 3 / 2 } else { rcv };
+        let usable = if gro || seg_size >= 8192 {
+            rcv * 3 / 2
+        } else {
+            rcv
+        };
         engine.set_rcv_buf(u32::try_from(usable.max(seg_size)).unwrap_or(u32::MAX));
         let max_msg = seg_size - HEADER_LEN;
         let max_am = max_msg - FRAME_HDR;
@@ -595,9 +608,11 @@ impl UdpIface {
             handlers: AmTable::default(),
             out_events: Vec::new(),
             rxb,
-            txb: TxBatch::new(),
-            sendb: SendBatch::new(),
-            out_msgs: Vec::new(),
+            tx: Box::new(TxPath {
+                txb: TxBatch::new(),
+                sendb: SendBatch::new(),
+                out_msgs: Vec::new(),
+            }),
             stalled: VecDeque::new(),
             deferred: 0,
             gso,
@@ -1044,9 +1059,9 @@ impl UdpIface {
     /// Holds back the datagrams of `out_msgs[from..]` (copies; sent by `send_stalled`).
     #[cold]
     fn stall_rest(&mut self, from: usize) {
-        for m in &self.out_msgs[from..] {
+        for m in &self.tx.out_msgs[from..] {
             for k in m.first..m.first + m.count {
-                let t = self.engine.batch_item(&self.txb, k as usize);
+                let t = self.engine.batch_item(&self.tx.txb, k as usize);
                 self.stalled.push_back((t.peer.0, t.bytes.to_vec()));
             }
         }
@@ -1061,20 +1076,22 @@ impl UdpIface {
             return;
         }
         loop {
-            let n = self.engine.poll_transmit_batch(now, &mut self.txb, TX_BATCH);
+            let n = self
+                .engine
+                .poll_transmit_batch(now, &mut self.tx.txb, TX_BATCH);
             if n == 0 {
                 return;
             }
             self.group(n);
-            let (engine, txb) = (&self.engine, &self.txb);
-            let r = self.sendb.send(self.sock.as_fd(), &self.out_msgs, |i| {
+            let (engine, txb) = (&self.engine, &self.tx.txb);
+            let r = self.tx.sendb.send(self.sock.as_fd(), &self.tx.out_msgs, |i| {
                 engine.batch_item(txb, i).bytes
             });
             self.stats.tx_calls += 1;
             match r {
                 Ok(_) => self.stats.tx_datagrams += n as u64,
                 Err((done, err)) => {
-                    let sent: u32 = self.out_msgs[..done].iter().map(|m| m.count).sum();
+                    let sent: u32 = self.tx.out_msgs[..done].iter().map(|m| m.count).sum();
                     self.stats.tx_datagrams += u64::from(sent);
                     match err {
                         udp_batch::SendError::WouldBlock => {
@@ -1090,8 +1107,8 @@ impl UdpIface {
                         udp_batch::SendError::Failed(i, e) => {
                             // Lost like datagrams on the wire: the engine recovers them,
                             // or the peer times out.
-                            self.stats.tx_errors += u64::from(self.out_msgs[i].count);
-                            tracing::debug!("udp: send to {} failed: {e}", self.out_msgs[i].addr);
+                            self.stats.tx_errors += u64::from(self.tx.out_msgs[i].count);
+                            tracing::debug!("udp: send to {} failed: {e}", self.tx.out_msgs[i].addr);
                             self.stall_rest(i + 1);
                         }
                     }
@@ -1107,10 +1124,10 @@ impl UdpIface {
     /// of one size (the last may be shorter) become one GSO message when the kernel has
     /// GSO, every other datagram a message of its own.
     fn group(&mut self, n: usize) {
-        self.out_msgs.clear();
+        self.tx.out_msgs.clear();
         let mut cur: Option<(u32, OutMsg, usize, usize)> = None; // peer, msg, seg, bytes
         for i in 0..n {
-            let t = self.engine.batch_item(&self.txb, i);
+            let t = self.engine.batch_item(&self.tx.txb, i);
             let (peer, len) = (t.peer.0, t.bytes.len());
             if let Some((p, mut m, seg, bytes)) = cur {
                 let fits = self.gso
@@ -1155,11 +1172,15 @@ impl UdpIface {
 
     fn finish(&mut self, mut m: OutMsg) {
         if m.count > 1 {
-            let seg = self.engine.batch_item(&self.txb, m.first as usize).bytes.len();
+            let seg = self
+                .engine
+                .batch_item(&self.tx.txb, m.first as usize)
+                .bytes
+                .len();
             m.gso = Some(seg as u16);
             self.stats.tx_gso_segments += u64::from(m.count);
         }
-        self.out_msgs.push(m);
+        self.tx.out_msgs.push(m);
     }
 
     fn deliver(&mut self, f: &mut impl FnMut(u8, &[u8])) -> usize {
