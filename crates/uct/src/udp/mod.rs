@@ -1084,9 +1084,12 @@ impl UdpIface {
             }
             self.group(n);
             let (engine, txb) = (&self.engine, &self.tx.txb);
-            let r = self.tx.sendb.send(self.sock.as_fd(), &self.tx.out_msgs, |i| {
-                engine.batch_item(txb, i).bytes
-            });
+            let r = self
+                .tx
+                .sendb
+                .send(self.sock.as_fd(), &self.tx.out_msgs, |i| {
+                    engine.batch_item(txb, i).bytes
+                });
             self.stats.tx_calls += 1;
             match r {
                 Ok(_) => self.stats.tx_datagrams += n as u64,
@@ -1108,7 +1111,10 @@ impl UdpIface {
                             // Lost like datagrams on the wire: the engine recovers them,
                             // or the peer times out.
                             self.stats.tx_errors += u64::from(self.tx.out_msgs[i].count);
-                            tracing::debug!("udp: send to {} failed: {e}", self.tx.out_msgs[i].addr);
+                            tracing::debug!(
+                                "udp: send to {} failed: {e}",
+                                self.tx.out_msgs[i].addr
+                            );
                             self.stall_rest(i + 1);
                         }
                     }
