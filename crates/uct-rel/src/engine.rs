@@ -1004,6 +1004,32 @@ impl Engine {
     /// Processes one datagram received from `from`. Malformed, invalid and stale packets
     /// are counted and dropped; nothing in `bytes` is trusted.
     pub fn on_packet(&mut self, from: PeerId, bytes: &[u8], now: u64) {
+        self.on_packet_inner(from, bytes, now, None);
+    }
+
+    /// [`Engine::on_packet`], except that a message that is next in order, when nothing
+    /// else waits to be delivered (no queued event, no out-of-order message of its peer),
+    /// is handed to `deliver` at once, straight from `bytes`, instead of being copied into
+    /// the receive pool and queued: what [`Engine::poll_event`] would have returned next,
+    /// one copy earlier. Everything else is as with `on_packet` (queued events must still
+    /// be drained, and before the next datagram, to keep the direct path open).
+    pub fn on_packet_with(
+        &mut self,
+        from: PeerId,
+        bytes: &[u8],
+        now: u64,
+        deliver: &mut dyn FnMut(PeerId, &[u8]),
+    ) {
+        self.on_packet_inner(from, bytes, now, Some(deliver));
+    }
+
+    fn on_packet_inner(
+        &mut self,
+        from: PeerId,
+        bytes: &[u8],
+        now: u64,
+        direct: Option<&mut dyn FnMut(PeerId, &[u8])>,
+    ) {
         let core = &mut self.core;
         core.reclaim();
         let Ok(pkt) = Packet::decode(bytes) else {
@@ -1056,7 +1082,7 @@ impl Engine {
                 seq,
                 ack_req,
                 payload,
-            } => core.on_data(p, idx, seq, ack_req, payload, now),
+            } => core.on_data(p, idx, seq, ack_req, payload, now, direct),
             Body::Ack { ack_req } => {
                 if ack_req {
                     p.flags |= F_ACK_NOW;
@@ -1163,6 +1189,11 @@ impl Engine {
             }
             Queued::Failed(idx) => Some(Event::PeerFailed(PeerId(idx))),
         }
+    }
+
+    /// Whether [`Engine::poll_event`] has something.
+    pub fn has_events(&self) -> bool {
+        !self.core.events.is_empty()
     }
 
     /// When [`Engine::on_timeout`] must next be called, if any timer is armed. Exact: no
@@ -1481,6 +1512,7 @@ impl Core {
     }
 
     /// A data packet within the window (checked by the caller).
+    #[allow(clippy::too_many_arguments)]
     fn on_data(
         &mut self,
         p: &mut Peer,
@@ -1489,6 +1521,7 @@ impl Core {
         ack_req: bool,
         payload: &[u8],
         now: u64,
+        direct: Option<&mut dyn FnMut(PeerId, &[u8])>,
     ) {
         if ack_req {
             p.flags |= F_ACK_NOW;
@@ -1501,20 +1534,36 @@ impl Core {
         }
         let off = seq::dist(p.rcv_nxt, seq);
         if off == 0 {
-            self.on_in_order(p, idx, seq, payload, now);
+            self.on_in_order(p, idx, seq, payload, now, direct);
         } else {
             self.on_out_of_order(p, off, seq, payload, now);
         }
     }
 
-    fn on_in_order(&mut self, p: &mut Peer, idx: u32, seq: u32, payload: &[u8], now: u64) {
+    fn on_in_order(
+        &mut self,
+        p: &mut Peer,
+        idx: u32,
+        seq: u32,
+        payload: &[u8],
+        now: u64,
+        direct: Option<&mut dyn FnMut(PeerId, &[u8])>,
+    ) {
         let rx = &mut self.rx;
-        let Some(s) = rx.alloc() else {
-            self.counters.rx_no_buffer += 1;
-            return;
-        };
-        store(rx, s, seq, payload);
-        self.events.push_back(Queued::Deliver(idx, s));
+        match direct {
+            // Next in order and nothing ahead of it: deliver without storing.
+            Some(deliver) if self.events.is_empty() && p.ooo_head == NIL => {
+                deliver(PeerId(idx), payload);
+            }
+            _ => {
+                let Some(s) = rx.alloc() else {
+                    self.counters.rx_no_buffer += 1;
+                    return;
+                };
+                store(rx, s, seq, payload);
+                self.events.push_back(Queued::Deliver(idx, s));
+            }
+        }
         p.rcv_nxt = p.rcv_nxt.wrapping_add(1);
         let mut n: u32 = 1;
         let had_ooo = p.ooo_head != NIL;

@@ -939,7 +939,7 @@ impl UdpIface {
     /// read.
     pub fn poll(&mut self, f: &mut impl FnMut(u8, &[u8])) -> usize {
         let now = ucs::now_ns();
-        let got = self.recv_batch(now);
+        let got = self.recv_batch(now, f);
         if self.engine.next_timeout().is_some_and(|t| t <= now) {
             self.engine.on_timeout(now);
         }
@@ -954,11 +954,16 @@ impl UdpIface {
         n
     }
 
-    fn recv_batch(&mut self, now: u64) -> usize {
+    /// Reads datagrams and feeds them to the engine; a message that is next in order is
+    /// delivered to `f` straight from the receive buffer, and anything the engine queued
+    /// is delivered before the next datagram (so that the direct path stays open).
+    /// Returns datagrams read plus messages delivered.
+    fn recv_batch(&mut self, now: u64, f: &mut impl FnMut(u8, &[u8])) -> usize {
         let Some(mut rxb) = self.rxb.take() else {
             return 0;
         };
         let mut got = 0;
+        let mut delivered = 0;
         let mut budget = self.cfg.rx_max_poll as usize;
         while budget > 0 {
             let n = match rxb.recv(self.sock.as_fd(), budget) {
@@ -1001,7 +1006,22 @@ impl UdpIface {
                             None => continue,
                         },
                     };
-                    self.engine.on_packet(PeerId(peer), d, now);
+                    let (mut direct, mut bad) = (0usize, 0u64);
+                    self.engine
+                        .on_packet_with(PeerId(peer), d, now, &mut |_, m| {
+                            match wire::parse_frame(m) {
+                                Ok((id, data)) => {
+                                    f(id, data);
+                                    direct += 1;
+                                }
+                                Err(_) => bad += 1,
+                            }
+                        });
+                    self.stats.rx_bad_frame += bad;
+                    delivered += direct;
+                    if self.engine.has_events() {
+                        delivered += self.deliver(f);
+                    }
                 }
             }
             if n < rxb.slots() {
@@ -1010,7 +1030,7 @@ impl UdpIface {
         }
         self.rxb = Some(rxb);
         self.stats.rx_datagrams += got as u64;
-        got
+        got + delivered
     }
 
     /// A peer for a datagram from an unknown address: only a well-formed data packet makes
