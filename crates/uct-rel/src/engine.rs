@@ -2520,6 +2520,31 @@ mod recovery_tests {
     }
 
     #[test]
+    fn in_order_messages_are_delivered_directly_and_in_order() {
+        let (mut a, mut b) = pair(cfg());
+        for i in 0..4u8 {
+            a.send(B, &[i; 3], 0).unwrap();
+        }
+        let pk = out(&mut a, 0);
+        assert_eq!(pk.len(), 4);
+        let mut got: Vec<(u8, bool)> = Vec::new();
+        // 0 in order: direct.
+        b.on_packet_with(A, &pk[0], 1, &mut |_, m| got.push((m[0], true)));
+        // 2 out of order: stored; 1 fills the hole: 1 and 2 are queued (2 was waiting).
+        b.on_packet_with(A, &pk[2], 2, &mut |_, m| got.push((m[0], true)));
+        b.on_packet_with(A, &pk[1], 3, &mut |_, m| got.push((m[0], true)));
+        assert!(b.has_events());
+        // 3 arrives while events wait: queued behind them, not delivered ahead.
+        b.on_packet_with(A, &pk[3], 4, &mut |_, m| got.push((m[0], true)));
+        while let Some(Event::Deliver { payload, .. }) = b.poll_event() {
+            got.push((payload[0], false));
+        }
+        assert_eq!(got, [(0, true), (1, false), (2, false), (3, false)]);
+        assert_eq!(b.counters().rx_delivered, 4);
+        assert_eq!(b.pool_in_use().1, 0);
+    }
+
+    #[test]
     fn an_isolated_loss_is_resent_without_backoff() {
         let c = Config {
             window: 1024,

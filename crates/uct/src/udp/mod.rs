@@ -57,7 +57,10 @@
 //! # Progress
 //!
 //! [`UdpIface::poll`]: read up to [`UdpConfig::rx_max_poll`] datagrams (nonblocking) and
-//! feed them to the engine; run the engine's timers when due ([`ucs::now_ns`]); send what
+//! feed them to the engine, which hands a message that is next in order (with nothing
+//! queued ahead of it) to the handler straight from the receive buffer, and queues the
+//! others (out of order, or behind queued ones) in its receive pool, delivered before the
+//! next datagram; run the engine's timers when due ([`ucs::now_ns`]); send what
 //! the engine wants sent (acknowledgements, NAKs, retransmissions, probes); deliver the
 //! messages the engine releases, in order, to the handler, and turn failed peers into
 //! [`IfaceEvent::EpFailed`]`(ep, EndpointTimeout)` for each of their endpoints. If the
