@@ -4,8 +4,12 @@
 //! in order per sender, byte for byte; also across sequence-number wraparound, with 64
 //! peers sending to one, when a peer goes silent (it is declared failed within the
 //! configured time and the others carry on), and when a full window stalls the sender
-//! (send says WindowFull, then everything recovers). After each run every engine must
-//! come back to idle: all data acknowledged, no buffer held, no timer armed.
+//! (send says WindowFull, then everything recovers). With finite receiver buffers that
+//! drop on overflow: a small buffer (the advertised credit keeps the sender within it, a
+//! window alone overflows it), a buffer that shrinks mid-run (with and without the engine
+//! being told), loss in bursts, and 1, 10, 100, 1000 and 4000 peers starting to send to
+//! one receiver at once. After each run every engine must come back to idle: all data
+//! acknowledged, no buffer held, no timer armed.
 //!
 //! A failure names the scenario, the seed and the whole configuration; rerun it with
 //! `run_one(&scenario, seed)`. The runs are deterministic: the same seed gives the same
