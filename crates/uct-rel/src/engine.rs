@@ -80,7 +80,7 @@
 //!   little about the rate; a receiver's own overflow is prevented by its credit) the
 //!   window is halved, once per window of packets (losses of packets sent before the last
 //!   cut belong to the same event). A retransmission timeout, the last resort, halves it
-//!   each time it fires.
+//!   each time it fires. Cuts stop at 16 packets (the credit alone can go lower).
 //!
 //! Pacing: the engine has no clock of its own, so bursts are bounded by the windows above
 //! rather than spread in time; the owner sends what the engine releases in one batch.
@@ -627,7 +627,7 @@ impl Peer {
         }
         let m = mss(cfg);
         let w = self.wnd().min(self.flight_bytes.max(m));
-        self.ssthresh = (w / 2).max(2 * m);
+        self.ssthresh = (w / 2).max(MIN_CWND_PACKETS * m);
         // A timeout halves the window too (each further timeout halves it again) rather
         // than restarting from one packet: on a host path a timeout is as often a peer
         // that was not scheduled for a while as a congested link.
@@ -776,6 +776,11 @@ const _: () = assert!(Engine::IDLE_PEER_BYTES <= 152);
 /// small window is not cut further and further by the same few random losses).
 const LOSS_BACKOFF_FRACTION: u32 = 4;
 const LOSS_BACKOFF_MIN: u32 = 4;
+/// The congestion window is never cut below this many packets: at heavy random loss
+/// (20%) a window of two packets would spend most of its time waiting out timeouts. The
+/// receiver's own overflow is kept away by its credit, which has no such floor (one
+/// packet).
+const MIN_CWND_PACKETS: u32 = 16;
 
 /// Bytes of the largest packet: the unit of the congestion window.
 fn mss(cfg: &Config) -> u32 {
