@@ -1011,15 +1011,18 @@ impl UdpIface {
                     };
                     let (mut direct, mut bad) = (0usize, 0u64);
                     self.engine
-                        .on_packet_with(PeerId(peer), d, now, &mut |_, m| {
-                            match wire::parse_frame(m) {
+                        .on_packet_with(
+                            PeerId(peer),
+                            d,
+                            now,
+                            &mut |_, m| match wire::parse_frame(m) {
                                 Ok((id, data)) => {
                                     f(id, data);
                                     direct += 1;
                                 }
                                 Err(_) => bad += 1,
-                            }
-                        });
+                            },
+                        );
                     self.stats.rx_bad_frame += bad;
                     delivered += direct;
                     if self.engine.has_events() {
