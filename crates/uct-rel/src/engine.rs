@@ -771,6 +771,10 @@ impl fmt::Debug for Engine {
 // Per-peer state must stay small and fixed: the point of a connectionless transport.
 const _: () = assert!(Engine::IDLE_PEER_BYTES <= 152);
 
+/// Where an in-order message goes when it is delivered without being stored (see
+/// [`Engine::on_packet_with`]).
+type Direct<'a> = &'a mut dyn FnMut(PeerId, &[u8]);
+
 /// A NAK halves the congestion window when it names more than 1/this of the packets in
 /// flight as missing (see `on_nak`), and more than `LOSS_BACKOFF_MIN` of them (so that a
 /// small window is not cut further and further by the same few random losses).
@@ -1033,7 +1037,7 @@ impl Engine {
         from: PeerId,
         bytes: &[u8],
         now: u64,
-        direct: Option<&mut dyn FnMut(PeerId, &[u8])>,
+        direct: Option<Direct<'_>>,
     ) {
         let core = &mut self.core;
         core.reclaim();
@@ -1526,7 +1530,7 @@ impl Core {
         ack_req: bool,
         payload: &[u8],
         now: u64,
-        direct: Option<&mut dyn FnMut(PeerId, &[u8])>,
+        direct: Option<Direct<'_>>,
     ) {
         if ack_req {
             p.flags |= F_ACK_NOW;
@@ -1552,7 +1556,7 @@ impl Core {
         seq: u32,
         payload: &[u8],
         now: u64,
-        direct: Option<&mut dyn FnMut(PeerId, &[u8])>,
+        direct: Option<Direct<'_>>,
     ) {
         let rx = &mut self.rx;
         match direct {
