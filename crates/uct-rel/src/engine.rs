@@ -1415,12 +1415,16 @@ impl Core {
         let mut cursor_freed = false;
         let mut bytes: u32 = 0;
         let mut sample = None;
+        let mut repaired = false;
         for _ in 0..advance {
             let s = p.tx_head;
             let m = *tx.meta(s);
             bytes += u32::from(m.len);
-            // Karn: only a packet sent once gives an unambiguous round trip.
-            sample = (m.flags & S_RESENT == 0).then(|| now.saturating_sub(m.sent_at));
+            // Karn: only a packet sent once gives an unambiguous round trip; and when a
+            // resent packet filled a hole, the packets after it waited for the repair,
+            // not for the path: no sample from this acknowledgement at all.
+            repaired |= m.flags & S_RESENT != 0;
+            sample = (!repaired).then(|| now.saturating_sub(m.sent_at));
             if m.flags & S_RTX != 0 {
                 p.rtx_pending -= 1;
             }
