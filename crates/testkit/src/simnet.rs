@@ -10,13 +10,22 @@
 //! transmits to `PeerId(j)` arrives at node `j` as coming from `PeerId(i)`. The tests add
 //! the peers they need to each engine.
 //!
-//! Time moves only in [`SimNet::step`]: to the earlier of the next datagram arrival and the
-//! next engine timer. A node that is [down](SimNet::set_up) is silent: it receives nothing
+//! Receivers: by default a datagram is handed to its engine the moment it arrives. With
+//! [`NetConfig::rx_buf`] set, each node has a socket receive buffer of that many bytes
+//! (changeable per node at any time with [`SimNet::set_rx_buf`], to model a sudden shrink)
+//! that its owner drains at a finite speed ([`NetConfig::read_ns`] per datagram plus
+//! [`NetConfig::read_ns_per_kib`] per KiB): a datagram that arrives when it does not fit is
+//! dropped and counted in [`NetStats::overflow`], as a kernel does. Losses can come in
+//! bursts ([`NetConfig::burst_enter`], [`NetConfig::burst_exit`]: a two-state channel
+//! that, once in its bad state, loses every datagram until it leaves it).
+//!
+//! Time moves only in [`SimNet::step`]: to the earliest of the next datagram arrival, the
+//! next read of a queued datagram and the next engine timer. A node that is [down](SimNet::set_up) is silent: it receives nothing
 //! (datagrams arriving for it are lost), sends nothing and runs no timers, which is what
 //! a crashed or partitioned peer looks like to the others.
 
 use std::cmp::Ordering;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, VecDeque};
 
 use uct_rel::{Engine, Event, PeerId};
 
@@ -78,6 +87,17 @@ pub struct NetConfig {
     pub jitter: u64,
     /// Extra latency of a reordered copy.
     pub reorder_delay: u64,
+    /// Receive buffer of every node, in bytes of datagrams; `None`: unbounded and read at
+    /// once (no queueing at the receiver).
+    pub rx_buf: Option<u64>,
+    /// Time a receiver takes to read one datagram (with `rx_buf`).
+    pub read_ns: u64,
+    /// Further time per KiB of the datagram (with `rx_buf`).
+    pub read_ns_per_kib: u64,
+    /// Probability per datagram that the channel enters its bad state (burst loss).
+    pub burst_enter: f64,
+    /// Probability per datagram that the channel leaves its bad state.
+    pub burst_exit: f64,
 }
 
 impl NetConfig {
@@ -90,6 +110,11 @@ impl NetConfig {
             delay,
             jitter: 0,
             reorder_delay: 0,
+            rx_buf: None,
+            read_ns: 0,
+            read_ns_per_kib: 0,
+            burst_enter: 0.0,
+            burst_exit: 1.0,
         }
     }
 }
@@ -109,6 +134,12 @@ pub struct NetStats {
     pub delivered: u64,
     /// Copies dropped because the destination was down or does not exist.
     pub undeliverable: u64,
+    /// Copies dropped because the receiver's buffer was full.
+    pub overflow: u64,
+    /// Datagrams lost in a loss burst (included in `lost`).
+    pub burst_lost: u64,
+    /// Largest number of bytes ever queued in a receiver's buffer.
+    pub max_queued: u64,
 }
 
 /// A datagram on the wire, ordered by arrival time, then by the order it was sent in
@@ -142,6 +173,13 @@ impl Ord for InFlight {
 struct Node {
     engine: Engine,
     up: bool,
+    /// Datagrams in the receive buffer (with `rx_buf`): sender, bytes.
+    rxq: VecDeque<(u32, Vec<u8>)>,
+    rxq_bytes: u64,
+    /// Receive buffer size, bytes.
+    rx_buf: u64,
+    /// The receiver is busy reading until then.
+    busy_until: u64,
 }
 
 /// The simulated network and the engines it connects. See the module docs.
@@ -155,6 +193,8 @@ pub struct SimNet {
     /// Datagram buffers to reuse, so a long run does not allocate per datagram.
     spare: Vec<Vec<u8>>,
     stats: NetStats,
+    /// The burst-loss channel is in its bad state.
+    bad: bool,
 }
 
 impl std::fmt::Debug for SimNet {
@@ -174,16 +214,24 @@ impl SimNet {
     pub fn new(cfg: NetConfig, seed: u64, engines: Vec<Engine>) -> Self {
         Self {
             now: 0,
-            cfg,
             rng: SplitMix64::new(seed),
             wire: BinaryHeap::new(),
             order: 0,
             nodes: engines
                 .into_iter()
-                .map(|engine| Node { engine, up: true })
+                .map(|engine| Node {
+                    engine,
+                    up: true,
+                    rxq: VecDeque::new(),
+                    rxq_bytes: 0,
+                    rx_buf: cfg.rx_buf.unwrap_or(u64::MAX),
+                    busy_until: 0,
+                })
                 .collect(),
+            cfg,
             spare: Vec::new(),
             stats: NetStats::default(),
+            bad: false,
         }
     }
 
@@ -217,6 +265,17 @@ impl SimNet {
         self.nodes[i].up = up;
     }
 
+    /// Changes node `i`'s receive buffer (with [`NetConfig::rx_buf`] set). What is queued
+    /// beyond the new size stays; new datagrams are dropped until it drains below.
+    pub fn set_rx_buf(&mut self, i: usize, bytes: u64) {
+        self.nodes[i].rx_buf = bytes;
+    }
+
+    /// Bytes queued in node `i`'s receive buffer.
+    pub fn rx_queued(&self, i: usize) -> u64 {
+        self.nodes[i].rxq_bytes
+    }
+
     /// Whether node `i` is up.
     pub fn is_up(&self, i: usize) -> bool {
         self.nodes[i].up
@@ -243,6 +302,7 @@ impl SimNet {
             nodes,
             spare,
             stats,
+            bad,
         } = self;
         for (i, node) in nodes.iter_mut().enumerate() {
             if !node.up {
@@ -250,6 +310,18 @@ impl SimNet {
             }
             while let Some(t) = node.engine.poll_transmit(*now) {
                 stats.sent += 1;
+                if cfg.burst_enter > 0.0 {
+                    if *bad {
+                        *bad = !rng.chance(cfg.burst_exit);
+                    } else {
+                        *bad = rng.chance(cfg.burst_enter);
+                    }
+                    if *bad {
+                        stats.lost += 1;
+                        stats.burst_lost += 1;
+                        continue;
+                    }
+                }
                 if rng.chance(cfg.loss) {
                     stats.lost += 1;
                     continue;
@@ -289,11 +361,18 @@ impl SimNet {
             .iter()
             .filter(|n| n.up)
             .filter_map(|n| n.engine.next_timeout());
+        let now = self.now;
+        let reads = self
+            .nodes
+            .iter()
+            .filter(|n| n.up && !n.rxq.is_empty())
+            .map(|n| n.busy_until.max(now));
         self.wire
             .peek()
             .map(|p| p.at)
             .into_iter()
             .chain(timers)
+            .chain(reads)
             .min()
     }
 
@@ -312,6 +391,18 @@ impl SimNet {
         while self.wire.peek().is_some_and(|p| p.at <= now) {
             let Some(p) = self.wire.pop() else { break };
             match self.nodes.get_mut(p.to as usize) {
+                Some(node) if node.up && self.cfg.rx_buf.is_some() => {
+                    let len = p.bytes.len() as u64;
+                    if node.rxq_bytes + len > node.rx_buf {
+                        self.stats.overflow += 1;
+                        self.spare.push(p.bytes);
+                    } else {
+                        node.rxq_bytes += len;
+                        self.stats.max_queued = self.stats.max_queued.max(node.rxq_bytes);
+                        node.rxq.push_back((p.from, p.bytes));
+                    }
+                    continue;
+                }
                 Some(node) if node.up => {
                     self.stats.delivered += 1;
                     node.engine.on_packet(PeerId(p.from), &p.bytes, now);
@@ -319,6 +410,24 @@ impl SimNet {
                 _ => self.stats.undeliverable += 1,
             }
             self.spare.push(p.bytes);
+        }
+        // Receivers read what their buffers hold, one datagram per read time.
+        let (read_ns, per_kib) = (self.cfg.read_ns, self.cfg.read_ns_per_kib);
+        for node in self.nodes.iter_mut().filter(|n| n.up) {
+            while node.busy_until <= now {
+                let Some((from, bytes)) = node.rxq.pop_front() else {
+                    break;
+                };
+                let len = bytes.len() as u64;
+                node.rxq_bytes -= len;
+                node.busy_until = now + read_ns + len * per_kib / 1024;
+                self.stats.delivered += 1;
+                node.engine.on_packet(PeerId(from), &bytes, now);
+                self.spare.push(bytes);
+                if node.busy_until > now {
+                    break;
+                }
+            }
         }
         for node in self.nodes.iter_mut().filter(|n| n.up) {
             if node.engine.next_timeout().is_some_and(|t| t <= now) {

@@ -119,7 +119,7 @@ fn every_flavour(ip: IpAddr) {
     let seg = uct::udp::LOOPBACK_SEG_SIZE;
     assert_eq!(
         attr.max_am_bcopy,
-        seg - 16 - 2,
+        seg - uct_rel::packet::HEADER_LEN - 2,
         "one datagram of the default size"
     );
     assert_eq!(attr.max_am_short, attr.max_am_bcopy - 8);
@@ -237,10 +237,13 @@ fn seg_size_is_configurable() {
     let mut a = open(LOCALHOST, &cfg);
     let mut b = open(LOCALHOST, &cfg);
     let small = open(LOCALHOST, &IfaceConfig::default());
-    assert_eq!(a.attr().max_am_bcopy, 9000 - 18);
+    assert_eq!(
+        a.attr().max_am_bcopy,
+        9000 - uct_rel::packet::HEADER_LEN - 2
+    );
     let inbox = record(&mut b);
     let ep = a.ep_create(&b.address()).unwrap();
-    let data = pattern::am_vec(9000 - 18, 3, 1, 1);
+    let data = pattern::am_vec(9000 - uct_rel::packet::HEADER_LEN - 2, 3, 1, 1);
     send_retry(&mut a, &mut b, ep, |i, ep| {
         i.am_bcopy(ep, 5, |buf| {
             buf[..data.len()].copy_from_slice(&data);
@@ -494,6 +497,7 @@ fn data_packet(session: u32, seq: u32, msg: &[u8]) -> Vec<u8> {
     let p = Packet {
         session,
         ack: 0,
+        credit: 1 << 20,
         body: Body::Data {
             seq,
             ack_req: false,
@@ -550,9 +554,10 @@ fn malformed_datagrams_are_counted_and_dropped() {
             let ack = Packet {
                 session: 1,
                 ack: 5,
+                credit: 1 << 20,
                 body: Body::Ack { ack_req: true },
             };
-            let mut b = [0u8; 16];
+            let mut b = [0u8; uct_rel::packet::HEADER_LEN];
             ack.encode_into(&mut b).unwrap();
             junk.send_to(&b, target).unwrap();
             expected_dropped += 3;

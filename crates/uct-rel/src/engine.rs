@@ -38,11 +38,15 @@
 //!   (an ACK or a NAK) tells it what else to resend; until everything sent before the
 //!   timeout is acknowledged, each partial acknowledgement resends the next oldest packet
 //!   at once (losses at the tail of a burst leave nothing behind them to trigger a NAK,
-//!   and one timeout per lost packet would be slow). The timeout starts at
-//!   [`Config::initial_rto`], doubles on each expiry up to [`Config::max_rto`], and resets
-//!   when the acknowledgement moves. (The timeout is not adapted to a measured round trip;
-//!   `initial_rto` should exceed the path's round trip.)
-//! - At most [`Config::window`] messages per peer are unacknowledged; beyond that, and when
+//!   and one timeout per lost packet would be slow). Before the timeout, once two smoothed
+//!   round trips plus four deviations pass without an acknowledgement, the same resend
+//!   goes once as a tail probe, without backoff (a loss at the tail of a burst leaves
+//!   nothing behind it for the receiver to notice). The timeout is the larger of
+//!   [`Config::initial_rto`] and the measured round trip plus four deviations (RFC 6298's
+//!   smoothing, sampled only from packets sent once), doubles on each expiry up to
+//!   [`Config::max_rto`], and resets when the acknowledgement moves.
+//! - At most [`Config::window`] messages per peer are unacknowledged, and at most one
+//!   send window (below) of messages waits behind those in flight; beyond that, and when
 //!   the shared send pool is empty, [`Engine::send`] returns [`SendError::WindowFull`].
 //! - A peer we have unacknowledged data for (or an unanswered keepalive probe, if
 //!   [`Config::keepalive`] is set) that sends nothing valid for [`Config::peer_timeout`] is
@@ -53,13 +57,41 @@
 //!   acknowledgement of something never sent or a sequence number beyond the window drops
 //!   the whole packet. Such drops are counted in [`Counters`], never trusted.
 //!
+//! # Flow and congestion control
+//!
+//! What is on the wire is bounded in bytes, not only in messages: a new data packet goes
+//! out only while the bytes in flight to its peer (transmitted, not acknowledged, headers
+//! included) stay within the smaller of two windows (one packet may always be in flight,
+//! so no peer stalls for good):
+//!
+//! - **Credit (flow control).** Every packet carries the receive space its sender offers
+//!   (see [`crate::packet`]): [`Config::rcv_buf`] (the owner's socket receive buffer)
+//!   divided among the peers that sent it data in the current or the previous
+//!   [`Config::credit_epoch`], never below one packet. The newest credit heard holds, so a
+//!   shrinking buffer ([`Engine::set_rcv_buf`]) or a new sender takes effect within a
+//!   round trip. This is what keeps a window of large datagrams from overflowing a
+//!   receiver's socket.
+//! - **Congestion window.** It starts at [`Config::initial_window`] packets, doubles per
+//!   round trip (slow start) up to a threshold, then grows by the larger of one packet and
+//!   1/16 of the window per round trip, and never far past the peer's credit. The holes
+//!   a NAK names are resent at once (fast recovery); when they are more than 4 and more
+//!   than a quarter of the packets in flight (an overflowing queue drops everything until
+//!   it drains, where random loss, or a GSO batch dropped whole, leaves holes that say
+//!   little about the rate; a receiver's own overflow is prevented by its credit) the
+//!   window is halved, once per window of packets (losses of packets sent before the last
+//!   cut belong to the same event). A retransmission timeout, the last resort, halves it
+//!   each time it fires. Cuts stop at 16 packets (the credit alone can go lower).
+//!
+//! Pacing: the engine has no clock of its own, so bursts are bounded by the windows above
+//! rather than spread in time; the owner sends what the engine releases in one batch.
+//!
 //! # Memory
 //!
 //! Per peer the engine keeps a fixed-size record in a table indexed by [`PeerId`] and a
-//! 4-byte position in the timer heap: [`Engine::IDLE_PEER_BYTES`] in all (116 bytes on
-//! 64-bit targets, checked at compile time to stay within 128), with no heap allocation
-//! of its own. A number below the highest one added costs the same, used or not, so
-//! owners number their peers densely. Packet storage is two pools shared by all peers
+//! 4-byte position in the timer heap: [`Engine::IDLE_PEER_BYTES`] in all (148 bytes on
+//! 64-bit targets with the flow- and congestion-control state, checked at compile time to
+//! stay within 152), with no heap allocation of its own. A number below the highest one
+//! added costs the same, used or not, so owners number their peers densely. Packet storage is two pools shared by all peers
 //! (rather than a ring per peer, which would cost a window of buffers per idle peer, or a
 //! vector of slot indices per peer): the send pool keeps each unacknowledged packet
 //! (encoded, ready to resend), the receive pool keeps messages received out of order or
@@ -70,7 +102,8 @@
 //! engine never visits it.
 //!
 //! Invariants (per active peer): `snd_una <= snd_sent <= snd_nxt` in serial order, with
-//! `snd_nxt - snd_una <= window`; the send list holds exactly the packets
+//! `snd_nxt - snd_una <= window`; `flight_bytes` and `unacked_bytes` are the encoded
+//! sizes of `snd_una..snd_sent` and `snd_una..snd_nxt`; the send list holds exactly the packets
 //! `snd_una..snd_nxt` in order, `tx_cursor` is the one numbered `snd_sent`; the
 //! out-of-order list holds distinct numbers in `rcv_nxt+1 .. rcv_nxt+window`, ascending.
 
@@ -96,10 +129,12 @@ const F_PROBE_OWED: u8 = 1 << 3; // a keepalive probe must go out
 const F_PROBE_OUT: u8 = 1 << 4; // a probe is unanswered
 const F_SESSION: u8 = 1 << 5; // remote_session is pinned
 const F_RECOVERY: u8 = 1 << 6; // recovering from a timeout until `recover` is acknowledged
+const F_TAIL_PROBED: u8 = 1 << 7; // the tail probe went since the acknowledgement last moved
 
 // Send-slot flags.
 const S_RTX: u8 = 1 << 0; // queued for retransmission
 const S_ACK_REQ: u8 = 1 << 1; // send the retransmission with ACK_REQ
+const S_RESENT: u8 = 1 << 2; // transmitted more than once (no round-trip sample from it)
 
 /// A peer, as numbered by the engine's owner. The engine keeps a table indexed by this
 /// number, so owners should use small dense numbers (the index in their own peer table).
@@ -123,9 +158,9 @@ pub struct Config {
     pub initial_seq: u32,
     /// Unacknowledged messages per peer, 1..=[`MAX_WINDOW`].
     pub window: u32,
-    /// Largest message, in bytes: at most 65519, so that a stored packet with its header
+    /// Largest message, in bytes: at most 65515, so that a stored packet with its header
     /// fits 64 KiB. The default fills a 1500-byte MTU IPv4 UDP datagram:
-    /// 1500 - 20 (IP) - 8 (UDP) - 16 (our header).
+    /// 1500 - 20 (IP) - 8 (UDP) - 20 (our header).
     pub max_payload: usize,
     /// How long an acknowledgement may be held back waiting for a data packet to carry it.
     pub ack_delay: u64,
@@ -151,6 +186,16 @@ pub struct Config {
     pub rx_pool_packets: u32,
     /// Peer numbers must be below this; bounds the peer table.
     pub max_peers: u32,
+    /// Bytes of datagrams this engine's owner can hold before it reads them (the socket's
+    /// receive buffer, or the simulated network's): shared among the peers that send to
+    /// us, it is the flow-control credit advertised in every packet (>= 1).
+    pub rcv_buf: u32,
+    /// Congestion window of a new peer, and the credit assumed before the peer's first
+    /// packet tells us its own, in packets of `max_payload` (>= 1).
+    pub initial_window: u32,
+    /// Length of the period over which the peers sending to us are counted to share
+    /// `rcv_buf` among them (> 0).
+    pub credit_epoch: u64,
 }
 
 impl Default for Config {
@@ -170,6 +215,9 @@ impl Default for Config {
             tx_pool_packets: 8192,
             rx_pool_packets: 8192,
             max_peers: 1 << 20,
+            rcv_buf: 4 << 20,
+            initial_window: 8,
+            credit_epoch: 1_000_000,
         }
     }
 }
@@ -189,14 +237,14 @@ impl std::error::Error for ConfigError {}
 impl Config {
     /// Checks every field's range.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let checks: [(bool, &'static str); 10] = [
+        let checks: [(bool, &'static str); 13] = [
             (
                 (1..=MAX_WINDOW).contains(&self.window),
                 "window must be 1..=32768",
             ),
             (
                 self.max_payload <= packet::MAX_PAYLOAD - HEADER_LEN,
-                "max_payload must be <= 65519",
+                "max_payload must be <= 65515",
             ),
             (self.ack_every >= 1, "ack_every must be >= 1"),
             (self.initial_rto > 0, "initial_rto must be > 0"),
@@ -212,6 +260,9 @@ impl Config {
                 self.tx_pool_packets < NIL && self.rx_pool_packets < NIL && self.max_peers < NIL,
                 "pool sizes and max_peers must be < 2^32-1",
             ),
+            (self.rcv_buf >= 1, "rcv_buf must be >= 1"),
+            (self.initial_window >= 1, "initial_window must be >= 1"),
+            (self.credit_epoch > 0, "credit_epoch must be > 0"),
         ];
         match checks.iter().find(|(ok, _)| !ok) {
             Some((_, why)) => Err(ConfigError(why)),
@@ -291,6 +342,40 @@ pub struct Transmit<'a> {
     pub bytes: &'a [u8],
 }
 
+/// Where a datagram of a [`TxBatch`] lives.
+#[derive(Clone, Copy, Debug)]
+enum Loc {
+    /// A send-pool slot (a data packet).
+    Pool(u32),
+    /// Offset and length in the batch's control buffer.
+    Ctl(u32, u32),
+}
+
+/// Datagrams taken from the engine together by [`Engine::poll_transmit_batch`]. Reused
+/// from call to call, so that a warmed-up owner does not allocate per batch.
+#[derive(Debug, Default)]
+pub struct TxBatch {
+    items: Vec<(u32, Loc)>,
+    ctl: Vec<u8>,
+}
+
+impl TxBatch {
+    /// An empty batch.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Datagrams in the batch.
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    /// Whether the batch holds no datagram.
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+}
+
 /// What a peer's entry says, for flush and diagnostics.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PeerStatus {
@@ -321,6 +406,9 @@ pub struct Counters {
     pub tx_probes: u64,
     /// Retransmission timeouts that fired.
     pub timeouts: u64,
+    /// Tail probes sent (the oldest packet resent after a few silent round trips, before
+    /// the retransmission timeout and without backing off).
+    pub tail_probes: u64,
     /// Messages accepted in order (each is delivered once).
     pub rx_delivered: u64,
     /// Data packets dropped as duplicates.
@@ -348,6 +436,12 @@ pub struct Counters {
     pub tx_pool_exhausted: u64,
     /// Peers declared failed.
     pub peers_failed: u64,
+    /// Congestion-window reductions after a loss named by a NAK (at most one per window
+    /// of packets).
+    pub cwnd_reductions: u64,
+    /// Messages queued while the send window (congestion window or the peer's credit) was
+    /// full: they wait for acknowledgements before their first transmission.
+    pub window_limited: u64,
 }
 
 /// Per-peer state: fixed size, no heap allocation of its own.
@@ -374,6 +468,25 @@ struct Peer {
     /// Backoff exponent of the retransmission timeout.
     rto_shift: u8,
     flags: u8,
+    /// Congestion window, bytes of packets (headers included) in flight.
+    cwnd: u32,
+    /// Slow-start threshold: below it the window doubles per round trip, above it grows
+    /// by the larger of one packet and 1/16 of the window per round trip.
+    ssthresh: u32,
+    /// The receive space the peer last advertised (its credit), bytes.
+    peer_credit: u32,
+    /// Bytes of the packets `snd_una..snd_sent` (transmitted, not acknowledged).
+    flight_bytes: u32,
+    /// Bytes of the packets `snd_una..snd_nxt` (queued, not acknowledged).
+    unacked_bytes: u32,
+    /// `snd_sent` at the last window reduction: a loss of a packet sent before it belongs
+    /// to the same congestion event and does not reduce the window again.
+    cc_mark: u32,
+    /// Credit epoch in which this peer last sent us data (low 16 bits).
+    rx_epoch: u16,
+    /// Smoothed round trip and its mean deviation, ns (0: no sample yet).
+    srtt: u32,
+    rttvar: u32,
     // Receive direction.
     /// Next sequence number to deliver; also the acknowledgement we send.
     rcv_nxt: u32,
@@ -408,6 +521,15 @@ impl Peer {
             recover: cfg.initial_seq,
             rto_shift: 0,
             flags: 0,
+            cwnd: cfg.initial_window.saturating_mul(mss(cfg)),
+            ssthresh: u32::MAX,
+            peer_credit: cfg.initial_window.saturating_mul(mss(cfg)),
+            flight_bytes: 0,
+            unacked_bytes: 0,
+            cc_mark: cfg.initial_seq,
+            rx_epoch: u16::MAX,
+            srtt: 0,
+            rttvar: 0,
             rcv_nxt: cfg.initial_seq,
             ooo_head: NIL,
             ooo_tail: NIL,
@@ -444,11 +566,24 @@ impl Peer {
     }
 
     fn rto(&self, cfg: &Config) -> u64 {
-        let mut r = cfg.initial_rto;
+        let measured = u64::from(self.srtt) + 4 * u64::from(self.rttvar);
+        let mut r = cfg.initial_rto.max(measured);
         for _ in 0..self.rto_shift {
             r = r.saturating_mul(2);
         }
         r.min(cfg.max_rto)
+    }
+
+    /// When to probe the tail once nothing was acknowledged for a while: two smoothed
+    /// round trips plus four deviations (at least `nak_interval`), well before the
+    /// retransmission timeout. Without a round-trip sample, the timeout itself.
+    fn probe_timeout(&self, cfg: &Config) -> u64 {
+        let rto = self.rto(cfg);
+        if self.srtt == 0 || self.flags & F_TAIL_PROBED != 0 {
+            return rto;
+        }
+        let pto = 2 * u64::from(self.srtt) + 4 * u64::from(self.rttvar);
+        pto.max(cfg.nak_interval).min(rto)
     }
 
     fn backoff(&mut self, cfg: &Config) {
@@ -457,10 +592,81 @@ impl Peer {
         }
     }
 
-    fn has_work(&self) -> bool {
+    /// Whether a packet would go out now; `new_len` is the size of the next new data
+    /// packet, if there is one.
+    fn has_work(&self, new_len: Option<u32>) -> bool {
         self.flags & (F_NAK_OWED | F_PROBE_OWED | F_ACK_NOW) != 0
             || self.rtx_pending > 0
-            || self.tx_cursor != NIL
+            || new_len.is_some_and(|n| self.may_send(n))
+    }
+
+    /// Whether [`Engine::send`] takes another message: fewer than `window` unacknowledged,
+    /// and less than one send window of bytes waiting behind those in flight, so that a
+    /// slow receiver pushes back on the sender's caller instead of filling the shared
+    /// send pool with data that cannot go yet.
+    fn has_room(&self, cfg: &Config) -> bool {
+        let queued = self.unacked_bytes.saturating_sub(self.flight_bytes);
+        self.unacked() < cfg.window && queued < self.wnd().max(mss(cfg))
+    }
+
+    /// The send window: the smaller of the congestion window and the peer's credit.
+    fn wnd(&self) -> u32 {
+        self.cwnd.min(self.peer_credit)
+    }
+
+    /// Whether a new data packet of `len` bytes fits the window. One packet may always be
+    /// in flight, whatever the window says, so that a peer can never stall for good.
+    fn may_send(&self, len: u32) -> bool {
+        self.snd_una == self.snd_sent || self.flight_bytes.saturating_add(len) <= self.wnd()
+    }
+
+    /// Loss: halve the window (once per window of packets), as TCP's fast recovery.
+    fn on_loss(&mut self, cfg: &Config, timeout: bool) -> bool {
+        if !timeout && seq::lt(self.snd_una, self.cc_mark) {
+            return false;
+        }
+        let m = mss(cfg);
+        let w = self.wnd().min(self.flight_bytes.max(m));
+        self.ssthresh = (w / 2).max(MIN_CWND_PACKETS * m);
+        // A timeout halves the window too (each further timeout halves it again) rather
+        // than restarting from one packet: on a host path a timeout is as often a peer
+        // that was not scheduled for a while as a congested link.
+        self.cwnd = self.ssthresh;
+        self.cc_mark = self.snd_sent;
+        true
+    }
+
+    /// A round-trip sample (RFC 6298's smoothing, in ns).
+    fn rtt_sample(&mut self, sample: u64) {
+        let r = sample.min(u64::from(u32::MAX / 8)) as u32;
+        if self.srtt == 0 {
+            self.srtt = r.max(1);
+            self.rttvar = r / 2;
+        } else {
+            self.rttvar = self.rttvar - self.rttvar / 4 + self.srtt.abs_diff(r) / 4;
+            self.srtt = (self.srtt - self.srtt / 8 + r / 8).max(1);
+        }
+    }
+
+    /// `bytes` of packets were acknowledged: grow the window (slow start below
+    /// `ssthresh`, by the larger of one packet and 1/16 of the window per round trip
+    /// above), never far past the peer's credit.
+    fn on_acked_bytes(&mut self, cfg: &Config, bytes: u32) {
+        let m = mss(cfg);
+        let inc = if self.cwnd < self.ssthresh {
+            bytes
+        } else {
+            // One packet per round trip (TCP's additive increase), or 1/16 of the window
+            // per round trip when that is more (scalable increase: after a cut, a large
+            // window on a short host or LAN path comes back within tens of round trips,
+            // not thousands).
+            let additive = u64::from(m) * u64::from(bytes) / u64::from(self.cwnd.max(1));
+            additive.max(u64::from(bytes / 16)).max(1) as u32
+        };
+        let cap = self.peer_credit.saturating_add(m);
+        if self.cwnd < cap {
+            self.cwnd = self.cwnd.saturating_add(inc).min(cap);
+        }
     }
 
     /// The earliest time at which a timer of this peer must run, if any.
@@ -542,6 +748,12 @@ struct Core {
     ooo_peers: u32,
     scratch: [u8; HEADER_LEN + MAX_SACK_BYTES],
     counters: Counters,
+    /// The current credit epoch (see [`Config::credit_epoch`]) and when it started.
+    epoch: u16,
+    epoch_start: u64,
+    /// Peers that sent us data in the current and in the previous epoch.
+    epoch_senders: u32,
+    prev_senders: u32,
 }
 
 impl fmt::Debug for Engine {
@@ -557,7 +769,27 @@ impl fmt::Debug for Engine {
 }
 
 // Per-peer state must stay small and fixed: the point of a connectionless transport.
-const _: () = assert!(Engine::IDLE_PEER_BYTES <= 128);
+const _: () = assert!(Engine::IDLE_PEER_BYTES <= 152);
+
+/// Where an in-order message goes when it is delivered without being stored (see
+/// [`Engine::on_packet_with`]).
+type Direct<'a> = &'a mut dyn FnMut(PeerId, &[u8]);
+
+/// A NAK halves the congestion window when it names more than 1/this of the packets in
+/// flight as missing (see `on_nak`), and more than `LOSS_BACKOFF_MIN` of them (so that a
+/// small window is not cut further and further by the same few random losses).
+const LOSS_BACKOFF_FRACTION: u32 = 4;
+const LOSS_BACKOFF_MIN: u32 = 4;
+/// The congestion window is never cut below this many packets: at heavy random loss
+/// (20%) a window of two packets would spend most of its time waiting out timeouts. The
+/// receiver's own overflow is kept away by its credit, which has no such floor (one
+/// packet).
+const MIN_CWND_PACKETS: u32 = 16;
+
+/// Bytes of the largest packet: the unit of the congestion window.
+fn mss(cfg: &Config) -> u32 {
+    (HEADER_LEN + cfg.max_payload) as u32
+}
 
 fn store(rx: &mut Pool, slot: u32, seq: u32, payload: &[u8]) {
     rx.buf_mut(slot)[..payload.len()].copy_from_slice(payload);
@@ -588,6 +820,10 @@ impl Engine {
                 ooo_peers: 0,
                 scratch: [0; HEADER_LEN + MAX_SACK_BYTES],
                 counters: Counters::default(),
+                epoch: 0,
+                epoch_start: 0,
+                epoch_senders: 0,
+                prev_senders: 0,
             },
         })
     }
@@ -677,6 +913,26 @@ impl Engine {
     /// the caller's buffer is free on return. The packet goes out through
     /// [`Engine::poll_transmit`].
     pub fn send(&mut self, peer: PeerId, payload: &[u8], now: u64) -> Result<(), SendError> {
+        if payload.len() > self.core.cfg.max_payload {
+            return Err(SendError::TooLarge);
+        }
+        self.send_with(peer, now, |buf| {
+            buf[..payload.len()].copy_from_slice(payload);
+            payload.len()
+        })
+    }
+
+    /// Queues a message that `pack` writes straight into the packet buffer it is lent
+    /// ([`Config::max_payload`] bytes), returning its length: the one copy of the message
+    /// on the send path before the kernel's. `pack` runs only when the message is taken
+    /// (the peer is active and has room); a returned length above the buffer's is
+    /// refused with [`SendError::TooLarge`] and nothing is queued.
+    pub fn send_with(
+        &mut self,
+        peer: PeerId,
+        now: u64,
+        pack: impl FnOnce(&mut [u8]) -> usize,
+    ) -> Result<(), SendError> {
         let idx = peer.0;
         let core = &mut self.core;
         let p = match self.peers.get_mut(idx as usize) {
@@ -684,10 +940,7 @@ impl Engine {
             Some(PeerSlot::Failed) => return Err(SendError::Failed),
             _ => return Err(SendError::UnknownPeer),
         };
-        if payload.len() > core.cfg.max_payload {
-            return Err(SendError::TooLarge);
-        }
-        if p.unacked() >= core.cfg.window {
+        if !p.has_room(&core.cfg) {
             core.counters.window_full += 1;
             return Err(SendError::WindowFull);
         }
@@ -695,21 +948,20 @@ impl Engine {
             core.counters.tx_pool_exhausted += 1;
             return Err(SendError::WindowFull);
         };
-        let pkt = Packet {
-            session: core.cfg.session,
-            ack: 0, // filled in when transmitted
-            body: Body::Data {
-                seq: p.snd_nxt,
-                ack_req: false,
-                payload,
-            },
-        };
-        // Cannot fail: the slot holds HEADER_LEN + max_payload bytes and max_payload fits
-        // the length field (checked by Config::validate).
-        let len = pkt.encode_into(core.tx.buf_mut(slot)).unwrap_or(0);
+        let max = core.cfg.max_payload;
+        let buf = core.tx.buf_mut(slot);
+        let n = pack(&mut buf[HEADER_LEN..HEADER_LEN + max]);
+        if n > max {
+            core.tx.free(slot);
+            return Err(SendError::TooLarge);
+        }
+        // The acknowledgement and credit are filled in when the packet is transmitted.
+        packet::encode_data_header(buf, core.cfg.session, p.snd_nxt, n);
         let m = core.tx.meta_mut(slot);
         m.seq = p.snd_nxt;
-        m.len = len as u16;
+        m.len = (HEADER_LEN + n) as u16; // <= 65535: max_payload checked by validate
+        m.flags = 0;
+        m.next = NIL;
         if p.tx_tail == NIL {
             p.tx_head = slot;
         } else {
@@ -722,15 +974,71 @@ impl Engine {
         if !p.outstanding() {
             p.outstanding_since = now;
         }
+        // It waits if what is queued before it, and it, exceed the window.
+        if p.unacked() > 0 && p.unacked_bytes + (HEADER_LEN + n) as u32 > p.wnd() {
+            core.counters.window_limited += 1;
+        }
         p.snd_nxt = p.snd_nxt.wrapping_add(1);
+        p.unacked_bytes = p.unacked_bytes.saturating_add((HEADER_LEN + n) as u32);
         core.mark_ready(p, idx);
         core.rearm(p, idx);
         Ok(())
     }
 
+    /// Tells the engine how many bytes of datagrams its owner can now hold unread (see
+    /// [`Config::rcv_buf`]); the credit advertised from the next packet on follows.
+    pub fn set_rcv_buf(&mut self, bytes: u32) {
+        self.core.cfg.rcv_buf = bytes.max(1);
+    }
+
+    /// Whether [`Engine::send`] to `peer` would take a message now (an active peer with
+    /// room in its window and a free slot in the send pool).
+    pub fn can_send(&self, peer: PeerId) -> bool {
+        match self.peers.get(peer.0 as usize) {
+            Some(PeerSlot::Active(p)) => {
+                p.has_room(&self.core.cfg) && self.core.tx.in_use() < self.core.cfg.tx_pool_packets
+            }
+            _ => false,
+        }
+    }
+
+    /// The congestion window and the peer's credit, in bytes, of an active peer.
+    pub fn peer_window(&self, peer: PeerId) -> Option<(u32, u32)> {
+        match self.peers.get(peer.0 as usize) {
+            Some(PeerSlot::Active(p)) => Some((p.cwnd, p.peer_credit)),
+            _ => None,
+        }
+    }
+
     /// Processes one datagram received from `from`. Malformed, invalid and stale packets
     /// are counted and dropped; nothing in `bytes` is trusted.
     pub fn on_packet(&mut self, from: PeerId, bytes: &[u8], now: u64) {
+        self.on_packet_inner(from, bytes, now, None);
+    }
+
+    /// [`Engine::on_packet`], except that a message that is next in order, when nothing
+    /// else waits to be delivered (no queued event, no out-of-order message of its peer),
+    /// is handed to `deliver` at once, straight from `bytes`, instead of being copied into
+    /// the receive pool and queued: what [`Engine::poll_event`] would have returned next,
+    /// one copy earlier. Everything else is as with `on_packet` (queued events must still
+    /// be drained, and before the next datagram, to keep the direct path open).
+    pub fn on_packet_with(
+        &mut self,
+        from: PeerId,
+        bytes: &[u8],
+        now: u64,
+        deliver: &mut dyn FnMut(PeerId, &[u8]),
+    ) {
+        self.on_packet_inner(from, bytes, now, Some(deliver));
+    }
+
+    fn on_packet_inner(
+        &mut self,
+        from: PeerId,
+        bytes: &[u8],
+        now: u64,
+        direct: Option<Direct<'_>>,
+    ) {
         let core = &mut self.core;
         core.reclaim();
         let Ok(pkt) = Packet::decode(bytes) else {
@@ -769,7 +1077,11 @@ impl Engine {
 
         p.flags |= F_SESSION;
         p.remote_session = pkt.session;
+        p.peer_credit = pkt.credit;
         p.last_heard = now;
+        if matches!(pkt.body, Body::Data { .. }) {
+            core.count_sender(p, now);
+        }
         p.flags &= !(F_PROBE_OUT | F_PROBE_OWED);
         if advance > 0 {
             core.on_ack(p, advance, now);
@@ -779,7 +1091,7 @@ impl Engine {
                 seq,
                 ack_req,
                 payload,
-            } => core.on_data(p, idx, seq, ack_req, payload, now),
+            } => core.on_data(p, idx, seq, ack_req, payload, now, direct),
             Body::Ack { ack_req } => {
                 if ack_req {
                     p.flags |= F_ACK_NOW;
@@ -822,6 +1134,55 @@ impl Engine {
         None
     }
 
+    /// Takes up to `max` datagrams at once, in the order [`Engine::poll_transmit`] would
+    /// return them, into `batch` (cleared first), so that the owner can hand them to the
+    /// kernel in one call (sendmmsg, UDP GSO). Read them with [`Engine::batch_item`]: they
+    /// stay valid until the next `&mut` call on the engine. Data packets are not copied
+    /// (the batch names their send-pool slots); control packets (acks, NAKs, probes) are
+    /// copied into the batch's own small buffer. Returns the number taken.
+    pub fn poll_transmit_batch(&mut self, now: u64, batch: &mut TxBatch, max: usize) -> usize {
+        batch.items.clear();
+        batch.ctl.clear();
+        let core = &mut self.core;
+        while batch.items.len() < max {
+            let Some(idx) = core.ready.pop_front() else {
+                break;
+            };
+            let Some(PeerSlot::Active(p)) = self.peers.get_mut(idx as usize) else {
+                continue;
+            };
+            p.flags &= !F_READY;
+            let out = core.build_packet(p, now);
+            core.mark_ready(p, idx);
+            core.rearm(p, idx);
+            let loc = match out {
+                None => continue,
+                Some(Out::Scratch(n)) => {
+                    let off = batch.ctl.len() as u32;
+                    batch.ctl.extend_from_slice(&core.scratch[..n]);
+                    Loc::Ctl(off, n as u32)
+                }
+                Some(Out::Tx(slot)) => Loc::Pool(slot),
+            };
+            batch.items.push((idx, loc));
+        }
+        batch.items.len()
+    }
+
+    /// Datagram `i` of a batch filled by [`Engine::poll_transmit_batch`] since the last
+    /// `&mut` call on the engine. Panics if `i >= batch.len()`.
+    pub fn batch_item<'a>(&'a self, batch: &'a TxBatch, i: usize) -> Transmit<'a> {
+        let (peer, loc) = batch.items[i];
+        let bytes = match loc {
+            Loc::Pool(slot) => self.core.tx.data(slot),
+            Loc::Ctl(off, n) => &batch.ctl[off as usize..(off + n) as usize],
+        };
+        Transmit {
+            peer: PeerId(peer),
+            bytes,
+        }
+    }
+
     /// The next event, if any. A delivered message's bytes are lent until the next call
     /// on the engine.
     pub fn poll_event(&mut self) -> Option<Event<'_>> {
@@ -837,6 +1198,11 @@ impl Engine {
             }
             Queued::Failed(idx) => Some(Event::PeerFailed(PeerId(idx))),
         }
+    }
+
+    /// Whether [`Engine::poll_event`] has something.
+    pub fn has_events(&self) -> bool {
+        !self.core.events.is_empty()
     }
 
     /// When [`Engine::on_timeout`] must next be called, if any timer is armed. Exact: no
@@ -881,7 +1247,26 @@ impl Engine {
             return;
         }
         if now >= p.rto_at {
-            if p.in_flight() > 0 {
+            if p.in_flight() > 0 && p.flags & F_TAIL_PROBED == 0 && p.srtt > 0 {
+                // Tail probe: nothing was acknowledged for a few round trips, most likely
+                // because the last packets of a burst were lost and nothing behind them
+                // makes the receiver notice. Resend the oldest asking for an immediate
+                // answer (an ACK, or a NAK naming the holes), without backing off; the
+                // full timeout follows if that stays unanswered too.
+                let head = p.tx_head;
+                let m = core.tx.meta_mut(head);
+                if m.flags & S_RTX == 0 {
+                    m.flags |= S_RTX;
+                    p.rtx_pending += 1;
+                }
+                m.flags |= S_ACK_REQ;
+                p.rtx_cursor = head;
+                p.flags |= F_TAIL_PROBED | F_RECOVERY;
+                p.recover = p.snd_sent;
+                core.counters.tail_probes += 1;
+                let rto = p.rto(cfg);
+                p.rto_at = now.saturating_add(rto);
+            } else if p.in_flight() > 0 {
                 // Resend the oldest packet asking for an immediate answer; the answer (an
                 // ACK, or a NAK naming the holes) drives the rest of the recovery.
                 let head = p.tx_head;
@@ -894,6 +1279,7 @@ impl Engine {
                 p.rtx_cursor = head;
                 p.flags |= F_RECOVERY;
                 p.recover = p.snd_sent;
+                p.on_loss(cfg, true);
                 core.counters.timeouts += 1;
                 p.backoff(cfg);
                 p.rto_at = now.saturating_add(p.rto(cfg));
@@ -936,9 +1322,41 @@ impl Core {
     }
 
     fn mark_ready(&mut self, p: &mut Peer, idx: u32) {
-        if p.flags & F_READY == 0 && p.has_work() {
+        if p.flags & F_READY == 0 && p.has_work(self.next_new_len(p)) {
             p.flags |= F_READY;
             self.ready.push_back(idx);
+        }
+    }
+
+    /// Bytes of the peer's next new data packet, if it has one.
+    fn next_new_len(&self, p: &Peer) -> Option<u32> {
+        (p.tx_cursor != NIL).then(|| u32::from(self.tx.meta(p.tx_cursor).len))
+    }
+
+    /// The credit we advertise to each peer: our receive space shared among the peers that
+    /// sent us data lately (this epoch or the last), never below one packet.
+    fn credit(&self) -> u32 {
+        let senders = self.epoch_senders.max(self.prev_senders).max(1);
+        (self.cfg.rcv_buf / senders).max(mss(&self.cfg))
+    }
+
+    /// Counts `p` among this epoch's senders, starting a new epoch when the last one ended.
+    fn count_sender(&mut self, p: &mut Peer, now: u64) {
+        if now.saturating_sub(self.epoch_start) >= self.cfg.credit_epoch {
+            let elapsed = now.saturating_sub(self.epoch_start);
+            // An epoch with no data at all in between leaves no senders to remember.
+            self.prev_senders = if elapsed >= 2 * self.cfg.credit_epoch {
+                0
+            } else {
+                self.epoch_senders
+            };
+            self.epoch_senders = 0;
+            self.epoch = self.epoch.wrapping_add(1);
+            self.epoch_start = now;
+        }
+        if p.rx_epoch != self.epoch {
+            p.rx_epoch = self.epoch;
+            self.epoch_senders += 1;
         }
     }
 
@@ -995,9 +1413,18 @@ impl Core {
     fn on_ack(&mut self, p: &mut Peer, advance: u32, now: u64) {
         let tx = &mut self.tx;
         let mut cursor_freed = false;
+        let mut bytes: u32 = 0;
+        let mut sample = None;
+        let mut repaired = false;
         for _ in 0..advance {
             let s = p.tx_head;
             let m = *tx.meta(s);
+            bytes += u32::from(m.len);
+            // Karn: only a packet sent once gives an unambiguous round trip; and when a
+            // resent packet filled a hole, the packets after it waited for the repair,
+            // not for the path: no sample from this acknowledgement at all.
+            repaired |= m.flags & S_RESENT != 0;
+            sample = (!repaired).then(|| now.saturating_sub(m.sent_at));
             if m.flags & S_RTX != 0 {
                 p.rtx_pending -= 1;
             }
@@ -1014,6 +1441,15 @@ impl Core {
             p.rtx_cursor = p.tx_head;
         }
         p.snd_una = p.snd_una.wrapping_add(advance);
+        p.flight_bytes = p.flight_bytes.saturating_sub(bytes);
+        p.unacked_bytes = p.unacked_bytes.saturating_sub(bytes);
+        if p.snd_una == p.snd_sent {
+            p.flight_bytes = 0;
+        }
+        p.on_acked_bytes(&self.cfg, bytes);
+        if let Some(r) = sample {
+            p.rtt_sample(r);
+        }
         if p.flags & F_RECOVERY != 0 {
             if seq::lt(p.snd_una, p.recover) {
                 // A partial acknowledgement after a timeout: the next packet was most
@@ -1031,8 +1467,9 @@ impl Core {
             }
         }
         p.rto_shift = 0;
+        p.flags &= !F_TAIL_PROBED;
         p.rto_at = if p.in_flight() > 0 {
-            now.saturating_add(p.rto(&self.cfg))
+            now.saturating_add(p.probe_timeout(&self.cfg))
         } else {
             NEVER
         };
@@ -1058,25 +1495,37 @@ impl Core {
             sack.get(b / 8).is_some_and(|&x| x & (1 << (b % 8)) != 0)
         };
         let mut s = p.tx_head;
+        let mut holes = 0u32;
         let mut marked = false;
         for i in 0..n {
             let m = self.tx.meta_mut(s);
-            if (i == 0 || !held(i))
-                && m.flags & S_RTX == 0
-                && now.saturating_sub(m.sent_at) >= self.cfg.nak_interval
-            {
-                m.flags |= S_RTX;
-                p.rtx_pending += 1;
-                marked = true;
+            if i == 0 || !held(i) {
+                holes += 1;
+                if m.flags & S_RTX == 0 && now.saturating_sub(m.sent_at) >= self.cfg.nak_interval {
+                    m.flags |= S_RTX;
+                    p.rtx_pending += 1;
+                    marked = true;
+                }
             }
             s = m.next;
         }
         if marked {
             p.rtx_cursor = p.tx_head;
+            // A receiver's overflowing socket is kept away by its credit; what is left to
+            // react to is an overflowing queue on the path, which drops everything that
+            // arrives until it drains: a large share of the flight. Holes here and there
+            // (random loss; or one GSO batch dropped whole, which is a run of datagrams
+            // but one loss event) are resent without halving the rate. Back off when more
+            // than a quarter of what is in flight is missing.
+            let runs = holes > LOSS_BACKOFF_MIN && holes * LOSS_BACKOFF_FRACTION > in_flight;
+            if runs && p.on_loss(&self.cfg, false) {
+                self.counters.cwnd_reductions += 1;
+            }
         }
     }
 
     /// A data packet within the window (checked by the caller).
+    #[allow(clippy::too_many_arguments)]
     fn on_data(
         &mut self,
         p: &mut Peer,
@@ -1085,6 +1534,7 @@ impl Core {
         ack_req: bool,
         payload: &[u8],
         now: u64,
+        direct: Option<Direct<'_>>,
     ) {
         if ack_req {
             p.flags |= F_ACK_NOW;
@@ -1097,20 +1547,36 @@ impl Core {
         }
         let off = seq::dist(p.rcv_nxt, seq);
         if off == 0 {
-            self.on_in_order(p, idx, seq, payload, now);
+            self.on_in_order(p, idx, seq, payload, now, direct);
         } else {
             self.on_out_of_order(p, off, seq, payload, now);
         }
     }
 
-    fn on_in_order(&mut self, p: &mut Peer, idx: u32, seq: u32, payload: &[u8], now: u64) {
+    fn on_in_order(
+        &mut self,
+        p: &mut Peer,
+        idx: u32,
+        seq: u32,
+        payload: &[u8],
+        now: u64,
+        direct: Option<Direct<'_>>,
+    ) {
         let rx = &mut self.rx;
-        let Some(s) = rx.alloc() else {
-            self.counters.rx_no_buffer += 1;
-            return;
-        };
-        store(rx, s, seq, payload);
-        self.events.push_back(Queued::Deliver(idx, s));
+        match direct {
+            // Next in order and nothing ahead of it: deliver without storing.
+            Some(deliver) if self.events.is_empty() && p.ooo_head == NIL => {
+                deliver(PeerId(idx), payload);
+            }
+            _ => {
+                let Some(s) = rx.alloc() else {
+                    self.counters.rx_no_buffer += 1;
+                    return;
+                };
+                store(rx, s, seq, payload);
+                self.events.push_back(Queued::Deliver(idx, s));
+            }
+        }
         p.rcv_nxt = p.rcv_nxt.wrapping_add(1);
         let mut n: u32 = 1;
         let had_ooo = p.ooo_head != NIL;
@@ -1195,6 +1661,7 @@ impl Core {
         let pkt = Packet {
             session: self.cfg.session,
             ack: p.rcv_nxt,
+            credit: self.credit(),
             body,
         };
         p.clear_ack_owed();
@@ -1213,24 +1680,35 @@ impl Core {
                 return Some(out);
             }
         }
-        if p.tx_cursor != NIL {
+        if let Some(len) = self.next_new_len(p) {
+            if !p.may_send(len) {
+                return self.build_control(p);
+            }
             let s = p.tx_cursor;
             if p.in_flight() == 0 {
                 p.rto_shift = 0;
-                p.rto_at = now.saturating_add(p.rto(&self.cfg));
+                p.flags &= !F_TAIL_PROBED;
+                p.rto_at = now.saturating_add(p.probe_timeout(&self.cfg));
             }
             p.snd_sent = p.snd_sent.wrapping_add(1);
+            p.flight_bytes = p.flight_bytes.saturating_add(len);
             // The packet that fills the window asks for an acknowledgement at once: the
             // sender is stalled until one comes, so waiting out the ack delay is waste.
             let ack_req = p.in_flight() >= self.cfg.window;
             let m = self.tx.meta_mut(s);
             m.sent_at = now;
             p.tx_cursor = m.next;
-            packet::patch_data(self.tx.buf_mut(s), p.rcv_nxt, ack_req);
+            let credit = self.credit();
+            packet::patch_data(self.tx.buf_mut(s), p.rcv_nxt, credit, ack_req);
             p.clear_ack_owed();
             self.counters.tx_data += 1;
             return Some(Out::Tx(s));
         }
+        self.build_control(p)
+    }
+
+    /// A probe or a standalone acknowledgement, if one is owed.
+    fn build_control(&mut self, p: &mut Peer) -> Option<Out> {
         if p.flags & F_PROBE_OWED != 0 {
             p.flags &= !F_PROBE_OWED;
             self.counters.tx_probes += 1;
@@ -1303,10 +1781,12 @@ impl Core {
         let m = tx.meta_mut(s);
         let ack_req = m.flags & S_ACK_REQ != 0;
         m.flags &= !(S_RTX | S_ACK_REQ);
+        m.flags |= S_RESENT;
         m.sent_at = now;
         p.rtx_pending -= 1;
         p.rtx_cursor = if p.rtx_pending > 0 { m.next } else { NIL };
-        packet::patch_data(tx.buf_mut(s), p.rcv_nxt, ack_req);
+        let credit = self.credit();
+        packet::patch_data(self.tx.buf_mut(s), p.rcv_nxt, credit, ack_req);
         p.clear_ack_owed();
         self.counters.tx_retransmits += 1;
         Some(Out::Tx(s))
@@ -1636,7 +2116,11 @@ mod tests {
         assert_eq!(a.armed_timers(), 0);
         assert_eq!(a.counters().peers_failed, 1);
         // Packets from it are dropped; it can be added again.
-        a.on_packet(B, &[1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], now);
+        a.on_packet(
+            B,
+            &[2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+            now,
+        );
         assert_eq!(a.counters().rx_unknown_peer, 1);
         a.add_peer(B, now).unwrap();
         a.send(B, b"again", now).unwrap();
@@ -1735,6 +2219,7 @@ mod tests {
         let n = Packet {
             session: 200,
             ack: 5,
+            credit: 1 << 20,
             body: Body::Ack { ack_req: false },
         }
         .encode_into(&mut buf)
@@ -1745,6 +2230,7 @@ mod tests {
         let n = Packet {
             session: 200,
             ack: 0,
+            credit: 1 << 20,
             body: Body::Data {
                 seq: 1000,
                 ack_req: false,
@@ -1768,6 +2254,7 @@ mod tests {
         let n = Packet {
             session: 999,
             ack: 0,
+            credit: 1 << 20,
             body: Body::Data {
                 seq: 1,
                 ack_req: false,
@@ -1794,17 +2281,17 @@ mod tests {
         })
         .is_err());
         assert!(Engine::new(Config {
-            max_payload: 65520,
+            max_payload: 65516,
             ..Config::default()
         })
         .is_err());
         // The largest allowed message round-trips.
         let big = Config {
-            max_payload: 65519,
+            max_payload: 65515,
             ..cfg()
         };
         let (mut a, mut b) = pair(big);
-        let m = vec![7u8; 65519];
+        let m = vec![7u8; 65515];
         a.send(B, &m, 0).unwrap();
         let mut now = 0;
         settle(&mut a, &mut b, &mut now);
@@ -1911,6 +2398,193 @@ mod recovery_tests {
             v.push(t.bytes.to_vec());
         }
         v
+    }
+
+    /// Bytes of data packets in `pkts` (headers included).
+    fn data_bytes(pkts: &[Vec<u8>]) -> usize {
+        pkts.iter()
+            .filter(|p| matches!(Packet::decode(p).unwrap().body, Body::Data { .. }))
+            .map(|p| p.len())
+            .sum()
+    }
+
+    #[test]
+    fn the_peers_credit_bounds_the_bytes_in_flight() {
+        let c = Config {
+            window: 1024,
+            max_payload: 1000,
+            // The congestion window starts above the credit: the credit binds.
+            initial_window: 100,
+            ..cfg()
+        };
+        let (mut a, mut b) = pair(c.clone());
+        // b can hold 10 KB: it says so in every packet.
+        b.set_rcv_buf(10_000);
+        b.send(A, b"hello", 0).unwrap();
+        for p in out(&mut b, 0) {
+            a.on_packet(B, &p, 1);
+        }
+        assert_eq!(a.peer_window(B).map(|w| w.1), Some(10_000));
+        let msg = vec![5u8; 1000];
+        let mut queued = 0;
+        while a.send(B, &msg, 2).is_ok() {
+            queued += 1;
+        }
+        // One window goes out, one more waits behind it, then the caller is pushed back.
+        assert!((10..=20).contains(&queued), "{queued}");
+        assert!(!a.can_send(B));
+        let first = out(&mut a, 2);
+        assert!(data_bytes(&first) <= 10_000, "{}", data_bytes(&first));
+        assert!(!first.is_empty());
+        assert!(a.counters().window_limited > 0);
+        // Nothing more goes until b acknowledges.
+        assert!(out(&mut a, 3).is_empty());
+        for p in &first {
+            b.on_packet(A, p, 4);
+        }
+        while b.poll_event().is_some() {}
+        b.on_timeout(4 + MS);
+        for p in out(&mut b, 4 + MS) {
+            a.on_packet(B, &p, 5 + MS);
+        }
+        let second = out(&mut a, 5 + MS);
+        assert!(!second.is_empty() && data_bytes(&second) <= 10_000);
+        assert!(a.can_send(B));
+    }
+
+    #[test]
+    fn credit_is_shared_among_the_senders() {
+        let c = cfg();
+        let mut r = Engine::new(Config {
+            rcv_buf: 90_000,
+            ..c.clone()
+        })
+        .unwrap();
+        let mut senders: Vec<Engine> = (0..3).map(|_| Engine::new(c.clone()).unwrap()).collect();
+        for (i, s) in senders.iter_mut().enumerate() {
+            r.add_peer(PeerId(i as u32), 0).unwrap();
+            s.add_peer(PeerId(9), 0).unwrap();
+            s.send(PeerId(9), b"x", 0).unwrap();
+            for p in out(s, 0) {
+                r.on_packet(PeerId(i as u32), &p, 10);
+            }
+        }
+        r.on_timeout(10 + MS);
+        for p in out(&mut r, 10 + MS) {
+            assert_eq!(Packet::decode(&p).unwrap().credit, 30_000);
+        }
+    }
+
+    #[test]
+    fn a_nak_halves_the_window_once_per_loss_event() {
+        let c = Config {
+            window: 1024,
+            max_payload: 100,
+            ..cfg()
+        };
+        let (mut a, mut b) = pair(c);
+        let msg = [1u8; 100];
+        let mut now = 0;
+        // Grow the window over a few lossless round trips.
+        for _ in 0..4 {
+            while a.send(B, &msg, now).is_ok() {}
+            for p in out(&mut a, now) {
+                b.on_packet(A, &p, now + 1);
+            }
+            while b.poll_event().is_some() {}
+            now += MS;
+            b.on_timeout(now);
+            for p in out(&mut b, now) {
+                a.on_packet(B, &p, now + 1);
+            }
+            now += 1;
+        }
+        let (grown, _) = a.peer_window(B).unwrap();
+        assert!(grown > 8 * 120, "slow start grew the window: {grown}");
+        // Lose the first half of the next flight (a run of drops, as from a full queue):
+        // the NAK halves the window, once.
+        while a.send(B, &msg, now).is_ok() {}
+        let flight = out(&mut a, now);
+        assert!(flight.len() > 16);
+        now += 3 * MS;
+        for p in &flight[flight.len() / 2..] {
+            b.on_packet(A, p, now);
+        }
+        for p in out(&mut b, now) {
+            a.on_packet(B, &p, now + 1);
+        }
+        let (cut, _) = a.peer_window(B).unwrap();
+        assert_eq!(a.counters().cwnd_reductions, 1);
+        assert!(
+            cut <= grown / 2 + 200 && cut >= grown / 4,
+            "{grown} -> {cut}"
+        );
+        // The lost packet went again at once (no timeout).
+        let again = out(&mut a, now + 1);
+        assert_eq!(seqs(&again)[0], seqs(&flight)[0]);
+        assert_eq!(a.counters().timeouts, 0);
+        // A second NAK for the same event does not cut again.
+        now += 3 * MS;
+        b.on_timeout(now);
+        for p in out(&mut b, now) {
+            a.on_packet(B, &p, now + 1);
+        }
+        assert_eq!(a.counters().cwnd_reductions, 1);
+    }
+
+    #[test]
+    fn in_order_messages_are_delivered_directly_and_in_order() {
+        let (mut a, mut b) = pair(cfg());
+        for i in 0..4u8 {
+            a.send(B, &[i; 3], 0).unwrap();
+        }
+        let pk = out(&mut a, 0);
+        assert_eq!(pk.len(), 4);
+        let mut got: Vec<(u8, bool)> = Vec::new();
+        // 0 in order: direct.
+        b.on_packet_with(A, &pk[0], 1, &mut |_, m| got.push((m[0], true)));
+        // 2 out of order: stored; 1 fills the hole: 1 and 2 are queued (2 was waiting).
+        b.on_packet_with(A, &pk[2], 2, &mut |_, m| got.push((m[0], true)));
+        b.on_packet_with(A, &pk[1], 3, &mut |_, m| got.push((m[0], true)));
+        assert!(b.has_events());
+        // 3 arrives while events wait: queued behind them, not delivered ahead.
+        b.on_packet_with(A, &pk[3], 4, &mut |_, m| got.push((m[0], true)));
+        while let Some(Event::Deliver { payload, .. }) = b.poll_event() {
+            got.push((payload[0], false));
+        }
+        assert_eq!(got, [(0, true), (1, false), (2, false), (3, false)]);
+        assert_eq!(b.counters().rx_delivered, 4);
+        assert_eq!(b.pool_in_use().1, 0);
+    }
+
+    #[test]
+    fn an_isolated_loss_is_resent_without_backoff() {
+        let c = Config {
+            window: 1024,
+            max_payload: 100,
+            initial_window: 64,
+            ..cfg()
+        };
+        let (mut a, mut b) = pair(c);
+        let msg = [1u8; 100];
+        while a.send(B, &msg, 0).is_ok() {}
+        let flight = out(&mut a, 0);
+        assert!(flight.len() >= 32, "{}", flight.len());
+        let before = a.peer_window(B).unwrap().0;
+        // One packet of the flight is lost.
+        let now = 3 * MS;
+        for (i, p) in flight.iter().enumerate() {
+            if i != 5 {
+                b.on_packet(A, p, now);
+            }
+        }
+        for p in out(&mut b, now) {
+            a.on_packet(B, &p, now + 1);
+        }
+        assert_eq!(a.counters().cwnd_reductions, 0);
+        assert!(a.peer_window(B).unwrap().0 >= before);
+        let again = out(&mut a, now + 1);
+        assert_eq!(seqs(&again)[0], seqs(&flight)[5]);
     }
 
     fn seqs(pkts: &[Vec<u8>]) -> Vec<u32> {

@@ -42,5 +42,5 @@ mod timers;
 
 pub use engine::{
     AddPeerError, Config, ConfigError, Counters, Engine, Event, PeerId, PeerStatus, SendError,
-    Transmit, MAX_WINDOW,
+    Transmit, TxBatch, MAX_WINDOW,
 };

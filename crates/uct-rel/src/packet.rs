@@ -2,13 +2,13 @@
 //! one decoder ([`Packet::decode`]), and two in-place patch helpers the engine uses to
 //! refresh a stored data packet's piggybacked acknowledgement before it goes out again.
 //!
-//! Every packet starts with a 16-byte header, all integers big-endian (network order):
+//! Every packet starts with a 20-byte header, all integers big-endian (network order):
 //!
 //! ```text
 //!  0               1               2               3
 //!  0 1 2 3 4 5 6 7 0 1 2 3 4 5 6 7 0 1 2 3 4 5 6 7 0 1 2 3 4 5 6 7
 //! +---------------+---------------+-------------------------------+
-//! |  version = 1  |     flags     |        payload length         |  0
+//! |  version = 2  |     flags     |        payload length         |  0
 //! +---------------+---------------+-------------------------------+
 //! |                 session (sender's connection id)              |  4
 //! +---------------------------------------------------------------+
@@ -16,7 +16,9 @@
 //! +---------------------------------------------------------------+
 //! |          ack (next sequence number the sender expects)        | 12
 //! +---------------------------------------------------------------+
-//! |  payload (DATA: the message; NAK: selective-ack bitmap) ...   | 16
+//! |     credit (bytes the sender of this packet can absorb)       | 16
+//! +---------------------------------------------------------------+
+//! |  payload (DATA: the message; NAK: selective-ack bitmap) ...   | 20
 //! +----------------------------------------------------------------
 //!
 //! flags:  bit 0 DATA     the packet carries a message with sequence number `seq`
@@ -35,8 +37,12 @@
 //! | Nak  | NAK              | reserved, 0    | bitmap, 0..=[`MAX_SACK_BYTES`] bytes |
 //!
 //! Every packet carries a cumulative acknowledgement in `ack`: "I have every message before
-//! `ack`". An Ack with ACK_REQ is a keepalive probe. The payload length must equal the
-//! datagram's length minus the header exactly (a datagram is never padded or
+//! `ack`", and a flow-control credit in `credit`: how many bytes of messages past `ack`
+//! the sender of the packet offers to take from the receiver of the packet (its share of
+//! its receive buffer). It is a window size, not an edge: the newest packet's value holds.
+//! Version 1 (a 16-byte header without credit) is not accepted. An Ack with ACK_REQ is
+//! a keepalive probe. The payload length must equal the datagram's length minus the
+//! header exactly (a datagram is never padded or
 //! concatenated). The `session` field identifies the sender's incarnation: a receiver pins
 //! the first one it sees per peer, so packets from a restarted peer are not mistaken for the
 //! old one's.
@@ -48,9 +54,9 @@
 use std::fmt;
 
 /// The only version this module speaks.
-pub const VERSION: u8 = 1;
+pub const VERSION: u8 = 2;
 /// Bytes before the payload.
-pub const HEADER_LEN: usize = 16;
+pub const HEADER_LEN: usize = 20;
 /// Largest selective-acknowledgement bitmap of a NAK (covers 1024 sequence numbers past the
 /// first gap; a window larger than that is still correct, its tail is recovered by timeout).
 pub const MAX_SACK_BYTES: usize = 128;
@@ -71,6 +77,7 @@ const OFF_LEN: usize = 2;
 const OFF_SESSION: usize = 4;
 const OFF_SEQ: usize = 8;
 const OFF_ACK: usize = 12;
+const OFF_CREDIT: usize = 16;
 
 /// What a packet is, with the fields that belong to that kind only.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -104,6 +111,8 @@ pub struct Packet<'a> {
     pub session: u32,
     /// Cumulative acknowledgement: the next sequence number the sender expects from us.
     pub ack: u32,
+    /// Flow-control credit: bytes of messages past `ack` the sender can absorb.
+    pub credit: u32,
     /// Kind and kind-specific fields.
     pub body: Body<'a>,
 }
@@ -243,6 +252,7 @@ impl<'a> Packet<'a> {
         Ok(Packet {
             session: be32(header, OFF_SESSION),
             ack: be32(header, OFF_ACK),
+            credit: be32(header, OFF_CREDIT),
             body,
         })
     }
@@ -268,13 +278,9 @@ impl<'a> Packet<'a> {
         let Some(out) = out.get_mut(..total) else {
             return Err(EncodeError::BufferTooSmall);
         };
-        out[0] = VERSION;
-        out[OFF_FLAGS] = flags;
-        out[OFF_LEN..OFF_LEN + 2].copy_from_slice(&len.to_be_bytes());
-        out[OFF_SESSION..OFF_SESSION + 4].copy_from_slice(&self.session.to_be_bytes());
-        out[OFF_SEQ..OFF_SEQ + 4].copy_from_slice(&seq.to_be_bytes());
-        out[OFF_ACK..OFF_ACK + 4].copy_from_slice(&self.ack.to_be_bytes());
-        out[HEADER_LEN..].copy_from_slice(payload);
+        let (h, body) = out.split_at_mut(HEADER_LEN);
+        write_header(h, flags, len, self.session, seq, self.ack, self.credit);
+        body.copy_from_slice(payload);
         Ok(total)
     }
 }
@@ -287,15 +293,39 @@ fn ack_flag(ack_req: bool) -> u8 {
     }
 }
 
-/// Rewrites the acknowledgement and the ACK_REQ flag of an encoded Data packet in place,
-/// so that a stored packet carries the current acknowledgement each time it is (re)sent.
+/// Rewrites the acknowledgement, the credit and the ACK_REQ flag of an encoded Data packet
+/// in place, so that a stored packet carries the current values each time it is (re)sent.
 /// `buf` must hold a packet this module encoded as Data (the engine only calls it on its
 /// own stored packets); on a shorter buffer it does nothing.
-pub(crate) fn patch_data(buf: &mut [u8], ack: u32, ack_req: bool) {
+pub(crate) fn patch_data(buf: &mut [u8], ack: u32, credit: u32, ack_req: bool) {
     if let Some(h) = buf.get_mut(..HEADER_LEN) {
         h[OFF_FLAGS] = FLAG_DATA | ack_flag(ack_req);
         h[OFF_ACK..OFF_ACK + 4].copy_from_slice(&ack.to_be_bytes());
+        h[OFF_CREDIT..OFF_CREDIT + 4].copy_from_slice(&credit.to_be_bytes());
     }
+}
+
+/// Writes the header of a Data packet whose `payload_len` payload bytes the caller has
+/// put (or will put) at `buf[HEADER_LEN..]`: the encoder for a payload packed in place.
+/// The result decodes as [`Packet::decode`] would decode the same packet encoded by
+/// [`Packet::encode_into`]. `buf` must hold at least [`HEADER_LEN`] bytes and
+/// `payload_len` must be at most [`MAX_PAYLOAD`] (the engine checks both first).
+pub(crate) fn encode_data_header(buf: &mut [u8], session: u32, seq: u32, payload_len: usize) {
+    if let Some(h) = buf.get_mut(..HEADER_LEN) {
+        let len = payload_len.min(MAX_PAYLOAD) as u16;
+        write_header(h, FLAG_DATA, len, session, seq, 0, 0);
+    }
+}
+
+/// The one writer of the header, for both encoders. `h` is exactly [`HEADER_LEN`] bytes.
+fn write_header(h: &mut [u8], flags: u8, len: u16, session: u32, seq: u32, ack: u32, credit: u32) {
+    h[0] = VERSION;
+    h[OFF_FLAGS] = flags;
+    h[OFF_LEN..OFF_LEN + 2].copy_from_slice(&len.to_be_bytes());
+    h[OFF_SESSION..OFF_SESSION + 4].copy_from_slice(&session.to_be_bytes());
+    h[OFF_SEQ..OFF_SEQ + 4].copy_from_slice(&seq.to_be_bytes());
+    h[OFF_ACK..OFF_ACK + 4].copy_from_slice(&ack.to_be_bytes());
+    h[OFF_CREDIT..OFF_CREDIT + 4].copy_from_slice(&credit.to_be_bytes());
 }
 
 #[cfg(test)]
@@ -315,6 +345,7 @@ mod tests {
         round_trip(Packet {
             session: 7,
             ack: u32::MAX,
+            credit: 0x5000,
             body: Body::Data {
                 seq: 0xdead_beef,
                 ack_req: true,
@@ -324,11 +355,13 @@ mod tests {
         round_trip(Packet {
             session: 0,
             ack: 3,
+            credit: 0x5000,
             body: Body::Ack { ack_req: false },
         });
         round_trip(Packet {
             session: 1,
             ack: 3,
+            credit: 0x5000,
             body: Body::Nak { sack: &[0x81, 0] },
         });
     }
@@ -338,17 +371,21 @@ mod tests {
         let p = Packet {
             session: 0x0102_0304,
             ack: 0x0d0e_0f10,
+            credit: 0x1112_1314,
             body: Body::Data {
                 seq: 0x0809_0a0b,
                 ack_req: true,
                 payload: &[0xaa, 0xbb],
             },
         };
-        let mut buf = [0u8; 18];
+        let mut buf = [0u8; 22];
         p.encode_into(&mut buf).unwrap();
         assert_eq!(
             buf,
-            [1, 0x05, 0, 2, 1, 2, 3, 4, 8, 9, 10, 11, 0x0d, 0x0e, 0x0f, 0x10, 0xaa, 0xbb]
+            [
+                2, 0x05, 0, 2, 1, 2, 3, 4, 8, 9, 10, 11, 0x0d, 0x0e, 0x0f, 0x10, 0x11, 0x12, 0x13,
+                0x14, 0xaa, 0xbb
+            ]
         );
     }
 
@@ -358,15 +395,19 @@ mod tests {
         Packet {
             session: 1,
             ack: 2,
+            credit: 0x5000,
             body: Body::Ack { ack_req: false },
         }
         .encode_into(&mut good)
         .unwrap();
         assert!(Packet::decode(&good).is_ok());
-        assert_eq!(Packet::decode(&good[..15]), Err(DecodeError::Truncated));
+        assert_eq!(
+            Packet::decode(&good[..HEADER_LEN - 1]),
+            Err(DecodeError::Truncated)
+        );
         let mut b = good;
-        b[0] = 2;
-        assert_eq!(Packet::decode(&b), Err(DecodeError::Version(2)));
+        b[0] = 1;
+        assert_eq!(Packet::decode(&b), Err(DecodeError::Version(1)));
         for bit in 3..8 {
             let mut b = good;
             b[1] = 1 << bit;
@@ -404,6 +445,7 @@ mod tests {
         let p = Packet {
             session: 0,
             ack: 0,
+            credit: 0x5000,
             body: Body::Nak {
                 sack: &[0; MAX_SACK_BYTES + 1],
             },
@@ -416,6 +458,7 @@ mod tests {
         let p = Packet {
             session: 0,
             ack: 0,
+            credit: 0x5000,
             body: Body::Data {
                 seq: 0,
                 ack_req: false,
@@ -429,10 +472,11 @@ mod tests {
         let p = Packet {
             session: 0,
             ack: 0,
+            credit: 0x5000,
             body: Body::Ack { ack_req: true },
         };
         assert_eq!(
-            p.encode_into(&mut [0; 15]),
+            p.encode_into(&mut [0; HEADER_LEN - 1]),
             Err(EncodeError::BufferTooSmall)
         );
     }
@@ -442,17 +486,19 @@ mod tests {
         let p = Packet {
             session: 9,
             ack: 1,
+            credit: 0x5000,
             body: Body::Data {
                 seq: 5,
                 ack_req: false,
                 payload: b"x",
             },
         };
-        let mut buf = [0u8; 17];
+        let mut buf = [0u8; HEADER_LEN + 1];
         p.encode_into(&mut buf).unwrap();
-        patch_data(&mut buf, 77, true);
+        patch_data(&mut buf, 77, 1234, true);
         let q = Packet::decode(&buf).unwrap();
         assert_eq!(q.ack, 77);
+        assert_eq!(q.credit, 1234);
         assert_eq!(
             q.body,
             Body::Data {
@@ -485,7 +531,7 @@ mod tests {
 
     proptest! {
         #[test]
-        fn prop_round_trip(session: u32, ack: u32, body in owned_body()) {
+        fn prop_round_trip(session: u32, ack: u32, credit: u32, body in owned_body()) {
             let body = match &body {
                 OwnedBody::Data(seq, ack_req, p) => {
                     Body::Data { seq: *seq, ack_req: *ack_req, payload: p }
@@ -493,10 +539,18 @@ mod tests {
                 OwnedBody::Ack(r) => Body::Ack { ack_req: *r },
                 OwnedBody::Nak(s) => Body::Nak { sack: s },
             };
-            let p = Packet { session, ack, body };
+            let p = Packet { session, ack, credit, body };
             let mut buf = vec![0u8; p.encoded_len()];
             prop_assert_eq!(p.encode_into(&mut buf), Ok(buf.len()));
             prop_assert_eq!(Packet::decode(&buf), Ok(p));
+            if let Body::Data { seq, payload, .. } = p.body {
+                // The in-place encoder plus patch gives the same bytes as the encoder.
+                let mut b2 = vec![0u8; buf.len()];
+                b2[HEADER_LEN..].copy_from_slice(payload);
+                encode_data_header(&mut b2, session, seq, payload.len());
+                patch_data(&mut b2, ack, credit, matches!(p.body, Body::Data { ack_req: true, .. }));
+                prop_assert_eq!(b2, buf);
+            }
         }
 
         #[test]
@@ -510,8 +564,8 @@ mod tests {
         }
 
         #[test]
-        fn prop_decode_header_shaped(version in 0u8..3, flags: u8, len in 0u16..40,
-                                     rest in proptest::collection::vec(any::<u8>(), 12),
+        fn prop_decode_header_shaped(version in 0u8..4, flags: u8, len in 0u16..40,
+                                     rest in proptest::collection::vec(any::<u8>(), 16),
                                      payload in proptest::collection::vec(any::<u8>(), 0..40)) {
             // Mostly-valid headers reach the deeper checks that random bytes rarely do.
             let mut b = vec![version, flags];

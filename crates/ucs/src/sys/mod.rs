@@ -13,6 +13,7 @@ pub mod pidfd;
 pub mod poll;
 pub mod shm;
 pub mod timer;
+pub mod udp_batch;
 
 pub use eventfd::EventFd;
 pub use mapping::Mapping;

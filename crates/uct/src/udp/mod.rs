@@ -24,22 +24,48 @@
 //! two-byte frame header ([`wire`]) and the AM bytes, so `max_am_bcopy` is the datagram
 //! payload ([`UdpConfig::seg_size`]; by default 1472 bytes on IPv4 and 1452 on IPv6, a
 //! 1500-byte MTU path, and 65000 bytes on a loopback device, whose path is this host)
-//! minus the engine's 16-byte header and the frame header. The
-//! protocol layer fragments larger messages. zcopy gathers into the same buffer.
-//! A send copies the message into the engine's send pool and hands the datagrams the
-//! engine wants out to the socket at once. When the peer's window (or the interface's
-//! send pool) is full, the send returns `NoResource`, and `pending_add` queues until
-//! acknowledgements make room.
+//! minus the engine's 20-byte header and the frame header. The protocol layer fragments
+//! larger messages. Every send (short, bcopy's packer, zcopy's gather) writes the message
+//! straight into its slot of the engine's send pool ([`uct_rel::Engine::send_with`]),
+//! where it stays for retransmission: the only other copy is the kernel's. A message to
+//! an idle peer is handed to the socket at once; one queued behind others waits for the
+//! next progress call or until [`TX_DEFER`] have gathered, so that they go to the kernel
+//! together. When the peer's window (or the interface's send pool) is full, the send
+//! returns `NoResource`, and `pending_add` queues until acknowledgements make room.
+//!
+//! # Kernel path
+//!
+//! Datagrams leave in batches: up to [`TX_BATCH`] at a time are taken from the engine
+//! without copying and handed to one `sendmmsg`; where the kernel has UDP GSO (probed at
+//! open) a run of equal-size datagrams to one peer is one message of that call with a
+//! `UDP_SEGMENT` size, so the kernel walks its stack once per run. Reception is one
+//! `recvmmsg` per batch; with UDP GRO (turned on when GSO is available) the kernel hands
+//! back runs of one sender's datagrams in one buffer with their size, which the interface
+//! splits. A kernel or device that refuses GSO turns it off for the interface (the
+//! datagrams go one per message). GSO is not used with datagrams above half of 65000
+//! bytes (nothing to gain).
+//!
+//! # Flow control and socket buffers
+//!
+//! The socket's buffers are set to [`UdpConfig::sock_buf`] (`UCX_UDP_SOCK_BUF`, 4 MiB).
+//! The kernel caps them at `net.core.rmem_max` / `wmem_max` (208 KiB on a stock Debian
+//! host); a capped buffer is reported once per process at warn level, naming the sysctl.
+//! The receive buffer obtained is what the engine offers its senders (its credit, shared
+//! among the peers sending at the time), so a sender never has more in flight to us than
+//! the socket can hold: a small buffer costs bandwidth, not retransmissions.
 //!
 //! # Progress
 //!
 //! [`UdpIface::poll`]: read up to [`UdpConfig::rx_max_poll`] datagrams (nonblocking) and
-//! feed them to the engine; run the engine's timers when due ([`ucs::now_ns`]); send what
+//! feed them to the engine, which hands a message that is next in order (with nothing
+//! queued ahead of it) to the handler straight from the receive buffer, and queues the
+//! others (out of order, or behind queued ones) in its receive pool, delivered before the
+//! next datagram; run the engine's timers when due ([`ucs::now_ns`]); send what
 //! the engine wants sent (acknowledgements, NAKs, retransmissions, probes); deliver the
 //! messages the engine releases, in order, to the handler, and turn failed peers into
 //! [`IfaceEvent::EpFailed`]`(ep, EndpointTimeout)` for each of their endpoints. If the
-//! socket's send buffer is full, the datagram at hand is kept and sent first on the next
-//! progress (nothing else is sent meanwhile).
+//! socket's send buffer is full, the datagrams at hand are copied aside and sent first on
+//! the next progress (nothing else is sent meanwhile).
 //!
 //! # Flush
 //!
@@ -66,10 +92,11 @@
 //!
 //! # Memory
 //!
-//! Per peer: the engine's record ([`uct_rel::Engine::IDLE_PEER_BYTES`], 116 bytes), a
+//! Per peer: the engine's record ([`uct_rel::Engine::IDLE_PEER_BYTES`], 148 bytes), a
 //! 40-byte table entry, a hash-map entry (about 48 bytes) and per endpoint a 12-byte slot:
-//! about 220 bytes, no descriptor, no buffer. Shared by all peers: the socket, a receive
-//! and a send buffer of one datagram, and the engine's packet pools, which grow with the
+//! about 250 bytes, no descriptor, no buffer. Shared by all peers: the socket, the
+//! receive batch (up to 1 MiB: 64 datagrams, or 16 GRO buffers of 64 KiB), the send
+//! batch's headers, and the engine's packet pools, which grow with the
 //! messages in flight up to [`UdpConfig::tx_queue`] datagrams each (by default 8192, and
 //! at most 64 MiB of datagrams: 1032 on loopback).
 //!
@@ -97,26 +124,27 @@ use crate::slab::Slab;
 use crate::tcp::IfaceEvent;
 use crate::types::*;
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::time::Duration;
 use ucs::config::{self, Var};
+use ucs::sys::udp_batch::{self, OutMsg, RecvBatch, SendBatch};
 use ucs::{EventSet, Events, Result, Status};
 use uct_rel::packet::{Body, Packet, HEADER_LEN};
-use uct_rel::{Engine, Event, PeerId, PeerStatus, SendError};
+use uct_rel::{Engine, Event, PeerId, PeerStatus, SendError, TxBatch};
 use wire::FRAME_HDR;
 
 pub static VARS: &[Var] = &[
     Var {
         name: "UDP_SEG_SIZE",
         default: "auto",
-        doc: "Largest udp datagram payload, headers of rucx included (the largest active message is 18 bytes less). auto: 1472 on IPv4 and 1452 on IPv6 network devices (fits a 1500-byte MTU path), 65000 on loopback devices. 256..65507; all processes must use the same value.",
+        doc: "Largest udp datagram payload, headers of rucx included (the largest active message is 22 bytes less). auto: 1472 on IPv4 and 1452 on IPv6 network devices (fits a 1500-byte MTU path), 65000 on loopback devices. 256..65507; all processes must use the same value.",
     },
     Var {
         name: "UDP_WINDOW",
-        default: "256",
-        doc: "Unacknowledged udp messages per peer; beyond it sends get NO_RESOURCE. Both ends must agree.",
+        default: "4096",
+        doc: "Unacknowledged udp messages per peer; beyond it sends get NO_RESOURCE. Both ends must agree. What is on the wire at once is bounded in bytes by flow control (the receiver's socket buffer, advertised in every packet) and congestion control, not by this.",
     },
     Var {
         name: "UDP_TIMEOUT",
@@ -161,7 +189,7 @@ pub static VARS: &[Var] = &[
     Var {
         name: "UDP_SOCK_BUF",
         default: "4m",
-        doc: "Send and receive buffer size requested for the udp socket (the kernel caps it at net.core.[rw]mem_max).",
+        doc: "Send and receive buffer size requested for the udp socket. The kernel caps it at net.core.rmem_max / wmem_max (a warning says so once); the receive buffer obtained is what a udp interface offers its senders (flow control), so a capped buffer lowers udp bandwidth, not reliability.",
     },
     Var {
         name: "UDP_TX_QUEUE",
@@ -207,7 +235,7 @@ impl Default for UdpConfig {
     fn default() -> Self {
         UdpConfig {
             seg_size: None,
-            window: 256,
+            window: 4096,
             timeout: Duration::from_secs(10),
             keepalive: None,
             rto: Duration::from_millis(5),
@@ -318,6 +346,10 @@ impl UdpConfig {
             tx_pool_packets: self.tx_queue_for(seg_size),
             rx_pool_packets: self.tx_queue_for(seg_size),
             max_peers: 1 << 24,
+            // Replaced by the socket's receive buffer once it is known (UdpIface::open).
+            rcv_buf: u32::try_from(self.sock_buf).unwrap_or(u32::MAX).max(1),
+            initial_window: 8,
+            credit_epoch: 1_000_000,
         }
     }
 }
@@ -346,6 +378,14 @@ pub struct UdpStats {
     pub tx_errors: u64,
     /// Times the socket's send buffer was full.
     pub tx_stalls: u64,
+    /// Kernel calls that sent datagrams (sendmmsg; `tx_datagrams / tx_calls` is the batch).
+    pub tx_calls: u64,
+    /// Datagrams sent as segments of a GSO send.
+    pub tx_gso_segments: u64,
+    /// recvmmsg calls that returned datagrams.
+    pub rx_calls: u64,
+    /// Datagrams that arrived coalesced by GRO.
+    pub rx_gro_segments: u64,
 }
 
 /// A remote interface.
@@ -361,13 +401,21 @@ struct UdpEp {
     failed: Option<Status>,
 }
 
-// The per-peer state the module docs promise (about 220 bytes with the hash-map entry).
+// The per-peer state the module docs promise (about 250 bytes with the hash-map entry).
 const _: () = assert!(std::mem::size_of::<PeerEntry>() <= 40);
 const _: () = assert!(std::mem::size_of::<Option<UdpEp>>() <= 12);
-const _: () = assert!(Engine::IDLE_PEER_BYTES <= 128);
+const _: () = assert!(Engine::IDLE_PEER_BYTES <= 152);
 
 const TOK_SOCK: u64 = 0;
 const TOK_TIMER: u64 = 1;
+
+/// The send side's batch state: datagrams taken from the engine, the sendmmsg headers,
+/// and the messages (single datagrams or GSO runs) they form.
+struct TxPath {
+    txb: TxBatch,
+    sendb: SendBatch,
+    out_msgs: Vec<OutMsg>,
+}
 
 /// A udp interface on one device.
 pub struct UdpIface {
@@ -386,11 +434,20 @@ pub struct UdpIface {
     eps: Slab<UdpEp>,
     handlers: AmTable,
     out_events: Vec<IfaceEvent>,
-    rx_buf: Vec<u8>,
-    tx_buf: Vec<u8>,
-    /// A datagram the socket did not take (its send buffer was full), and its peer.
-    stalled: Option<u32>,
-    stall_buf: Vec<u8>,
+    /// Receive buffers and headers for recvmmsg (taken out while a batch is processed).
+    rxb: Option<Box<RecvBatch>>,
+    /// Datagrams taken from the engine for one sendmmsg, and the messages they form
+    /// (boxed: the interface enum should not grow by them).
+    tx: Box<TxPath>,
+    /// Datagrams the socket did not take (its send buffer was full), with their peers,
+    /// sent first on the next progress. Copies: a rare path.
+    stalled: VecDeque<(u32, Vec<u8>)>,
+    /// Messages queued since the last transmit (see `push`).
+    deferred: u32,
+    /// The kernel has UDP GSO (and this interface's datagrams are small enough to gain).
+    gso: bool,
+    /// The socket has UDP GRO on.
+    gro: bool,
     cfg: UdpConfig,
     seg_size: usize,
     /// Largest reliable message: frame header and AM bytes.
@@ -398,6 +455,36 @@ pub struct UdpIface {
     attr: IfaceAttr,
     stats: Box<UdpStats>,
 }
+
+fn s_fd(s: &UdpSocket) -> BorrowedFd<'_> {
+    s.as_fd()
+}
+
+/// Says once per process, at warn level, that the kernel granted smaller socket buffers
+/// than asked for, and which sysctl to raise.
+fn warn_if_capped(asked: usize, rcv: usize, snd: usize) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    static WARNED: AtomicBool = AtomicBool::new(false);
+    if (rcv >= asked && snd >= asked) || WARNED.swap(true, Ordering::Relaxed) {
+        return;
+    }
+    let (name, got) = if rcv < asked {
+        ("net.core.rmem_max", rcv)
+    } else {
+        ("net.core.wmem_max", snd)
+    };
+    tracing::warn!(
+        "udp: socket buffers capped by the kernel: asked for {asked} B, got {rcv} B to \
+         receive and {snd} B to send; udp bandwidth is limited accordingly (flow control \
+         keeps it reliable). Raise {name} (now {got} B) to at least {asked} \
+         (sysctl -w {name}={asked}), or lower UCX_UDP_SOCK_BUF to silence this"
+    );
+}
+
+/// Datagrams taken from the engine per sendmmsg.
+pub const TX_BATCH: usize = 128;
+/// Messages queued behind others that may wait for the next progress call.
+pub const TX_DEFER: u32 = 32;
 
 /// The form of an address used as a map key: no IPv6 flow label.
 fn key(a: SocketAddr) -> SocketAddr {
@@ -430,9 +517,13 @@ impl UdpIface {
         if ip.is_ipv6() {
             s.set_only_v6(true)?;
         }
-        // Best effort: the kernel caps these at its maxima.
+        // Best effort: the kernel caps these at its maxima (and reports twice what it
+        // grants: half is its bookkeeping).
         let _ = s.set_recv_buffer_size(cfg.sock_buf);
         let _ = s.set_send_buffer_size(cfg.sock_buf);
+        let rcv = s.recv_buffer_size().unwrap_or(0) / 2;
+        let snd = s.send_buffer_size().unwrap_or(0) / 2;
+        warn_if_capped(cfg.sock_buf, rcv, snd);
         s.bind(&SockAddr::from(bind)).map_err(|e| {
             tracing::debug!("udp: bind to {bind} failed: {e}");
             Status::NoDevice
@@ -444,10 +535,34 @@ impl UdpIface {
         events.add(&sock, Events::READABLE, TOK_SOCK)?;
         events.add(&timer, Events::READABLE, TOK_TIMER)?;
         let seg_size = cfg.seg_size_for(ip);
-        let engine = Box::new(Engine::new(cfg.engine_config(seg_size)).map_err(|e| {
+        let mut engine = Box::new(Engine::new(cfg.engine_config(seg_size)).map_err(|e| {
             tracing::error!("udp: {e}");
             Status::InvalidParam
         })?);
+        // GSO pays off only when several datagrams fit one send; GRO then hands them back
+        // in one buffer. Either is used only if this kernel has it.
+        let gso = 2 * seg_size <= udp_batch::GSO_MAX_BYTES && udp_batch::gso_supported(s_fd(&sock));
+        let gro = gso && udp_batch::enable_gro(s_fd(&sock));
+        let slot_len = if gro {
+            udp_batch::GRO_MAX_BYTES
+        } else {
+            // One byte more than the largest datagram: a longer one shows up as cut.
+            seg_size + 1
+        };
+        let slots = ((1 << 20) / slot_len)
+            .clamp(4, 64)
+            .min(cfg.rx_max_poll as usize);
+        let rxb = Some(Box::new(RecvBatch::new(slots, slot_len)));
+        // What senders may have in flight to us together: the receive buffer granted. The
+        // kernel counts each datagram's bookkeeping against the doubled figure it reports:
+        // large (or GRO-coalesced) datagrams fill three quarters of it with data, small ones
+        // about half.
+        let usable = if gro || seg_size >= 8192 {
+            rcv * 3 / 2
+        } else {
+            rcv
+        };
+        engine.set_rcv_buf(u32::try_from(usable.max(seg_size)).unwrap_or(u32::MAX));
         let max_msg = seg_size - HEADER_LEN;
         let max_am = max_msg - FRAME_HDR;
         let cost = CostModel {
@@ -475,7 +590,10 @@ impl UdpIface {
             cost,
             rma_cost: cost,
         };
-        tracing::debug!("udp: interface on {device} at {local}, datagrams of {seg_size} bytes");
+        tracing::debug!(
+            "udp: interface on {device} at {local}, datagrams of {seg_size} bytes, \
+             receive buffer {rcv} B, send buffer {snd} B, gso {gso}, gro {gro}"
+        );
         Ok(UdpIface {
             device: device.to_string(),
             local,
@@ -489,12 +607,16 @@ impl UdpIface {
             eps: Slab::default(),
             handlers: AmTable::default(),
             out_events: Vec::new(),
-            // One byte more than the largest datagram: a longer one shows up as too long
-            // instead of silently truncated.
-            rx_buf: vec![0; seg_size + 1],
-            tx_buf: Vec::with_capacity(max_msg),
-            stalled: None,
-            stall_buf: Vec::with_capacity(seg_size),
+            rxb,
+            tx: Box::new(TxPath {
+                txb: TxBatch::new(),
+                sendb: SendBatch::new(),
+                out_msgs: Vec::new(),
+            }),
+            stalled: VecDeque::new(),
+            deferred: 0,
+            gso,
+            gro,
             cfg,
             seg_size,
             max_msg,
@@ -527,6 +649,19 @@ impl UdpIface {
 
     pub fn handlers(&mut self) -> &mut AmTable {
         &mut self.handlers
+    }
+
+    /// Whether the kernel path uses UDP GSO on send and GRO on receive.
+    pub fn offloads(&self) -> (bool, bool) {
+        (self.gso, self.gro)
+    }
+
+    /// The congestion window and the credit the peer of `ep` advertised, in bytes.
+    pub fn ep_window(&self, ep: EpId) -> Result<(u32, u32)> {
+        let peer = self.ep_peer(ep)?;
+        self.engine
+            .peer_window(PeerId(peer))
+            .ok_or(Status::EndpointTimeout)
     }
 
     /// The interface's datagram counters.
@@ -654,9 +789,7 @@ impl UdpIface {
     }
 
     fn peer_has_space(&self, peer: u32) -> bool {
-        matches!(self.engine.peer_status(PeerId(peer)),
-            PeerStatus::Active { unacked } if unacked < self.cfg.window)
-            && self.engine.pool_in_use().0 < self.engine.config().tx_pool_packets
+        self.engine.can_send(PeerId(peer))
     }
 
     /// True when `ep` can take another message now. A failed endpoint "has space": its
@@ -684,13 +817,25 @@ impl UdpIface {
         })
     }
 
-    /// Queues one reliable message for `peer` and sends what can go.
+    /// Queues one reliable message for `peer`, which `pack` writes straight into the
+    /// engine's send buffer (frame header included; it returns the length), and sends
+    /// what can go. This is the one copy of the message before the kernel's.
     #[inline]
-    fn push(&mut self, peer: u32, msg: &[u8]) -> Result<Outcome> {
+    fn push(&mut self, peer: u32, pack: impl FnOnce(&mut [u8]) -> usize) -> Result<Outcome> {
         let now = ucs::now_ns();
-        match self.engine.send(PeerId(peer), msg, now) {
+        let idle = matches!(
+            self.engine.peer_status(PeerId(peer)),
+            PeerStatus::Active { unacked: 0 }
+        );
+        match self.engine.send_with(PeerId(peer), now, pack) {
             Ok(()) => {
-                self.transmit(now);
+                // A message to an idle peer goes at once (latency); behind others, up to
+                // TX_DEFER wait for the next progress or for the batch to fill, so that
+                // they reach the kernel together (one sendmmsg, one GSO send).
+                self.deferred += 1;
+                if idle || self.deferred >= TX_DEFER {
+                    self.transmit(now);
+                }
                 Ok(Outcome::Done(()))
             }
             Err(SendError::WindowFull) => Ok(Outcome::NoResource),
@@ -699,22 +844,22 @@ impl UdpIface {
         }
     }
 
-    /// Sends one active message made of `parts`.
+    /// Sends one active message made of `parts`, gathered into the send buffer.
     fn send_parts(&mut self, ep: EpId, id: u8, parts: &[&[u8]]) -> Result<Outcome> {
         let peer = self.ep_peer(ep)?;
         let total: usize = parts.iter().map(|p| p.len()).sum();
         if id >= AM_ID_MAX || FRAME_HDR + total > self.max_msg {
             return Err(Status::InvalidParam);
         }
-        let mut buf = std::mem::take(&mut self.tx_buf);
-        buf.clear();
-        buf.extend_from_slice(&wire::frame_header(id));
-        for p in parts {
-            buf.extend_from_slice(p);
-        }
-        let r = self.push(peer, &buf);
-        self.tx_buf = buf;
-        r
+        self.push(peer, |buf| {
+            buf[..FRAME_HDR].copy_from_slice(&wire::frame_header(id));
+            let mut at = FRAME_HDR;
+            for p in parts {
+                buf[at..at + p.len()].copy_from_slice(p);
+                at += p.len();
+            }
+            at
+        })
     }
 
     pub fn am_short(&mut self, ep: EpId, id: u8, hdr: u64, payload: &[u8]) -> Result<Outcome> {
@@ -738,22 +883,18 @@ impl UdpIface {
         if !self.peer_has_space(peer) {
             return Ok(Outcome::NoResource);
         }
-        let mut buf = std::mem::take(&mut self.tx_buf);
-        // A packer that panicked took the buffer with it: this makes a new one.
-        buf.resize(self.max_msg, 0);
-        buf[..FRAME_HDR].copy_from_slice(&wire::frame_header(id));
-        let n = pack(&mut buf[FRAME_HDR..]);
-        let r = if n > self.max_msg - FRAME_HDR {
-            Err(Status::InvalidParam)
-        } else {
-            self.push(peer, &buf[..FRAME_HDR + n]).map(|o| match o {
-                Outcome::Done(()) => Outcome::Done(n),
-                Outcome::InProgress => Outcome::InProgress,
-                Outcome::NoResource => Outcome::NoResource,
-            })
-        };
-        self.tx_buf = buf;
-        r
+        let mut packed = 0;
+        let r = self.push(peer, |buf| {
+            buf[..FRAME_HDR].copy_from_slice(&wire::frame_header(id));
+            packed = pack(&mut buf[FRAME_HDR..]);
+            // More than the buffer is refused by the engine (nothing is queued).
+            FRAME_HDR.saturating_add(packed)
+        })?;
+        Ok(match r {
+            Outcome::Done(()) => Outcome::Done(packed),
+            Outcome::InProgress => Outcome::InProgress,
+            Outcome::NoResource => Outcome::NoResource,
+        })
     }
 
     /// Sends `header` and the buffers of `iov`, gathered into one datagram.
@@ -766,16 +907,15 @@ impl UdpIface {
         if id >= AM_ID_MAX || FRAME_HDR + total > self.max_msg {
             return Err(Status::InvalidParam);
         }
-        let mut buf = std::mem::take(&mut self.tx_buf);
-        buf.clear();
-        buf.extend_from_slice(&wire::frame_header(id));
-        buf.extend_from_slice(header);
-        for p in iov {
-            buf.extend_from_slice(p);
-        }
-        let r = self.push(peer, &buf);
-        self.tx_buf = buf;
-        r
+        self.push(peer, |buf| {
+            buf[..FRAME_HDR].copy_from_slice(&wire::frame_header(id));
+            let mut at = FRAME_HDR;
+            for p in std::iter::once(&header).chain(iov) {
+                buf[at..at + p.len()].copy_from_slice(p);
+                at += p.len();
+            }
+            at
+        })
     }
 
     /// True when no peer is known: nothing can be in flight and nothing is expected, so
@@ -798,7 +938,7 @@ impl UdpIface {
     /// read.
     pub fn poll(&mut self, f: &mut impl FnMut(u8, &[u8])) -> usize {
         let now = ucs::now_ns();
-        let got = self.recv_batch(now);
+        let got = self.recv_batch(now, f);
         if self.engine.next_timeout().is_some_and(|t| t <= now) {
             self.engine.on_timeout(now);
         }
@@ -813,43 +953,93 @@ impl UdpIface {
         n
     }
 
-    fn recv_batch(&mut self, now: u64) -> usize {
+    /// Reads datagrams and feeds them to the engine; a message that is next in order is
+    /// delivered to `f` straight from the receive buffer, and anything the engine queued
+    /// is delivered before the next datagram (so that the direct path stays open).
+    /// Returns datagrams read plus messages delivered.
+    fn recv_batch(&mut self, now: u64, f: &mut impl FnMut(u8, &[u8])) -> usize {
+        let Some(mut rxb) = self.rxb.take() else {
+            return 0;
+        };
         let mut got = 0;
-        for _ in 0..self.cfg.rx_max_poll {
-            let (n, from) = match self.sock.recv_from(&mut self.rx_buf) {
-                Ok(r) => r,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+        let mut delivered = 0;
+        let mut budget = self.cfg.rx_max_poll as usize;
+        while budget > 0 {
+            let n = match rxb.recv(self.sock.as_fd(), budget) {
+                Ok(0) => break,
+                Ok(n) => n,
                 Err(e) => {
                     // E.g. an ICMP error reported on the socket: nothing to read here.
                     tracing::debug!("udp: receive failed: {e}");
                     break;
                 }
             };
-            got += 1;
-            if n > self.seg_size {
-                self.stats.rx_oversize += 1;
-                continue;
+            self.stats.rx_calls += 1;
+            budget = budget.saturating_sub(n);
+            for i in 0..n {
+                let m = rxb.get(i);
+                let Some(from) = m.from else {
+                    got += 1;
+                    self.stats.rx_junk += 1;
+                    continue;
+                };
+                let from = key(from);
+                let seg = m.seg.unwrap_or(m.data.len()).max(1);
+                if m.seg.is_some() {
+                    self.stats.rx_gro_segments += m.data.len().div_ceil(seg) as u64;
+                }
+                if m.truncated || seg > self.seg_size {
+                    got += 1;
+                    self.stats.rx_oversize += 1;
+                    continue;
+                }
+                // An empty datagram is one datagram too (and junk).
+                let whole = std::iter::once(m.data).filter(|_| m.seg.is_none());
+                let parts = m.data.chunks(seg).filter(|_| m.seg.is_some());
+                for d in whole.chain(parts) {
+                    got += 1;
+                    let peer = match self.by_addr.get(&from) {
+                        Some(&p) => p,
+                        None => match self.implicit_peer(from, d, now) {
+                            Some(p) => p,
+                            None => continue,
+                        },
+                    };
+                    let (mut direct, mut bad) = (0usize, 0u64);
+                    self.engine
+                        .on_packet_with(
+                            PeerId(peer),
+                            d,
+                            now,
+                            &mut |_, m| match wire::parse_frame(m) {
+                                Ok((id, data)) => {
+                                    f(id, data);
+                                    direct += 1;
+                                }
+                                Err(_) => bad += 1,
+                            },
+                        );
+                    self.stats.rx_bad_frame += bad;
+                    delivered += direct;
+                    if self.engine.has_events() {
+                        delivered += self.deliver(f);
+                    }
+                }
             }
-            let from = key(from);
-            let peer = match self.by_addr.get(&from) {
-                Some(&p) => p,
-                None => match self.implicit_peer(from, n, now) {
-                    Some(p) => p,
-                    None => continue,
-                },
-            };
-            self.engine.on_packet(PeerId(peer), &self.rx_buf[..n], now);
+            if n < rxb.slots() {
+                break; // the socket is drained
+            }
         }
+        self.rxb = Some(rxb);
         self.stats.rx_datagrams += got as u64;
-        got
+        got + delivered
     }
 
-    /// A peer for a datagram (the first `n` bytes of the receive buffer) from an unknown
-    /// address: only a well-formed data packet makes one, within the bound.
+    /// A peer for a datagram from an unknown address: only a well-formed data packet makes
+    /// one, within the bound.
     #[cold]
-    fn implicit_peer(&mut self, from: SocketAddr, n: usize, now: u64) -> Option<u32> {
-        match Packet::decode(&self.rx_buf[..n]) {
+    fn implicit_peer(&mut self, from: SocketAddr, d: &[u8], now: u64) -> Option<u32> {
+        match Packet::decode(d) {
             Ok(Packet {
                 body: Body::Data { .. },
                 ..
@@ -873,39 +1063,152 @@ impl UdpIface {
         Some(p)
     }
 
-    /// Hands the engine's datagrams to the socket until it has none or the socket's send
-    /// buffer is full (the datagram at hand is then kept for the next call).
-    fn transmit(&mut self, now: u64) {
-        if let Some(p) = self.stalled {
-            let addr = self.peers[p as usize].addr;
-            match self.sock.send_to(&self.stall_buf, addr) {
-                Err(e) if io_would_block(&e) => return,
+    /// Sends the datagrams held back earlier, one by one; false if the socket's send
+    /// buffer is still full.
+    fn send_stalled(&mut self) -> bool {
+        while let Some((p, bytes)) = self.stalled.front() {
+            let addr = self.peers[*p as usize].addr;
+            match self.sock.send_to(bytes, addr) {
+                Err(e) if io_would_block(&e) => return false,
                 Err(_) => self.stats.tx_errors += 1,
                 Ok(_) => self.stats.tx_datagrams += 1,
             }
-            self.stalled = None;
+            self.stalled.pop_front();
         }
-        while let Some(t) = self.engine.poll_transmit(now) {
-            let Some(pe) = self.peers.get(t.peer.0 as usize) else {
-                continue;
-            };
-            match self.sock.send_to(t.bytes, pe.addr) {
-                Ok(_) => self.stats.tx_datagrams += 1,
-                Err(e) if io_would_block(&e) => {
-                    self.stall_buf.clear();
-                    self.stall_buf.extend_from_slice(t.bytes);
-                    self.stalled = Some(t.peer.0);
-                    self.stats.tx_stalls += 1;
-                    return;
-                }
-                Err(e) => {
-                    // Lost like a datagram on the wire: the engine recovers it, or the
-                    // peer times out.
-                    self.stats.tx_errors += 1;
-                    tracing::debug!("udp: send to {} failed: {e}", pe.addr);
+        true
+    }
+
+    /// Holds back the datagrams of `out_msgs[from..]` (copies; sent by `send_stalled`).
+    #[cold]
+    fn stall_rest(&mut self, from: usize) {
+        for m in &self.tx.out_msgs[from..] {
+            for k in m.first..m.first + m.count {
+                let t = self.engine.batch_item(&self.tx.txb, k as usize);
+                self.stalled.push_back((t.peer.0, t.bytes.to_vec()));
+            }
+        }
+    }
+
+    /// Hands the engine's datagrams to the socket in batches (sendmmsg, and GSO where
+    /// consecutive datagrams go to one peer) until it has none or the socket's send buffer
+    /// is full (what is at hand is then kept for the next call).
+    fn transmit(&mut self, now: u64) {
+        self.deferred = 0;
+        if !self.stalled.is_empty() && !self.send_stalled() {
+            return;
+        }
+        loop {
+            let n = self
+                .engine
+                .poll_transmit_batch(now, &mut self.tx.txb, TX_BATCH);
+            if n == 0 {
+                return;
+            }
+            self.group(n);
+            let (engine, txb) = (&self.engine, &self.tx.txb);
+            let r = self
+                .tx
+                .sendb
+                .send(self.sock.as_fd(), &self.tx.out_msgs, |i| {
+                    engine.batch_item(txb, i).bytes
+                });
+            self.stats.tx_calls += 1;
+            match r {
+                Ok(_) => self.stats.tx_datagrams += n as u64,
+                Err((done, err)) => {
+                    let sent: u32 = self.tx.out_msgs[..done].iter().map(|m| m.count).sum();
+                    self.stats.tx_datagrams += u64::from(sent);
+                    match err {
+                        udp_batch::SendError::WouldBlock => {
+                            self.stats.tx_stalls += 1;
+                            self.stall_rest(done);
+                            return;
+                        }
+                        udp_batch::SendError::GsoRefused(_) => {
+                            tracing::debug!("udp: the kernel refused a GSO send; sending datagrams one by one from now on");
+                            self.gso = false;
+                            self.stall_rest(done);
+                        }
+                        udp_batch::SendError::Failed(i, e) => {
+                            // Lost like datagrams on the wire: the engine recovers them,
+                            // or the peer times out.
+                            self.stats.tx_errors += u64::from(self.tx.out_msgs[i].count);
+                            tracing::debug!(
+                                "udp: send to {} failed: {e}",
+                                self.tx.out_msgs[i].addr
+                            );
+                            self.stall_rest(i + 1);
+                        }
+                    }
+                    if !self.send_stalled() {
+                        return;
+                    }
                 }
             }
         }
+    }
+
+    /// Forms `out_msgs` from the `n` datagrams of the batch: runs of datagrams to one peer
+    /// of one size (the last may be shorter) become one GSO message when the kernel has
+    /// GSO, every other datagram a message of its own.
+    fn group(&mut self, n: usize) {
+        self.tx.out_msgs.clear();
+        let mut cur: Option<(u32, OutMsg, usize, usize)> = None; // peer, msg, seg, bytes
+        for i in 0..n {
+            let t = self.engine.batch_item(&self.tx.txb, i);
+            let (peer, len) = (t.peer.0, t.bytes.len());
+            if let Some((p, mut m, seg, bytes)) = cur {
+                let fits = self.gso
+                    && p == peer
+                    && len <= seg
+                    && (m.count as usize) < udp_batch::GSO_MAX_SEGMENTS
+                    && bytes + len <= udp_batch::GSO_MAX_BYTES;
+                if fits {
+                    m.count += 1;
+                    if len < seg {
+                        // A shorter datagram ends a GSO run.
+                        cur = None;
+                        self.finish(m);
+                    } else {
+                        cur = Some((p, m, seg, bytes + len));
+                    }
+                    continue;
+                }
+            }
+            if let Some((_, m, _, _)) = cur.take() {
+                self.finish(m);
+            }
+            let Some(pe) = self.peers.get(peer as usize) else {
+                continue;
+            };
+            cur = Some((
+                peer,
+                OutMsg {
+                    addr: pe.addr,
+                    first: i as u32,
+                    count: 1,
+                    gso: None,
+                },
+                len,
+                len,
+            ));
+        }
+        if let Some((_, m, _, _)) = cur.take() {
+            self.finish(m);
+        }
+    }
+
+    fn finish(&mut self, mut m: OutMsg) {
+        if m.count > 1 {
+            let seg = self
+                .engine
+                .batch_item(&self.tx.txb, m.first as usize)
+                .bytes
+                .len();
+            m.gso = Some(seg as u16);
+            self.stats.tx_gso_segments += u64::from(m.count);
+        }
+        self.tx.out_msgs.push(m);
     }
 
     fn deliver(&mut self, f: &mut impl FnMut(u8, &[u8])) -> usize {
@@ -941,9 +1244,7 @@ impl UdpIface {
         };
         pe.failed = true;
         tracing::debug!("udp: peer {} timed out", pe.addr);
-        if self.stalled == Some(p) {
-            self.stalled = None;
-        }
+        self.stalled.retain(|(q, _)| *q != p);
         for (i, e) in self.eps.iter_mut() {
             if e.peer == p && e.failed.is_none() {
                 e.failed = Some(Status::EndpointTimeout);
@@ -963,7 +1264,8 @@ impl UdpIface {
     /// else sets the timer to the engine's next deadline.
     pub fn arm(&mut self) -> Result<()> {
         if !self.out_events.is_empty()
-            || self.stalled.is_some()
+            || !self.stalled.is_empty()
+            || self.deferred > 0
             || ucs::sys::poll::readable(self.sock.as_fd(), 0)?
         {
             return Err(Status::Busy);
@@ -973,6 +1275,17 @@ impl UdpIface {
             return Err(Status::Busy);
         }
         self.timer.set(next)
+    }
+}
+
+impl Drop for UdpIface {
+    fn drop(&mut self) {
+        tracing::debug!(
+            "udp: interface {} closing: {:?}; engine {:?}",
+            self.local,
+            self.stats,
+            self.engine.counters()
+        );
     }
 }
 
@@ -1011,7 +1324,7 @@ mod tests {
     #[test]
     fn message_and_implicit_peer() {
         let (mut a, mut b) = pair(UdpConfig::default());
-        assert_eq!(a.attr().max_am_bcopy, LOOPBACK_SEG_SIZE - 16 - 2);
+        assert_eq!(a.attr().max_am_bcopy, LOOPBACK_SEG_SIZE - HEADER_LEN - 2);
         let ep = a.ep_create(&b.address()).unwrap();
         assert_eq!(b.peer_count(), 0);
         assert!(a.am_short(ep, 3, 42, b"hi").unwrap().is_done());
