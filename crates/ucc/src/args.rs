@@ -167,16 +167,17 @@ pub unsafe fn translate(
         return Err(UCC_ERR_INVALID_PARAM);
     }
     let bytes = |coll: CollType| Args::new(coll).dtype(DataType::Uint8);
-    // SAFETY (every `raw` and `vbuf` below): application buffers per UCC's contract.
+    // SAFETY: this function's contract: the buffers and arrays `a` names are valid
+    // application memory until the request is finalized.
+    let buf = |ptr: *mut std::ffi::c_void, len: usize| unsafe { raw(ptr, len) };
+    // SAFETY: as above, for the counts and displacements arrays of `p` entries.
+    let vb = |v: &BufInfoV, es: usize| unsafe { vbuf(v, flags, p, es) };
     let args = match a.coll_type {
         COLL_BARRIER => Args::new(C::Barrier),
         COLL_BCAST => {
             host(si.mem_type)?;
             let n = si.count as usize * dt_size(si.datatype)?;
-            bytes(C::Bcast)
-                .dst(unsafe { raw(si.buffer, n)? })
-                .count(n)
-                .root(root)
+            bytes(C::Bcast).dst(buf(si.buffer, n)?).count(n).root(root)
         }
         COLL_ALLREDUCE => {
             let dt = coll_dt(di.datatype)?;
@@ -187,13 +188,13 @@ pub unsafe fn translate(
                 .op(coll_op(a.op)?)
                 .count(n)
                 .in_place(in_place)
-                .dst(unsafe { raw(di.buffer, n * dt.size())? });
+                .dst(buf(di.buffer, n * dt.size())?);
             if !in_place {
                 host(si.mem_type)?;
                 if si.datatype != di.datatype {
                     return Err(UCC_ERR_NOT_SUPPORTED);
                 }
-                x = x.src(unsafe { raw(si.buffer, n * dt.size())? });
+                x = x.src(buf(si.buffer, n * dt.size())?);
             }
             x
         }
@@ -209,11 +210,11 @@ pub unsafe fn translate(
                 .in_place(root_ip);
             if !root_ip {
                 host(si.mem_type)?;
-                x = x.src(unsafe { raw(si.buffer, n * dt.size())? });
+                x = x.src(buf(si.buffer, n * dt.size())?);
             }
             if is_root {
                 host(di.mem_type)?;
-                x = x.dst(unsafe { raw(di.buffer, n * dt.size())? });
+                x = x.dst(buf(di.buffer, n * dt.size())?);
             }
             x
         }
@@ -224,22 +225,22 @@ pub unsafe fn translate(
             let mut x = bytes(C::Allgather)
                 .count(blk)
                 .in_place(in_place)
-                .dst(unsafe { raw(di.buffer, blk * p)? });
+                .dst(buf(di.buffer, blk * p)?);
             if !in_place {
                 host(si.mem_type)?;
-                x = x.src(unsafe { raw(si.buffer, blk)? });
+                x = x.src(buf(si.buffer, blk)?);
             }
             x
         }
         COLL_ALLGATHERV => {
             let es = dt_size(dv.datatype)?;
-            let (c, d, ext) = unsafe { vbuf(&dv, flags, p, es)? };
+            let (c, d, ext) = vb(&dv, es)?;
             let mut x = bytes(C::Allgatherv)
                 .in_place(in_place)
-                .dst(unsafe { raw(dv.buffer, ext)? });
+                .dst(buf(dv.buffer, ext)?);
             if !in_place {
                 host(si.mem_type)?;
-                x = x.src(unsafe { raw(si.buffer, c[rank])? });
+                x = x.src(buf(si.buffer, c[rank])?);
             }
             x.dst_v(c, d)
         }
@@ -250,24 +251,24 @@ pub unsafe fn translate(
             let mut x = bytes(C::Alltoall)
                 .count(blk)
                 .in_place(in_place)
-                .dst(unsafe { raw(di.buffer, blk * p)? });
+                .dst(buf(di.buffer, blk * p)?);
             if !in_place {
                 host(si.mem_type)?;
-                x = x.src(unsafe { raw(si.buffer, blk * p)? });
+                x = x.src(buf(si.buffer, blk * p)?);
             }
             x
         }
         COLL_ALLTOALLV => {
             let es = dt_size(dv.datatype)?;
-            let (c, d, ext) = unsafe { vbuf(&dv, flags, p, es)? };
+            let (c, d, ext) = vb(&dv, es)?;
             let mut x = bytes(C::Alltoallv)
                 .in_place(in_place)
-                .dst(unsafe { raw(dv.buffer, ext)? })
+                .dst(buf(dv.buffer, ext)?)
                 .dst_v(c, d);
             if !in_place {
                 let es = dt_size(sv.datatype)?;
-                let (c, d, ext) = unsafe { vbuf(&sv, flags, p, es)? };
-                x = x.src(unsafe { raw(sv.buffer, ext)? }).src_v(c, d);
+                let (c, d, ext) = vb(&sv, es)?;
+                x = x.src(buf(sv.buffer, ext)?).src_v(c, d);
             }
             x
         }
@@ -289,12 +290,12 @@ pub unsafe fn translate(
                 .count(blk)
                 .in_place(in_place);
             if in_place {
-                x = x.dst(unsafe { raw(di.buffer, blk * p * es)? });
+                x = x.dst(buf(di.buffer, blk * p * es)?);
             } else {
                 host(si.mem_type)?;
                 x = x
-                    .src(unsafe { raw(si.buffer, blk * p * es)? })
-                    .dst(unsafe { raw(di.buffer, blk * es)? });
+                    .src(buf(si.buffer, blk * p * es)?)
+                    .dst(buf(di.buffer, blk * es)?);
             }
             x
         }
@@ -310,12 +311,12 @@ pub unsafe fn translate(
                 .op(coll_op(a.op)?)
                 .in_place(in_place);
             if in_place {
-                x = x.dst(unsafe { raw(dv.buffer, total * es)? });
+                x = x.dst(buf(dv.buffer, total * es)?);
             } else {
                 host(si.mem_type)?;
                 x = x
-                    .src(unsafe { raw(si.buffer, total * es)? })
-                    .dst(unsafe { raw(dv.buffer, c[rank] * es)? });
+                    .src(buf(si.buffer, total * es)?)
+                    .dst(buf(dv.buffer, c[rank] * es)?);
             }
             let d = vec![0; p];
             x.dst_v(c, d)
@@ -331,11 +332,11 @@ pub unsafe fn translate(
             };
             let mut x = bytes(C::Gather).count(blk).root(root).in_place(root_ip);
             if !root_ip {
-                x = x.src(unsafe { raw(si.buffer, blk)? });
+                x = x.src(buf(si.buffer, blk)?);
             }
             if is_root {
                 host(di.mem_type)?;
-                x = x.dst(unsafe { raw(di.buffer, blk * p)? });
+                x = x.dst(buf(di.buffer, blk * p)?);
             }
             x
         }
@@ -344,16 +345,16 @@ pub unsafe fn translate(
             let mut x = bytes(C::Gatherv).root(root).in_place(root_ip);
             if is_root {
                 let es = dt_size(dv.datatype)?;
-                let (c, d, ext) = unsafe { vbuf(&dv, flags, p, es)? };
+                let (c, d, ext) = vb(&dv, es)?;
                 if !root_ip {
                     host(si.mem_type)?;
-                    x = x.src(unsafe { raw(si.buffer, c[rank])? });
+                    x = x.src(buf(si.buffer, c[rank])?);
                 }
-                x = x.dst(unsafe { raw(dv.buffer, ext)? }).dst_v(c, d);
+                x = x.dst(buf(dv.buffer, ext)?).dst_v(c, d);
             } else {
                 host(si.mem_type)?;
                 let n = si.count as usize * dt_size(si.datatype)?;
-                x = x.src(unsafe { raw(si.buffer, n)? }).count(n);
+                x = x.src(buf(si.buffer, n)?).count(n);
             }
             x
         }
@@ -369,10 +370,10 @@ pub unsafe fn translate(
             let mut x = bytes(C::Scatter).count(blk).root(root).in_place(root_ip);
             if is_root {
                 host(si.mem_type)?;
-                x = x.src(unsafe { raw(si.buffer, blk * p)? });
+                x = x.src(buf(si.buffer, blk * p)?);
             }
             if !root_ip {
-                x = x.dst(unsafe { raw(di.buffer, blk)? });
+                x = x.dst(buf(di.buffer, blk)?);
             }
             x
         }
@@ -381,16 +382,16 @@ pub unsafe fn translate(
             let mut x = bytes(C::Scatterv).root(root).in_place(root_ip);
             if is_root {
                 let es = dt_size(sv.datatype)?;
-                let (c, d, ext) = unsafe { vbuf(&sv, flags, p, es)? };
+                let (c, d, ext) = vb(&sv, es)?;
                 if !root_ip {
                     host(di.mem_type)?;
-                    x = x.dst(unsafe { raw(di.buffer, c[rank])? });
+                    x = x.dst(buf(di.buffer, c[rank])?);
                 }
-                x = x.src(unsafe { raw(sv.buffer, ext)? }).src_v(c, d);
+                x = x.src(buf(sv.buffer, ext)?).src_v(c, d);
             } else {
                 host(di.mem_type)?;
                 let n = di.count as usize * dt_size(di.datatype)?;
-                x = x.dst(unsafe { raw(di.buffer, n)? }).count(n);
+                x = x.dst(buf(di.buffer, n)?).count(n);
             }
             x
         }
