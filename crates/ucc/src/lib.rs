@@ -21,6 +21,7 @@
 mod args;
 mod ffi;
 mod handle;
+mod helpers;
 mod oob;
 
 use coll::Oob;

@@ -10,6 +10,22 @@
 
 static int wrank;
 
+/* Helper symbols libucc exports outside ucc.h (UCC's tools declare them themselves). */
+typedef struct {
+    ucc_memory_type_t mt;
+    int from_pool;
+    void *addr;
+} mc_header_t;
+extern const char *ucc_memory_type_names[];
+extern const size_t ucc_dt_predefined_sizes[UCC_DT_PREDEFINED_LAST];
+ucc_status_t ucc_mc_available(ucc_memory_type_t mem_type);
+ucc_status_t ucc_mc_alloc(mc_header_t **h_ptr, size_t len, ucc_memory_type_t mem_type);
+ucc_status_t ucc_mc_free(mc_header_t *h_ptr);
+ucc_status_t ucc_mc_memset(void *ptr, int value, size_t size, ucc_memory_type_t mem_type);
+ucc_status_t ucc_mc_memcpy(void *dst, const void *src, size_t len, ucc_memory_type_t dst_mem,
+                           ucc_memory_type_t src_mem);
+ucc_status_t ucc_str_to_memunits(const char *buf, void *dest);
+
 #define FAIL(...)                                                             \
     do {                                                                      \
         fprintf(stderr, "[%d] %s:%d: ", wrank, __FILE__, __LINE__);           \
@@ -621,6 +637,30 @@ static void negative(team_t *T)
     if (strcmp(ucc_status_string(UCC_ERR_NOT_SUPPORTED), "") == 0) FAIL("status string");
 }
 
+static void helpers(void)
+{
+    mc_header_t *h, *h2;
+    size_t v = 0;
+    if (strcmp(ucc_memory_type_names[UCC_MEMORY_TYPE_HOST], "host") != 0) FAIL("names");
+    if (ucc_dt_predefined_sizes[UCC_DT_FLOAT64 >> 3] != 8 ||
+        ucc_dt_predefined_sizes[UCC_DT_FLOAT128_COMPLEX >> 3] != 32)
+        FAIL("dt sizes");
+    CHECK(ucc_mc_available(UCC_MEMORY_TYPE_HOST));
+    EXPECT(ucc_mc_available(UCC_MEMORY_TYPE_CUDA), UCC_ERR_NOT_SUPPORTED);
+    EXPECT(ucc_mc_alloc(&h, 16, UCC_MEMORY_TYPE_CUDA), UCC_ERR_NOT_SUPPORTED);
+    CHECK(ucc_mc_alloc(&h, 4096, UCC_MEMORY_TYPE_HOST));
+    CHECK(ucc_mc_alloc(&h2, 4096, UCC_MEMORY_TYPE_HOST));
+    if (h->mt != UCC_MEMORY_TYPE_HOST || h->addr == NULL) FAIL("mc header");
+    CHECK(ucc_mc_memset(h->addr, 0x5a, 4096, UCC_MEMORY_TYPE_HOST));
+    CHECK(ucc_mc_memcpy(h2->addr, h->addr, 4096, UCC_MEMORY_TYPE_HOST, UCC_MEMORY_TYPE_HOST));
+    if (((unsigned char *)h2->addr)[4095] != 0x5a) FAIL("mc memcpy");
+    CHECK(ucc_mc_free(h));
+    CHECK(ucc_mc_free(h2));
+    CHECK(ucc_str_to_memunits("8k", &v));
+    if (v != 8192) FAIL("memunits %zu", v);
+    EXPECT(ucc_str_to_memunits("x1", &v), UCC_ERR_INVALID_PARAM);
+}
+
 int main(int argc, char **argv)
 {
     int n;
@@ -628,6 +668,7 @@ int main(int argc, char **argv)
     MPI_Comm_rank(MPI_COMM_WORLD, &wrank);
     MPI_Comm_size(MPI_COMM_WORLD, &n);
 
+    helpers();
     ucc_lib_config_h lcfg;
     ucc_lib_h lib;
     ucc_lib_params_t lp;
