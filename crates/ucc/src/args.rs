@@ -140,6 +140,30 @@ fn per_rank(total: u64, p: usize) -> Result<usize, Status> {
     Ok(t / p)
 }
 
+/// A move applied when the collective completes: UCC's in-place reduce_scatter(v) leaves
+/// rank r's block at its own position in the vector, coll's at the start.
+#[derive(Clone, Copy, Debug)]
+pub struct Fixup {
+    pub base: *mut u8,
+    pub to: usize,
+    pub len: usize,
+}
+
+impl Fixup {
+    /// Moves the result block into place.
+    ///
+    /// # Safety
+    /// The destination buffer the fixup names must still be valid (it is until the
+    /// request is finalized, by UCC's contract).
+    pub unsafe fn apply(&self) {
+        if self.to > 0 && self.len > 0 {
+            // SAFETY: both ranges lie in the destination buffer (checked in
+            // `translate`); `copy` handles the overlap.
+            unsafe { std::ptr::copy(self.base, self.base.add(self.to), self.len) };
+        }
+    }
+}
+
 /// Translates `a` for `rank` of a team of `p`.
 ///
 /// # Safety
@@ -150,8 +174,9 @@ pub unsafe fn translate(
     flags: u64,
     rank: usize,
     p: usize,
-) -> Result<Args<'static>, Status> {
+) -> Result<(Args<'static>, Option<Fixup>), Status> {
     use CollType as C;
+    let mut fixup = None;
     let in_place = flags & COLL_ARGS_FLAG_IN_PLACE != 0;
     let is_root = a.root as usize == rank;
     // SAFETY: reading the union members UCC documents for each collective below; both
@@ -274,8 +299,8 @@ pub unsafe fn translate(
         }
         COLL_REDUCE_SCATTER => {
             // Not in place: dst.count is this rank's block, src holds p blocks. In place:
-            // dst holds the whole vector (dst.count is its total) and the block lands at
-            // its start, as in MPI.
+            // dst holds the whole vector (dst.count is its total) and rank r's result
+            // block stays at its own position r (UCC's convention, unlike MPI's).
             let dt = coll_dt(di.datatype)?;
             host(di.mem_type)?;
             let blk = if in_place {
@@ -291,6 +316,11 @@ pub unsafe fn translate(
                 .in_place(in_place);
             if in_place {
                 x = x.dst(buf(di.buffer, blk * p * es)?);
+                fixup = Some(Fixup {
+                    base: di.buffer.cast(),
+                    to: rank * blk * es,
+                    len: blk * es,
+                });
             } else {
                 host(si.mem_type)?;
                 x = x
@@ -312,6 +342,11 @@ pub unsafe fn translate(
                 .in_place(in_place);
             if in_place {
                 x = x.dst(buf(dv.buffer, total * es)?);
+                fixup = Some(Fixup {
+                    base: dv.buffer.cast(),
+                    to: c[..rank].iter().sum::<usize>() * es,
+                    len: c[rank] * es,
+                });
             } else {
                 host(si.mem_type)?;
                 x = x
@@ -398,5 +433,5 @@ pub unsafe fn translate(
         COLL_FANIN | COLL_FANOUT => return Err(UCC_ERR_NOT_SUPPORTED),
         _ => return Err(UCC_ERR_INVALID_PARAM),
     };
-    Ok(args)
+    Ok((args, fixup))
 }

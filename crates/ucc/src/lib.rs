@@ -372,7 +372,13 @@ fn progress_locked(inner: &mut CtxInner) -> Vec<(CollCallback, Status)> {
         // touched under this lock.
         let r = unsafe { &mut *rp };
         let s = match cx.test(r.req) {
-            Ok(true) => UCC_OK,
+            Ok(true) => {
+                if let Some(f) = r.fixup {
+                    // SAFETY: the request is not finalized, so its destination is valid.
+                    unsafe { f.apply() };
+                }
+                UCC_OK
+            }
             Ok(false) => match r.deadline {
                 Some(d) if r.started.elapsed() > d => UCC_ERR_TIMED_OUT,
                 _ => return true,
@@ -692,6 +698,8 @@ pub(crate) struct Req {
     cb: Option<CollCallback>,
     deadline: Option<Duration>,
     started: Instant,
+    /// Applied on success (UCC's in-place reduce_scatter layout).
+    fixup: Option<args::Fixup>,
 }
 
 #[no_mangle]
@@ -728,7 +736,7 @@ pub unsafe extern "C" fn ucc_collective_init(
         );
         // SAFETY: the buffers and arrays `a` points to are the application's, valid until
         // the request is finalized (UCC's contract).
-        let cargs = tri!(unsafe { args::translate(a, flags, rank, size) });
+        let (cargs, fixup) = tri!(unsafe { args::translate(a, flags, rank, size) });
         let r = tri!(g.cx.init(tm, cargs).map_err(status));
         drop(g);
         let deadline = (flags & COLL_ARGS_FLAG_TIMEOUT != 0 && a.timeout > 0.0)
@@ -742,6 +750,7 @@ pub unsafe extern "C" fn ucc_collective_init(
             cb: (a.mask & COLL_ARGS_FIELD_CB != 0 && a.cb.cb.is_some()).then_some(a.cb),
             deadline,
             started: Instant::now(),
+            fixup,
         };
         let rp = handle::register(Box::new(req), Kind::Req);
         // SAFETY: non-null handle slot.

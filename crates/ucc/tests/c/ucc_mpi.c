@@ -404,10 +404,12 @@ static void t_reduce_scatter(team_t *T, int ip, int pers)
             d[i] = ip ? s[i] : -1;
         }
         go(T, &a, pers, &req, it);
+        /* In place, UCC leaves rank r's block at position r of the vector. */
+        int32_t *got = ip ? d + r * B : d;
         for (int k = 0; k < B; k++) {
             int32_t want = 0;
             for (int q = 0; q < n; q++) want += V(q, r * B + k, it);
-            if (d[k] != want) FAIL("%s reduce_scatter[%d]=%d want %d", T->name, k, d[k], want);
+            if (got[k] != want) FAIL("%s reduce_scatter[%d]=%d want %d", T->name, k, got[k], want);
         }
     }
     done(pers, req);
@@ -438,10 +440,11 @@ static void t_reduce_scatterv(team_t *T, int ip, int pers)
             d[i] = ip ? s[i] : -1;
         }
         go(T, &a, pers, &req, it);
+        int32_t *got = ip ? d + off : d;
         for (uint32_t k = 0; k < c[r]; k++) {
             int32_t want = 0;
             for (int q = 0; q < n; q++) want += V(q, off + k, it);
-            if (d[k] != want) FAIL("%s reduce_scatterv[%u]=%d want %d", T->name, k, d[k], want);
+            if (got[k] != want) FAIL("%s reduce_scatterv[%u]=%d want %d", T->name, k, got[k], want);
         }
     }
     done(pers, req);
