@@ -10,6 +10,24 @@
 
 static int wrank;
 
+/* The LP64 layouts libucc's Rust mirrors assert (crates/ucc/src/ffi.rs). */
+#include <stddef.h>
+_Static_assert(sizeof(ucc_oob_coll_t) == 40, "ucc_oob_coll_t");
+_Static_assert(sizeof(ucc_lib_params_t) == 40, "ucc_lib_params_t");
+_Static_assert(sizeof(ucc_context_params_t) == 80, "ucc_context_params_t");
+_Static_assert(sizeof(ucc_context_attr_t) == 40, "ucc_context_attr_t");
+_Static_assert(sizeof(ucc_ep_map_t) == 32, "ucc_ep_map_t");
+_Static_assert(offsetof(ucc_team_params_t, oob) == 72, "team params oob");
+_Static_assert(offsetof(ucc_team_params_t, ep_map) == 168, "team params ep_map");
+_Static_assert(sizeof(ucc_team_params_t) == 208, "ucc_team_params_t");
+_Static_assert(sizeof(ucc_team_attr_t) == 72, "ucc_team_attr_t");
+_Static_assert(offsetof(ucc_coll_args_t, src) == 16, "coll args src");
+_Static_assert(offsetof(ucc_coll_args_t, dst) == 56, "coll args dst");
+_Static_assert(offsetof(ucc_coll_args_t, op) == 96, "coll args op");
+_Static_assert(offsetof(ucc_coll_args_t, tag) == 124, "coll args tag");
+_Static_assert(offsetof(ucc_coll_args_t, cb) == 136, "coll args cb");
+_Static_assert(sizeof(ucc_coll_args_t) == 184, "ucc_coll_args_t");
+
 /* Helper symbols libucc exports outside ucc.h (UCC's tools declare them themselves). */
 typedef struct {
     ucc_memory_type_t mt;
