@@ -306,3 +306,32 @@ const _: () = {
     assert!(offset_of!(CollArgs, cb) == 136);
     assert!(size_of::<CollArgs>() == 184);
 };
+
+// Events and execution engines.
+pub const EVENT_COLLECTIVE_POST: i32 = 1 << 0;
+pub const EVENT_COLLECTIVE_COMPLETE: i32 = 1 << 1;
+pub const EVENT_COMPUTE_COMPLETE: i32 = 1 << 2;
+pub const EE_CPU_THREAD: i32 = 1;
+pub const EE_LAST: i32 = 3;
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct Ev {
+    pub ev_type: i32,
+    pub ev_context: *mut c_void,
+    pub ev_context_size: usize,
+    pub req: *mut c_void,
+}
+
+#[repr(C)]
+pub struct EeParams {
+    pub ee_type: i32,
+    pub ee_context: *mut c_void,
+    pub ee_context_size: usize,
+}
+
+#[cfg(target_pointer_width = "64")]
+const _: () = {
+    assert!(std::mem::size_of::<Ev>() == 32);
+    assert!(std::mem::size_of::<EeParams>() == 24);
+};

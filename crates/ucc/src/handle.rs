@@ -14,6 +14,8 @@ pub enum Kind {
     Ctx,
     Team,
     Req,
+    Ee,
+    Event,
 }
 
 static LIVE: Mutex<Option<HashMap<usize, Kind>>> = Mutex::new(None);

@@ -19,6 +19,7 @@
 #![allow(non_upper_case_globals)]
 
 mod args;
+mod ee;
 mod ffi;
 mod handle;
 mod helpers;
@@ -59,6 +60,8 @@ pub(crate) fn status(s: ucs::Status) -> Status {
     }
 }
 
+#[macro_export]
+#[doc(hidden)]
 macro_rules! tri {
     ($e:expr) => {
         match $e {
@@ -363,7 +366,7 @@ pub unsafe extern "C" fn ucc_context_create(
 
 /// Drives the context and settles the requests that finished; returns their callbacks
 /// (run by the caller once the lock is released).
-fn progress_locked(inner: &mut CtxInner) -> Vec<(CollCallback, Status)> {
+pub(crate) fn progress_locked(inner: &mut CtxInner) -> Vec<(CollCallback, Status)> {
     let CtxInner { cx, active } = inner;
     cx.progress();
     let mut cbs = Vec::new();
@@ -386,6 +389,9 @@ fn progress_locked(inner: &mut CtxInner) -> Vec<(CollCallback, Status)> {
             Err(e) => status(e),
         };
         r.status = s;
+        if let Ok(e) = handle::get::<ee::Ee, _>(r.ee, Kind::Ee) {
+            e.report(EVENT_COLLECTIVE_COMPLETE, rp.cast());
+        }
         if let Some(cb) = r.cb {
             cbs.push((cb, s));
         }
@@ -394,7 +400,7 @@ fn progress_locked(inner: &mut CtxInner) -> Vec<(CollCallback, Status)> {
     cbs
 }
 
-fn run_callbacks(cbs: Vec<(CollCallback, Status)>) {
+pub(crate) fn run_callbacks(cbs: Vec<(CollCallback, Status)>) {
     for (cb, s) in cbs {
         if let Some(f) = cb.cb {
             // SAFETY: the callback and its data were given by the application for this
@@ -468,7 +474,7 @@ enum TeamState {
 }
 
 pub(crate) struct TeamC {
-    ctx: *mut Ctx,
+    pub(crate) ctx: *mut Ctx,
     state: TeamState,
 }
 
@@ -638,7 +644,7 @@ pub unsafe extern "C" fn ucc_team_destroy(team: *mut c_void) -> Status {
     })
 }
 
-fn ready_team(t: &TeamC) -> Result<coll::Team, Status> {
+pub(crate) fn ready_team(t: &TeamC) -> Result<coll::Team, Status> {
     match t.state {
         TeamState::Ready(tm) => Ok(tm),
         TeamState::Creating(_) => Err(UCC_INPROGRESS),
@@ -692,6 +698,10 @@ pub unsafe extern "C" fn ucc_team_get_attr(team: *mut c_void, attr: *mut TeamAtt
 pub(crate) struct Req {
     status: Status,
     ctx: *mut Ctx,
+    /// The team (an engine checks its requests are its team's).
+    pub(crate) team: *mut TeamC,
+    /// The engine of a triggered post, told when the collective completes.
+    pub(crate) ee: *mut ee::Ee,
     req: coll::CollReq,
     persistent: bool,
     posted: bool,
@@ -744,6 +754,8 @@ pub unsafe extern "C" fn ucc_collective_init(
         let req = Req {
             status: UCC_OPERATION_INITIALIZED,
             ctx: t.ctx,
+            team: team.cast(),
+            ee: std::ptr::null_mut(),
             req: r,
             persistent: flags & COLL_ARGS_FLAG_PERSISTENT != 0,
             posted: false,

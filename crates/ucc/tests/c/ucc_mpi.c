@@ -682,6 +682,44 @@ static void helpers(void)
     EXPECT(ucc_str_to_memunits("x1", &v), UCC_ERR_INVALID_PARAM);
 }
 
+/* Events with host semantics: a triggered post on a CPU-thread engine reports the post
+   and then the completion. */
+static void events(team_t *T)
+{
+    ucc_ee_h ee;
+    ucc_ee_params_t ep = {UCC_EE_CUDA_STREAM, NULL, 0};
+    int32_t s[16], d[16];
+    ucc_coll_req_h req;
+    ucc_ev_t trig, *ev, got;
+    EXPECT(ucc_ee_create(T->team, &ep, &ee), UCC_ERR_NOT_SUPPORTED);
+    ep.ee_type = UCC_EE_CPU_THREAD;
+    CHECK(ucc_ee_create(T->team, &ep, &ee));
+    EXPECT(ucc_ee_get_event(ee, &ev), UCC_ERR_NOT_FOUND);
+    for (int i = 0; i < 16; i++) s[i] = T->r + i;
+    ucc_coll_args_t a = {0};
+    a.coll_type = UCC_COLL_TYPE_ALLREDUCE;
+    a.op = UCC_OP_MAX;
+    buf(&a.src.info, s, 16, UCC_DT_INT32);
+    buf(&a.dst.info, d, 16, UCC_DT_INT32);
+    CHECK(ucc_collective_init(&a, &req, T->team));
+    memset(&trig, 0, sizeof(trig));
+    trig.ev_type = UCC_EVENT_COMPUTE_COMPLETE;
+    trig.req = req;
+    CHECK(ucc_ee_set_event(ee, &trig));
+    CHECK(ucc_collective_triggered_post(ee, &trig));
+    CHECK(ucc_ee_get_event(ee, &ev));
+    if (ev->ev_type != UCC_EVENT_COLLECTIVE_POST || ev->req != req) FAIL("post event");
+    CHECK(ucc_ee_ack_event(ee, ev));
+    CHECK(ucc_ee_wait(ee, &got));
+    if (got.ev_type != UCC_EVENT_COLLECTIVE_COMPLETE || got.req != req) FAIL("complete event");
+    if (ucc_collective_test(req) != UCC_OK) FAIL("triggered collective status");
+    for (int i = 0; i < 16; i++)
+        if (d[i] != T->n - 1 + i) FAIL("triggered allreduce[%d]=%d", i, d[i]);
+    CHECK(ucc_collective_finalize(req));
+    CHECK(ucc_ee_destroy(ee));
+    EXPECT(ucc_ee_destroy(ee), UCC_ERR_INVALID_PARAM);
+}
+
 int main(int argc, char **argv)
 {
     int n;
@@ -739,6 +777,7 @@ int main(int argc, char **argv)
     wait_team(ctx, world.team);
     run_all(&world);
     negative(&world);
+    events(&world);
 
     /* Split team: even and odd world ranks, through the sub-communicator's OOB. */
     MPI_Comm sub;

@@ -426,5 +426,44 @@ static inline ucc_status_t ucc_collective_test(ucc_coll_req_h request)
 
 ucc_status_t ucc_collective_finalize(ucc_coll_req_h request);
 
+/* ---- events and execution engines (host semantics, see docs/ucc.md) ------------------ */
+
+typedef enum ucc_event_type {
+    UCC_EVENT_COLLECTIVE_POST     = UCC_BIT(0),
+    UCC_EVENT_COLLECTIVE_COMPLETE = UCC_BIT(1),
+    UCC_EVENT_COMPUTE_COMPLETE    = UCC_BIT(2),
+    UCC_EVENT_OVERFLOW            = UCC_BIT(3)
+} ucc_event_type_t;
+
+typedef enum ucc_ee_type {
+    UCC_EE_FIRST       = 0,
+    UCC_EE_CUDA_STREAM = UCC_EE_FIRST,
+    UCC_EE_CPU_THREAD,
+    UCC_EE_ROCM_STREAM,
+    UCC_EE_LAST,
+    UCC_EE_UNKNOWN = UCC_EE_LAST
+} ucc_ee_type_t;
+
+typedef struct ucc_event {
+    ucc_event_type_t ev_type;
+    void            *ev_context;
+    size_t           ev_context_size;
+    ucc_coll_req_h   req;
+} ucc_ev_t;
+
+typedef struct ucc_ee_params {
+    ucc_ee_type_t ee_type;
+    void         *ee_context;
+    size_t        ee_context_size;
+} ucc_ee_params_t;
+
+ucc_status_t ucc_ee_create(ucc_team_h team, const ucc_ee_params_t *params, ucc_ee_h *ee);
+ucc_status_t ucc_ee_destroy(ucc_ee_h ee);
+ucc_status_t ucc_ee_get_event(ucc_ee_h ee, ucc_ev_t **ev);
+ucc_status_t ucc_ee_ack_event(ucc_ee_h ee, ucc_ev_t *ev);
+ucc_status_t ucc_ee_set_event(ucc_ee_h ee, ucc_ev_t *ev);
+ucc_status_t ucc_ee_wait(ucc_ee_h ee, ucc_ev_t *ev);
+ucc_status_t ucc_collective_triggered_post(ucc_ee_h ee, ucc_ev_t *ee_event);
+
 END_C_DECLS
 #endif
