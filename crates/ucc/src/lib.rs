@@ -29,6 +29,7 @@ use coll::Oob;
 use ffi::*;
 use handle::Kind;
 use std::ffi::{c_char, c_void, CStr};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -132,6 +133,86 @@ pub unsafe extern "C" fn ucc_lib_config_release(config: *mut c_void) {
         // SAFETY: the registry said `config` is a live LibConfig made by Box::into_raw.
         if let Some(b) = unsafe { handle::take::<LibConfig, _>(config, Kind::LibConfig) } {
             drop(b);
+        }
+        UCC_OK
+    });
+}
+
+/// rucx's library has no options of its own (its settings are the `UCX_*` variables):
+/// every name is `UCC_ERR_NOT_FOUND`.
+#[no_mangle]
+pub unsafe extern "C" fn ucc_lib_config_modify(
+    config: *mut c_void,
+    name: *const c_char,
+    value: *const c_char,
+) -> Status {
+    guard(|| {
+        let _: &LibConfig = tri!(handle::get(config, Kind::LibConfig));
+        if name.is_null() || value.is_null() {
+            return UCC_ERR_INVALID_PARAM;
+        }
+        // SAFETY: a C string, per the contract.
+        let n = unsafe { opt_str(name) }.unwrap_or_default();
+        tracing::warn!("ucc: library option {n} is not known to rucx");
+        UCC_ERR_NOT_FOUND
+    })
+}
+
+const PRINT_CONFIG: u32 = 1 << 0;
+const PRINT_HEADER: u32 = 1 << 1;
+
+/// Writes `text` to a C stream.
+unsafe fn put(stream: *mut c_void, text: &str) {
+    if let Ok(c) = std::ffi::CString::new(text) {
+        // SAFETY: `stream` is the caller's non-null FILE *.
+        unsafe { libc::fputs(c.as_ptr(), stream.cast()) };
+    }
+}
+
+unsafe fn print_config(
+    stream: *mut c_void,
+    title: *const c_char,
+    flags: u32,
+    what: &str,
+    vars: &[(String, String)],
+) {
+    if stream.is_null() {
+        return;
+    }
+    // SAFETY: NULL or a C string, per the contract.
+    let title = unsafe { opt_str(title) }.unwrap_or_default();
+    let mut out = String::new();
+    if flags & PRINT_HEADER != 0 {
+        out.push_str(&format!("#\n# {title}\n# rucx {what}\n#\n"));
+    }
+    if flags & PRINT_CONFIG != 0 {
+        for (n, v) in vars {
+            out.push_str(&format!("UCC_{n}={v}\n"));
+        }
+    }
+    // SAFETY: non-null stream.
+    unsafe { put(stream, &out) };
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ucc_lib_config_print(
+    config: *const c_void,
+    stream: *mut c_void,
+    title: *const c_char,
+    flags: u32,
+) {
+    let _ = guard(|| {
+        if handle::is(config, Kind::LibConfig) {
+            // SAFETY: the caller's stream and title.
+            unsafe {
+                print_config(
+                    stream,
+                    title,
+                    flags,
+                    "UCC library configuration (no options)",
+                    &[],
+                )
+            };
         }
         UCC_OK
     });
@@ -261,6 +342,21 @@ pub unsafe extern "C" fn ucc_context_config_release(config: *mut c_void) {
 }
 
 #[no_mangle]
+pub unsafe extern "C" fn ucc_context_config_print(
+    config: *const c_void,
+    stream: *mut c_void,
+    title: *const c_char,
+    flags: u32,
+) {
+    let _ = guard(|| {
+        let c: &CtxConfig = tri!(handle::get(config.cast_mut(), Kind::CtxConfig));
+        // SAFETY: the caller's stream and title.
+        unsafe { print_config(stream, title, flags, "UCC context configuration", &c.vars) };
+        UCC_OK
+    });
+}
+
+#[no_mangle]
 pub unsafe extern "C" fn ucc_context_config_modify(
     config: *mut c_void,
     component: *const c_char,
@@ -300,7 +396,7 @@ pub(crate) struct Ctx {
     pub addr: Vec<u8>,
     /// With a context OOB: this process's endpoint and every endpoint's worker address.
     pub oob_addrs: Option<(usize, Vec<Vec<u8>>)>,
-    pub teams: usize,
+    pub teams: AtomicUsize,
     // Dropped after the coll context (fields drop in order): the worker's ucp context.
     _ucp: ucp::Context,
 }
@@ -354,7 +450,7 @@ pub unsafe extern "C" fn ucc_context_create(
             }),
             addr,
             oob_addrs,
-            teams: 0,
+            teams: AtomicUsize::new(0),
             _ucp: ucp_cx,
         };
         let c = handle::register(Box::new(ctx), Kind::Ctx);
@@ -424,8 +520,9 @@ pub unsafe extern "C" fn ucc_context_progress(context: *mut c_void) -> Status {
 pub unsafe extern "C" fn ucc_context_destroy(context: *mut c_void) -> Status {
     guard(|| {
         let c: &Ctx = tri!(handle::get(context, Kind::Ctx));
-        if c.teams > 0 {
-            tracing::error!("ucc: context destroyed with {} teams alive", c.teams);
+        let teams = c.teams.load(Ordering::Acquire);
+        if teams > 0 {
+            tracing::error!("ucc: context destroyed with {teams} teams alive");
             return UCC_ERR_INVALID_PARAM;
         }
         // SAFETY: registry-checked Ctx from Box::into_raw.
@@ -542,7 +639,7 @@ pub unsafe extern "C" fn ucc_team_create_post(
         }
         // SAFETY: one context handle, per num_contexts.
         let cp = unsafe { *contexts };
-        let c: &mut Ctx = tri!(handle::get_mut(cp, Kind::Ctx));
+        let c: &Ctx = tri!(handle::get(cp, Kind::Ctx));
         // SAFETY: non-null ucc_team_params_t.
         let p = unsafe { &*params };
         if p.mask & TEAM_PARAM_FIELD_ORDERING != 0 && p.ordering != COLLECTIVE_POST_ORDERED {
@@ -591,7 +688,7 @@ pub unsafe extern "C" fn ucc_team_create_post(
             let t = tri!(c.lock().cx.team_create(list, rank).map_err(status));
             TeamState::Ready(t)
         };
-        c.teams += 1;
+        c.teams.fetch_add(1, Ordering::AcqRel);
         let t = handle::register(
             Box::new(TeamC {
                 ctx: cp.cast(),
@@ -633,11 +730,11 @@ pub unsafe extern "C" fn ucc_team_create_test(team: *mut c_void) -> Status {
 pub unsafe extern "C" fn ucc_team_destroy(team: *mut c_void) -> Status {
     guard(|| {
         let t: &TeamC = tri!(handle::get(team, Kind::Team));
-        let c: &mut Ctx = tri!(handle::get_mut(t.ctx, Kind::Ctx));
+        let c: &Ctx = tri!(handle::get(t.ctx, Kind::Ctx));
         if let TeamState::Ready(tm) = t.state {
             tri!(c.lock().cx.team_destroy(tm).map_err(status));
         }
-        c.teams -= 1;
+        c.teams.fetch_sub(1, Ordering::AcqRel);
         // SAFETY: registry-checked TeamC from Box::into_raw.
         drop(unsafe { handle::take::<TeamC, _>(team, Kind::Team) });
         UCC_OK
@@ -785,7 +882,8 @@ pub unsafe extern "C" fn ucc_collective_post(request: *mut c_void) -> Status {
         r.posted = true;
         r.status = UCC_INPROGRESS;
         r.started = Instant::now();
-        g.active.push(std::ptr::from_mut(r));
+        // From here on the request is reached through `active` only.
+        g.active.push(request.cast::<Req>());
         let cbs = progress_locked(&mut g);
         drop(g);
         run_callbacks(cbs);

@@ -2,6 +2,7 @@
    world team (team OOB), a split team (team OOB over a sub-communicator) and a reversed
    team (context OOB + strided ep map), in place and not, persistent and not, with the
    data checked. Built against rucx's own ucc.h. Prints "UCC_MPI_OK" on success. */
+#define _GNU_SOURCE
 #include <ucc/api/ucc.h>
 #include <mpi.h>
 #include <stdio.h>
@@ -735,6 +736,7 @@ int main(int argc, char **argv)
     lp.mask = UCC_LIB_PARAM_FIELD_THREAD_MODE;
     lp.thread_mode = UCC_THREAD_SINGLE;
     CHECK(ucc_lib_config_read("TEST", NULL, &lcfg));
+    EXPECT(ucc_lib_config_modify(lcfg, "NO_SUCH_OPTION", "1"), UCC_ERR_NOT_FOUND);
     CHECK(ucc_init(&lp, lcfg, &lib));
     ucc_lib_config_release(lcfg);
     EXPECT(ucc_init_version(2, 0, &lp, NULL, &lib), UCC_ERR_NOT_SUPPORTED);
@@ -751,6 +753,13 @@ int main(int argc, char **argv)
     CHECK(ucc_context_config_read(lib, NULL, &ccfg));
     CHECK(ucc_context_config_modify(ccfg, NULL, "ESTIMATED_NUM_EPS", "4"));
     EXPECT(ucc_context_config_modify(ccfg, NULL, "NO_SUCH_OPTION", "1"), UCC_ERR_NOT_FOUND);
+    {
+        char text[512] = {0};
+        FILE *f = fmemopen(text, sizeof(text) - 1, "w");
+        ucc_context_config_print(ccfg, f, "test", UCC_CONFIG_PRINT_CONFIG | UCC_CONFIG_PRINT_HEADER);
+        fclose(f);
+        if (!strstr(text, "UCC_ESTIMATED_NUM_EPS=4")) FAIL("config print: %s", text);
+    }
 
     ucc_context_params_t cp;
     memset(&cp, 0, sizeof(cp));

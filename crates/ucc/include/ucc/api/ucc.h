@@ -130,6 +130,10 @@ typedef struct ucc_lib_attr {
 ucc_status_t ucc_lib_config_read(const char *env_prefix, const char *filename,
                                  ucc_lib_config_h *config);
 void ucc_lib_config_release(ucc_lib_config_h config);
+void ucc_lib_config_print(const ucc_lib_config_h config, FILE *stream, const char *title,
+                          ucc_config_print_flags_t print_flags);
+ucc_status_t ucc_lib_config_modify(ucc_lib_config_h config, const char *name,
+                                   const char *value);
 ucc_status_t ucc_init_version(unsigned api_major_version, unsigned api_minor_version,
                               const ucc_lib_params_t *params, const ucc_lib_config_h config,
                               ucc_lib_h *lib_p);
@@ -212,6 +216,8 @@ typedef struct ucc_context_attr {
 ucc_status_t ucc_context_config_read(ucc_lib_h lib_handle, const char *filename,
                                      ucc_context_config_h *config);
 void ucc_context_config_release(ucc_context_config_h config);
+void ucc_context_config_print(const ucc_context_config_h config, FILE *stream,
+                              const char *title, ucc_config_print_flags_t print_flags);
 ucc_status_t ucc_context_config_modify(ucc_context_config_h config, const char *component,
                                        const char *name, const char *value);
 ucc_status_t ucc_context_create(ucc_lib_h lib_handle, const ucc_context_params_t *params,
