@@ -702,6 +702,46 @@ pub unsafe extern "C" fn ucc_team_create_post(
     })
 }
 
+/// A team of the members of `parent` that pass `included` = 1, ranked in parent order.
+/// Every member of the parent calls it; the exchange runs over the parent team at once
+/// (so the new team is ready when this returns; `ucc_team_create_test` says `UCC_OK`).
+/// Members that pass 0 get no team (`*new_team` is NULL).
+#[no_mangle]
+pub unsafe extern "C" fn ucc_team_create_from_parent(
+    _my_ep: u64,
+    included: u32,
+    parent: *mut c_void,
+    new_team: *mut *mut c_void,
+) -> Status {
+    guard(|| {
+        let t: &TeamC = tri!(handle::get(parent, Kind::Team));
+        let c: &Ctx = tri!(handle::get(t.ctx, Kind::Ctx));
+        let pt = tri!(ready_team(t).map_err(|s| if s == UCC_INPROGRESS {
+            UCC_ERR_INVALID_PARAM
+        } else {
+            s
+        }));
+        if new_team.is_null() || included > 1 {
+            return UCC_ERR_INVALID_PARAM;
+        }
+        let res = c.lock().cx.team_split(pt, (included == 1).then_some(0), 0);
+        let state = match res {
+            Ok(Some(tm)) => TeamState::Ready(tm),
+            Ok(None) => {
+                // SAFETY: non-null handle slot.
+                unsafe { new_team.write(std::ptr::null_mut()) };
+                return UCC_OK;
+            }
+            Err(e) => return status(e),
+        };
+        c.teams.fetch_add(1, Ordering::AcqRel);
+        let h = handle::register(Box::new(TeamC { ctx: t.ctx, state }), Kind::Team);
+        // SAFETY: non-null handle slot.
+        unsafe { new_team.write(h.cast()) };
+        UCC_OK
+    })
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn ucc_team_create_test(team: *mut c_void) -> Status {
     guard(|| {

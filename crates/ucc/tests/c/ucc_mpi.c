@@ -815,6 +815,17 @@ int main(int argc, char **argv)
     wait_team(ctx, rev.team);
     run_all(&rev);
 
+    /* A team from its parent: every world rank but the first. */
+    team_t sub0 = {ctx, NULL, wrank - 1, n - 1, "from_parent"};
+    CHECK(ucc_team_create_from_parent(wrank, wrank != 0, world.team, &sub0.team));
+    if (wrank == 0) {
+        if (sub0.team != NULL) FAIL("excluded rank got a team");
+    } else {
+        wait_team(ctx, sub0.team);
+        run_all(&sub0);
+        CHECK(ucc_team_destroy(sub0.team));
+    }
+
     EXPECT(ucc_context_destroy(ctx), UCC_ERR_INVALID_PARAM); /* teams still alive */
     CHECK(ucc_team_destroy(rev.team));
     CHECK(ucc_team_destroy(half.team));

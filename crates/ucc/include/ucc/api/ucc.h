@@ -348,6 +348,10 @@ ucc_status_t ucc_team_create_post(ucc_context_h *contexts, uint32_t num_contexts
 ucc_status_t ucc_team_create_test(ucc_team_h team);
 ucc_status_t ucc_team_destroy(ucc_team_h team);
 ucc_status_t ucc_team_get_attr(ucc_team_h team, ucc_team_attr_t *team_attr);
+/* Every member of parent_team calls it; those with included = 1 form the new team, in
+   parent order (rucx completes it during the call; others get NULL). */
+ucc_status_t ucc_team_create_from_parent(uint64_t my_ep, uint32_t included,
+                                         ucc_team_h parent_team, ucc_team_h *new_team);
 
 /* ---- collectives --------------------------------------------------------------------- */
 
