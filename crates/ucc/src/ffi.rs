@@ -77,6 +77,7 @@ pub const LIB_ATTR_FIELD_REDUCTION_TYPES: u64 = bit(2);
 pub const LIB_ATTR_FIELD_SYNC_TYPE: u64 = bit(3);
 
 // Context params/attr fields.
+pub const CONTEXT_PARAM_FIELD_TYPE: u64 = bit(0);
 pub const CONTEXT_PARAM_FIELD_SYNC_TYPE: u64 = bit(1);
 pub const CONTEXT_PARAM_FIELD_OOB: u64 = bit(2);
 pub const CONTEXT_PARAM_FIELD_MEM_PARAMS: u64 = bit(4);

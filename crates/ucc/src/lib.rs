@@ -397,6 +397,8 @@ pub(crate) struct Ctx {
     /// With a context OOB: this process's endpoint and every endpoint's worker address.
     pub oob_addrs: Option<(usize, Vec<Vec<u8>>)>,
     pub teams: AtomicUsize,
+    /// `ucc_context_type_t` as asked (exclusive unless said otherwise).
+    ctx_type: i32,
     // Dropped after the coll context (fields drop in order): the worker's ucp context.
     _ucp: ucp::Context,
 }
@@ -427,6 +429,10 @@ pub unsafe extern "C" fn ucc_context_create(
         if p.mask & CONTEXT_PARAM_FIELD_SYNC_TYPE != 0 && p.sync_type != NO_SYNC_COLLECTIVES {
             return UCC_ERR_NOT_SUPPORTED;
         }
+        // Exclusive or shared: a context's calls are serialised by its lock either way.
+        if p.mask & CONTEXT_PARAM_FIELD_TYPE != 0 && !(0..=1).contains(&p.ctx_type) {
+            return UCC_ERR_INVALID_PARAM;
+        }
         if p.mask & CONTEXT_PARAM_FIELD_MEM_PARAMS != 0 && p.mem_params.n_segments > 0 {
             // Memory attached for one-sided collectives: rucx has none of those.
             return UCC_ERR_NOT_SUPPORTED;
@@ -451,6 +457,11 @@ pub unsafe extern "C" fn ucc_context_create(
             addr,
             oob_addrs,
             teams: AtomicUsize::new(0),
+            ctx_type: if p.mask & CONTEXT_PARAM_FIELD_TYPE != 0 {
+                p.ctx_type
+            } else {
+                CONTEXT_EXCLUSIVE
+            },
             _ucp: ucp_cx,
         };
         let c = handle::register(Box::new(ctx), Kind::Ctx);
@@ -544,7 +555,7 @@ pub unsafe extern "C" fn ucc_context_get_attr(
         // SAFETY: non-null ucc_context_attr_t.
         let a = unsafe { &mut *attr };
         if a.mask & CONTEXT_ATTR_FIELD_TYPE != 0 {
-            a.ctx_type = CONTEXT_EXCLUSIVE;
+            a.ctx_type = c.ctx_type;
         }
         if a.mask & CONTEXT_ATTR_FIELD_SYNC_TYPE != 0 {
             a.sync_type = NO_SYNC_COLLECTIVES;
