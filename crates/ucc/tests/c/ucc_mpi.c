@@ -683,6 +683,107 @@ static void helpers(void)
     EXPECT(ucc_str_to_memunits("x1", &v), UCC_ERR_INVALID_PARAM);
 }
 
+static void run_once(team_t *T, ucc_coll_args_t *a)
+{
+    ucc_coll_req_h req;
+    CHECK(ucc_collective_init(a, &req, T->team));
+    CHECK(ucc_collective_post(req));
+    wait_req(T, req);
+    CHECK(ucc_collective_finalize(req));
+}
+
+/* Datatypes, operations and count widths beyond the main matrix. */
+static void extras(team_t *T)
+{
+    int n = T->n, r = T->r;
+    /* Integer sums of every width and signedness (small values, no overflow). */
+    static const struct { ucc_datatype_t dt; size_t sz; int sgn; } ints[] = {
+        {UCC_DT_INT8, 1, 1},  {UCC_DT_INT16, 2, 1},  {UCC_DT_INT32, 4, 1},  {UCC_DT_INT64, 8, 1},
+        {UCC_DT_UINT8, 1, 0}, {UCC_DT_UINT16, 2, 0}, {UCC_DT_UINT32, 4, 0}, {UCC_DT_UINT64, 8, 0},
+    };
+    for (size_t k = 0; k < sizeof(ints) / sizeof(ints[0]); k++) {
+        unsigned char s[8 * 8] = {0}, d[8 * 8] = {0};
+        for (int i = 0; i < 8; i++) s[i * ints[k].sz] = (unsigned char)(r + i);
+        ucc_coll_args_t a = {0};
+        a.coll_type = UCC_COLL_TYPE_ALLREDUCE;
+        a.op = UCC_OP_SUM;
+        buf(&a.src.info, s, 8, ints[k].dt);
+        buf(&a.dst.info, d, 8, ints[k].dt);
+        run_once(T, &a);
+        for (int i = 0; i < 8; i++) {
+            int want = n * i + n * (n - 1) / 2;
+            if (d[i * ints[k].sz] != (unsigned char)want) FAIL("int sum dt %zu [%d]", k, i);
+        }
+    }
+    /* AVG and PROD on float32. */
+    {
+        float s[4], d[4];
+        for (int i = 0; i < 4; i++) s[i] = (float)(r + i);
+        ucc_coll_args_t a = {0};
+        a.coll_type = UCC_COLL_TYPE_ALLREDUCE;
+        a.op = UCC_OP_AVG;
+        buf(&a.src.info, s, 4, UCC_DT_FLOAT32);
+        buf(&a.dst.info, d, 4, UCC_DT_FLOAT32);
+        run_once(T, &a);
+        for (int i = 0; i < 4; i++)
+            if (d[i] != (float)(n - 1) / 2 + i) FAIL("avg[%d]=%g", i, d[i]);
+        for (int i = 0; i < 4; i++) s[i] = 2.0f;
+        a.op = UCC_OP_PROD;
+        run_once(T, &a);
+        for (int i = 0; i < 4; i++)
+            if (d[i] != (float)(1 << n)) FAIL("prod[%d]=%g", i, d[i]);
+    }
+    /* Bytes moved for types without reductions: bcast of complex doubles. */
+    {
+        double z[2 * 5];
+        for (int i = 0; i < 10; i++) z[i] = r == 0 ? i * 1.5 : -1;
+        ucc_coll_args_t a = {0};
+        a.coll_type = UCC_COLL_TYPE_BCAST;
+        a.root = 0;
+        buf(&a.src.info, z, 5, UCC_DT_FLOAT64_COMPLEX);
+        run_once(T, &a);
+        for (int i = 0; i < 10; i++)
+            if (z[i] != i * 1.5) FAIL("complex bcast[%d]", i);
+    }
+    /* 64-bit counts and displacements. */
+    {
+        uint64_t c[64], dsp[64], tot = 0;
+        for (int q = 0; q < n; q++) {
+            c[q] = q + 1;
+            dsp[q] = tot;
+            tot += c[q];
+        }
+        int64_t *s = malloc(c[r] * 8), *d = malloc(tot * 8);
+        for (uint64_t k = 0; k < c[r]; k++) s[k] = r * 100 + (int64_t)k;
+        ucc_coll_args_t a = {0};
+        a.mask = UCC_COLL_ARGS_FIELD_FLAGS;
+        a.flags = UCC_COLL_ARGS_FLAG_COUNT_64BIT | UCC_COLL_ARGS_FLAG_DISPLACEMENTS_64BIT;
+        a.coll_type = UCC_COLL_TYPE_ALLGATHERV;
+        buf(&a.src.info, s, c[r], UCC_DT_INT64);
+        a.dst.info_v.buffer = d;
+        a.dst.info_v.counts = c;
+        a.dst.info_v.displacements = dsp;
+        a.dst.info_v.datatype = UCC_DT_INT64;
+        a.dst.info_v.mem_type = UCC_MEMORY_TYPE_HOST;
+        run_once(T, &a);
+        for (int q = 0; q < n; q++)
+            for (uint64_t k = 0; k < c[q]; k++)
+                if (d[dsp[q] + k] != q * 100 + (int64_t)k) FAIL("64-bit allgatherv");
+        free(s);
+        free(d);
+    }
+    /* A total that does not divide among the ranks. */
+    if (n > 1) {
+        int32_t x[64], y[64];
+        ucc_coll_req_h req;
+        ucc_coll_args_t a = {0};
+        a.coll_type = UCC_COLL_TYPE_ALLTOALL;
+        buf(&a.src.info, x, n + 1, UCC_DT_INT32);
+        buf(&a.dst.info, y, n + 1, UCC_DT_INT32);
+        EXPECT(ucc_collective_init(&a, &req, T->team), UCC_ERR_INVALID_PARAM);
+    }
+}
+
 /* Events with host semantics: a triggered post on a CPU-thread engine reports the post
    and then the completion. */
 static void events(team_t *T)
@@ -787,6 +888,7 @@ int main(int argc, char **argv)
     run_all(&world);
     negative(&world);
     events(&world);
+    extras(&world);
 
     /* Split team: even and odd world ranks, through the sub-communicator's OOB. */
     MPI_Comm sub;
@@ -814,6 +916,7 @@ int main(int argc, char **argv)
     CHECK(ucc_team_create_post(&ctx, 1, &tp, &rev.team));
     wait_team(ctx, rev.team);
     run_all(&rev);
+    extras(&rev);
 
     /* A team from its parent: every world rank but the first. */
     team_t sub0 = {ctx, NULL, wrank - 1, n - 1, "from_parent"};
