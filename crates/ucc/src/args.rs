@@ -28,7 +28,7 @@ fn dt_size(d: u64) -> Result<usize, Status> {
     dt_id(d).map(|i| DT_SIZES[i])
 }
 
-fn coll_dt(d: u64) -> Result<DataType, Status> {
+pub(crate) fn coll_dt(d: u64) -> Result<DataType, Status> {
     use DataType as D;
     Ok(match dt_id(d)? {
         0 => D::Int8,
@@ -48,7 +48,7 @@ fn coll_dt(d: u64) -> Result<DataType, Status> {
     })
 }
 
-fn coll_op(o: i32) -> Result<Op, Status> {
+pub(crate) fn coll_op(o: i32) -> Result<Op, Status> {
     Ok(match o {
         OP_SUM => Op::Sum,
         OP_PROD => Op::Prod,

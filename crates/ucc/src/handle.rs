@@ -16,6 +16,8 @@ pub enum Kind {
     Req,
     Ee,
     Event,
+    Executor,
+    ExecTask,
 }
 
 static LIVE: Mutex<Option<HashMap<usize, Kind>>> = Mutex::new(None);

@@ -20,6 +20,7 @@
 
 mod args;
 mod ee;
+mod executor;
 mod ffi;
 mod handle;
 mod helpers;

@@ -45,6 +45,56 @@ ucc_status_t ucc_mc_memcpy(void *dst, const void *src, size_t len, ucc_memory_ty
                            ucc_memory_type_t src_mem);
 ucc_status_t ucc_str_to_memunits(const char *buf, void *dest);
 
+/* The executor, as UCC's tools see it. */
+typedef struct { ucc_ee_type_t ee_type; void *ee_context; } eee_t;
+typedef struct { uint64_t mask; ucc_ee_type_t ee_type; uint64_t task_types; } eee_params_t;
+typedef struct {
+    void *dst;
+    union { void *srcs[9]; void **srcs_ext; };
+    size_t count;
+    double alpha;
+    ucc_datatype_t dt;
+    ucc_reduction_op_t op;
+    uint16_t n_srcs;
+} eee_reduce_t;
+typedef struct {
+    void *dst, *src1, *src2;
+    size_t stride, count;
+    double alpha;
+    ucc_datatype_t dt;
+    ucc_reduction_op_t op;
+    uint16_t n_src2;
+} eee_reduce_strided_t;
+typedef struct {
+    void *dst[7], *src1[7], *src2[7];
+    size_t counts[7];
+    ucc_datatype_t dt;
+    ucc_reduction_op_t op;
+    uint16_t n_bufs;
+} eee_reduce_multi_dst_t;
+typedef struct { const void *src; void *dst; size_t len; } eee_copy_t;
+typedef struct { void *src[7], *dst[7]; size_t counts[7]; size_t num_vectors; } eee_copy_multi_t;
+typedef struct {
+    uint16_t task_type, flags;
+    union {
+        eee_reduce_t reduce;
+        eee_reduce_strided_t reduce_strided;
+        eee_reduce_multi_dst_t reduce_multi_dst;
+        eee_copy_t copy;
+        eee_copy_multi_t copy_multi;
+    };
+} eee_args_t;
+typedef struct { eee_t *eee; eee_args_t args; ucc_status_t status; } eee_task_t;
+_Static_assert(sizeof(eee_args_t) == 248, "executor task args");
+ucc_status_t ucc_ee_executor_init(const eee_params_t *params, eee_t **executor);
+ucc_status_t ucc_ee_executor_status(const eee_t *executor);
+ucc_status_t ucc_ee_executor_start(eee_t *executor, void *ee_context);
+ucc_status_t ucc_ee_executor_stop(eee_t *executor);
+ucc_status_t ucc_ee_executor_finalize(eee_t *executor);
+ucc_status_t ucc_ee_executor_task_post(eee_t *executor, const eee_args_t *args, eee_task_t **task);
+ucc_status_t ucc_ee_executor_task_test(const eee_task_t *task);
+ucc_status_t ucc_ee_executor_task_finalize(eee_task_t *task);
+
 #define FAIL(...)                                                             \
     do {                                                                      \
         fprintf(stderr, "[%d] %s:%d: ", wrank, __FILE__, __LINE__);           \
@@ -678,6 +728,66 @@ static void helpers(void)
     if (((unsigned char *)h2->addr)[4095] != 0x5a) FAIL("mc memcpy");
     CHECK(ucc_mc_free(h));
     CHECK(ucc_mc_free(h2));
+    {
+        eee_params_t ep = {1, UCC_EE_CPU_THREAD, 0};
+        eee_t *e;
+        eee_task_t *t;
+        eee_args_t a;
+        int32_t x[3][8], y[8];
+        double fs[3 * 4], fd[4];
+        ep.ee_type = UCC_EE_CUDA_STREAM;
+        EXPECT(ucc_ee_executor_init(&ep, &e), UCC_ERR_NOT_SUPPORTED);
+        ep.ee_type = UCC_EE_CPU_THREAD;
+        CHECK(ucc_ee_executor_init(&ep, &e));
+        EXPECT(ucc_ee_executor_status(e), UCC_OPERATION_INITIALIZED);
+        CHECK(ucc_ee_executor_start(e, NULL));
+        CHECK(ucc_ee_executor_status(e));
+        for (int j = 0; j < 3; j++)
+            for (int i = 0; i < 8; i++) x[j][i] = j * 10 + i;
+        memset(&a, 0, sizeof(a));
+        a.task_type = 1; /* reduce */
+        a.reduce.dst = y;
+        a.reduce.srcs[0] = x[0];
+        a.reduce.srcs[1] = x[1];
+        a.reduce.srcs[2] = x[2];
+        a.reduce.n_srcs = 3;
+        a.reduce.count = 8;
+        a.reduce.dt = UCC_DT_INT32;
+        a.reduce.op = UCC_OP_SUM;
+        CHECK(ucc_ee_executor_task_post(e, &a, &t));
+        CHECK(ucc_ee_executor_task_test(t));
+        CHECK(ucc_ee_executor_task_finalize(t));
+        for (int i = 0; i < 8; i++)
+            if (y[i] != 30 + 3 * i) FAIL("executor reduce[%d]=%d", i, y[i]);
+        for (int i = 0; i < 12; i++) fs[i] = i;
+        memset(&a, 0, sizeof(a));
+        a.task_type = 2; /* strided, with alpha */
+        a.flags = 1;
+        a.reduce_strided.dst = fd;
+        a.reduce_strided.src1 = fs;
+        a.reduce_strided.src2 = fs + 4;
+        a.reduce_strided.stride = 4 * sizeof(double);
+        a.reduce_strided.n_src2 = 2;
+        a.reduce_strided.count = 4;
+        a.reduce_strided.alpha = 0.5;
+        a.reduce_strided.dt = UCC_DT_FLOAT64;
+        a.reduce_strided.op = UCC_OP_AVG;
+        CHECK(ucc_ee_executor_task_post(e, &a, &t));
+        CHECK(ucc_ee_executor_task_finalize(t));
+        for (int i = 0; i < 4; i++)
+            if (fd[i] != (i + (i + 4) + (i + 8)) * 0.5) FAIL("executor strided[%d]=%g", i, fd[i]);
+        memset(&a, 0, sizeof(a));
+        a.task_type = 8; /* copy */
+        a.copy.src = x[2];
+        a.copy.dst = y;
+        a.copy.len = sizeof(y);
+        CHECK(ucc_ee_executor_task_post(e, &a, &t));
+        CHECK(ucc_ee_executor_task_finalize(t));
+        if (memcmp(x[2], y, sizeof(y)) != 0) FAIL("executor copy");
+        CHECK(ucc_ee_executor_stop(e));
+        CHECK(ucc_ee_executor_finalize(e));
+        EXPECT(ucc_ee_executor_finalize(e), UCC_ERR_INVALID_PARAM);
+    }
     CHECK(ucc_str_to_memunits("8k", &v));
     if (v != 8192) FAIL("memunits %zu", v);
     EXPECT(ucc_str_to_memunits("x1", &v), UCC_ERR_INVALID_PARAM);
