@@ -43,6 +43,8 @@ pub struct Clock {
     source: Source,
     /// Nanoseconds per tick.
     ns_per_tick: f64,
+    /// The same in 32.32 fixed point, so that converting a tick count is a multiply.
+    ns_per_tick_q32: u64,
     /// Origin of `Instant` ticks.
     origin: Instant,
 }
@@ -70,6 +72,7 @@ impl Clock {
         Clock {
             source: Source::Instant,
             ns_per_tick: 1.0,
+            ns_per_tick_q32: 1 << 32,
             origin: Instant::now(),
         }
     }
@@ -95,7 +98,8 @@ impl Clock {
     /// Nanoseconds in `ticks` ticks.
     #[inline]
     pub fn to_ns(&self, ticks: u64) -> u64 {
-        (ticks as f64 * self.ns_per_tick).round() as u64
+        // Rounded to the nearest nanosecond, as the floating-point product would be.
+        ((u128::from(ticks) * u128::from(self.ns_per_tick_q32) + (1 << 31)) >> 32) as u64
     }
 }
 
@@ -141,6 +145,7 @@ mod tsc {
         Some(Clock {
             source: Source::Tsc,
             ns_per_tick,
+            ns_per_tick_q32: (ns_per_tick * 4_294_967_296.0).round() as u64,
             origin,
         })
     }
