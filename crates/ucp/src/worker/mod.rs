@@ -287,40 +287,45 @@ impl Worker {
     fn handle_iface_events(&mut self) {
         for tl in 0..self.tls.len() {
             for ev in self.tls[tl].iface.take_events() {
-                let victims: Vec<u32> =
-                    self.core
-                        .eps
-                        .iter()
-                        .enumerate()
-                        .filter_map(|(i, e)| {
-                            let e = e.as_ref()?;
-                            let hit = match (&ev, e.lane) {
-                                (uct::IfaceEvent::EpFailed(uep, _), Some(l)) => {
-                                    l.tl == tl && l.ep == *uep
-                                }
-                                (uct::IfaceEvent::EpFailed(..), None) => false,
-                                // A peer that is gone fails every endpoint to it, also one
-                                // that never connected (it may have received from the peer:
-                                // what is half received from it must be released).
-                                (uct::IfaceEvent::PeerClosed(addr), lane) => {
-                                    let transport = self.tls[tl].transport;
-                                    match lane {
-                                        Some(l) => {
-                                            l.tl == tl
-                                                && e.remote
-                                                    .ifaces
-                                                    .get(l.entry)
-                                                    .is_some_and(|x| x.addr == *addr)
-                                        }
-                                        None => e.remote.ifaces.iter().any(|x| {
-                                            x.transport == Some(transport) && x.addr == *addr
-                                        }),
+                let victims: Vec<u32> = self
+                    .core
+                    .eps
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, e)| {
+                        let e = e.as_ref()?;
+                        let hit = match (&ev, e.lane) {
+                            (uct::IfaceEvent::EpFailed(uep, _), Some(l)) => {
+                                l.tl == tl && l.ep == *uep
+                            }
+                            (uct::IfaceEvent::EpFailed(..), None) => false,
+                            // A peer that is gone fails every endpoint to it, also one
+                            // that never connected (it may have received from the peer:
+                            // what is half received from it must be released). Not so
+                            // over tcp, where the event means that a connection closed:
+                            // a peer closes connections it no longer needs without dying.
+                            (uct::IfaceEvent::PeerClosed(addr), lane) => {
+                                let transport = self.tls[tl].transport;
+                                match lane {
+                                    Some(l) => {
+                                        l.tl == tl
+                                            && e.remote
+                                                .ifaces
+                                                .get(l.entry)
+                                                .is_some_and(|x| x.addr == *addr)
+                                    }
+                                    None => {
+                                        transport != Transport::Tcp
+                                            && e.remote.ifaces.iter().any(|x| {
+                                                x.transport == Some(transport) && x.addr == *addr
+                                            })
                                     }
                                 }
-                            };
-                            hit.then_some(i as u32)
-                        })
-                        .collect();
+                            }
+                        };
+                        hit.then_some(i as u32)
+                    })
+                    .collect();
                 let status = match ev {
                     uct::IfaceEvent::EpFailed(_, s) => s,
                     uct::IfaceEvent::PeerClosed(_) => Status::ConnectionReset,
