@@ -218,6 +218,14 @@ mod rank {
         mem: ucp::MemH,
     }
 
+    /// A status as one word (for the `key=value` stats line).
+    fn kind(s: Status) -> String {
+        format!("{s:?}")
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' })
+            .collect()
+    }
+
     fn stdin_lines() -> Receiver<String> {
         let (tx, rx) = channel();
         std::thread::spawn(move || {
@@ -441,7 +449,7 @@ mod rank {
         /// An operation on `peer` failed with `s`: counted by peer and kind; the peer is
         /// left from now on.
         fn error(&mut self, peer: usize, what: &str, s: Status) {
-            self.bump(&format!("err.{peer}.{what}.{s:?}"), 1);
+            self.bump(&format!("err.{peer}.{what}.{}", kind(s)), 1);
             self.mark_dead(peer);
         }
 
@@ -590,7 +598,7 @@ mod rank {
         fn take_ep_errors(&mut self) {
             let errs: Vec<(usize, Status)> = self.ep_errs.lock().unwrap().drain(..).collect();
             for (i, s) in errs {
-                self.bump(&format!("err.{i}.ep.{s:?}"), 1);
+                self.bump(&format!("err.{i}.ep.{}", kind(s)), 1);
                 self.mark_dead(i);
             }
         }
@@ -1324,6 +1332,9 @@ mod parent {
                             r.last_progress = Instant::now();
                         }
                     } else if let Some(s) = l.strip_prefix("stats ") {
+                        if std::env::var_os("RUCX_SOAK_VERBOSE").is_some() {
+                            eprintln!("rank {i}: {s}");
+                        }
                         for kv in s.split(' ') {
                             if let Some((k, v)) = kv.split_once('=') {
                                 r.stats.insert(k.into(), v.parse().unwrap_or(0));
