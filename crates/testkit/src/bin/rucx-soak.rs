@@ -786,7 +786,12 @@ mod rank {
             let Some(rk) = p.rk.as_ref() else { return };
             let mut data = vec![0u8; len];
             fill_mem(&mut data, seed, at as u64);
-            if let Err(s) = self.w.put(ep, &data, addr, rk) {
+            // Not the blocking put: its flush would also wait for this rank's rendezvous
+            // sends on the endpoint, which complete only when the peer posts receives,
+            // and the peer may be in the same flush (both wait, neither reposts). A get
+            // after a put on one endpoint sees the put (every path keeps issue order),
+            // so the get's completion is the put's too.
+            if let Err(s) = self.w.put_nbi(ep, &data, addr, rk) {
                 return self.error(peer, "put", s);
             }
             self.bump("op.put", 1);
