@@ -53,8 +53,8 @@ use std::time::{Duration, Instant};
 use testkit::hex;
 use testkit::pattern::{check_mem, fill_mem, mix64};
 use ucp::{
-    AmAction, AmData, AmDesc, AmSendFlags, AtomicOp, AtomicSize, Context, Ep, Features,
-    RemoteKey, Request, Sent, ThreadMode, Worker,
+    AmAction, AmData, AmDesc, AmSendFlags, AtomicOp, AtomicSize, Context, Ep, Features, RemoteKey,
+    Request, Sent, ThreadMode, Worker,
 };
 use ucs::Status;
 
@@ -222,7 +222,13 @@ mod rank {
     fn kind(s: Status) -> String {
         format!("{s:?}")
             .chars()
-            .map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' })
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' {
+                    c
+                } else {
+                    '_'
+                }
+            })
             .collect()
     }
 
@@ -327,10 +333,7 @@ mod rank {
             ..AmRx::default()
         }));
         let a2 = am.clone();
-        w.am_set_handler(
-            AM_ID,
-            Some(Box::new(move |m| am_handler(&a2, me, m))),
-        );
+        w.am_set_handler(AM_ID, Some(Box::new(move |m| am_handler(&a2, me, m))));
         let mut r = Rank {
             me,
             n,
@@ -351,17 +354,15 @@ mod rank {
             mem,
         };
         for _ in 0..RECVS {
-            let req = r
-                .w
-                .tag_recv_owned(vec![0; max], CLASS_DATA << 60, CLASS_MASK)
-                .expect("tag_recv");
+            let req =
+                r.w.tag_recv_owned(vec![0; max], CLASS_DATA << 60, CLASS_MASK)
+                    .expect("tag_recv");
             r.recvs.push(req);
         }
         for _ in 0..n - 1 {
-            let req = r
-                .w
-                .tag_recv_owned(vec![0; 64], CLASS_FIN << 60, CLASS_MASK)
-                .expect("tag_recv");
+            let req =
+                r.w.tag_recv_owned(vec![0; 64], CLASS_FIN << 60, CLASS_MASK)
+                    .expect("tag_recv");
             r.fins.push(req);
         }
         for (i, k) in keys.iter().enumerate() {
@@ -493,7 +494,8 @@ mod rank {
                 {
                     let mut am = self.am.lock().unwrap();
                     let fails: Vec<String> = am.fails.drain(..).collect();
-                    let (done, bytes) = (std::mem::take(&mut am.done), std::mem::take(&mut am.bytes));
+                    let (done, bytes) =
+                        (std::mem::take(&mut am.done), std::mem::take(&mut am.bytes));
                     drop(am);
                     self.fails.extend(fails);
                     self.bump("op.am_rx", done);
@@ -622,14 +624,12 @@ mod rank {
         fn all_received(&self) -> bool {
             self.peers.iter().flatten().all(|p| {
                 p.dead
-                    || p.fin.is_some_and(|f| {
-                        p.tag_next == f.tag && p.stream_got == f.stream
-                    })
+                    || p.fin
+                        .is_some_and(|f| p.tag_next == f.tag && p.stream_got == f.stream)
             }) && (0..self.n).all(|i| {
                 let Some(p) = &self.peers[i] else { return true };
                 p.dead
-                    || p
-                        .fin
+                    || p.fin
                         .is_some_and(|f| self.am.lock().unwrap().next[i] == f.am)
             })
         }
@@ -656,9 +656,8 @@ mod rank {
                 .fold(0, u64::wrapping_add);
             let got = self.counter(self.n);
             if got != want {
-                self.fails.push(format!(
-                    "shared counter is {got}, the peers added {want}"
-                ));
+                self.fails
+                    .push(format!("shared counter is {got}, the peers added {want}"));
             } else {
                 self.bump("checked_shared_counter", 1);
             }
@@ -898,7 +897,8 @@ mod rank {
                     }
                     Err(s) => {
                         let o = self.out.swap_remove(i);
-                        self.fails.push(format!("request of a send to rank {}: {s:?}", o.peer));
+                        self.fails
+                            .push(format!("request of a send to rank {}: {s:?}", o.peer));
                     }
                 }
             }
@@ -941,7 +941,15 @@ mod rank {
             any
         }
 
-        fn check_tag(&mut self, class: u64, sender: usize, len: usize, seq: u64, got: usize, b: &[u8]) {
+        fn check_tag(
+            &mut self,
+            class: u64,
+            sender: usize,
+            len: usize,
+            seq: u64,
+            got: usize,
+            b: &[u8],
+        ) {
             let me = self.me;
             let Some(p) = self.peers.get_mut(sender).and_then(Option::as_mut) else {
                 self.fails.push(format!("tag message from rank {sender}"));
@@ -1035,7 +1043,9 @@ mod rank {
                 };
                 match self.peers.get_mut(sender).and_then(Option::as_mut) {
                     Some(p) if p.fin.is_none() => p.fin = Some(fin),
-                    _ => self.fails.push(format!("unexpected FIN from rank {sender}")),
+                    _ => self
+                        .fails
+                        .push(format!("unexpected FIN from rank {sender}")),
                 }
             }
             any
@@ -1069,7 +1079,9 @@ mod rank {
         fn streams(&mut self) -> bool {
             let mut any = false;
             for i in 0..self.n {
-                let Some(p) = self.peers[i].as_ref() else { continue };
+                let Some(p) = self.peers[i].as_ref() else {
+                    continue;
+                };
                 if p.dead {
                     continue;
                 }
@@ -1212,7 +1224,8 @@ mod parent {
         let mode = format!(
             "{}{}{}",
             o.transport,
-            o.loss.map_or(String::new(), |l| format!(" netns loss {l}%")),
+            o.loss
+                .map_or(String::new(), |l| format!(" netns loss {l}%")),
             if o.kill { " kill" } else { "" }
         );
         println!(
@@ -1270,9 +1283,7 @@ mod parent {
                     }
                 }
             }
-            let mut child = cmd
-                .spawn()
-                .map_err(|e| format!("spawn rank {i}: {e}"))?;
+            let mut child = cmd.spawn().map_err(|e| format!("spawn rank {i}: {e}"))?;
             let out = child.stdout.take().unwrap();
             let tx = tx.clone();
             std::thread::spawn(move || reader(i, out, tx));
@@ -1380,7 +1391,11 @@ mod parent {
                     let _ = r.child.kill();
                     r.exit = r.child.wait().ok();
                     r.killed_at = Some(now.as_secs_f64());
-                    println!("killed rank {victim} (pid {}) at {:.1} s", r.pid, now.as_secs_f64());
+                    println!(
+                        "killed rank {victim} (pid {}) at {:.1} s",
+                        r.pid,
+                        now.as_secs_f64()
+                    );
                     for (j, r) in ranks.0.iter_mut().enumerate() {
                         if j != victim {
                             r.send(&format!("dead {victim}"));
@@ -1402,11 +1417,11 @@ mod parent {
             if !fails.is_empty() {
                 break;
             }
-            let survivors_done = ranks
-                .0
-                .iter()
-                .all(|r| r.done || r.killed_at.is_some());
-            if survivors_done && !bye_sent && kill_at.map_or(true, |_| ranks.0[victim].killed_at.is_some()) {
+            let survivors_done = ranks.0.iter().all(|r| r.done || r.killed_at.is_some());
+            if survivors_done
+                && !bye_sent
+                && kill_at.map_or(true, |_| ranks.0[victim].killed_at.is_some())
+            {
                 bye_sent = true;
                 for r in &mut ranks.0 {
                     r.send("bye");
@@ -1469,7 +1484,11 @@ mod parent {
                     }
                     let key = format!(
                         "{rest} ({})",
-                        if expected { "to the killed rank" } else { "UNEXPECTED" }
+                        if expected {
+                            "to the killed rank"
+                        } else {
+                            "UNEXPECTED"
+                        }
                     );
                     *errors.entry(key).or_default() += v;
                 } else if k != "hwm_kb" {
@@ -1496,7 +1515,10 @@ mod parent {
             g("bytes") as f64 / (1 << 20) as f64
         );
         if g("checked_shared_counter") > 0 {
-            s += &format!("\n  shared counters checked: {}", g("checked_shared_counter"));
+            s += &format!(
+                "\n  shared counters checked: {}",
+                g("checked_shared_counter")
+            );
         }
         if errors.is_empty() {
             s += "\n  errors: none";
@@ -1509,7 +1531,9 @@ mod parent {
             let detected = ranks
                 .iter()
                 .enumerate()
-                .filter(|(i, r)| *i != k && r.stats.keys().any(|x| x.starts_with(&format!("err.{k}."))))
+                .filter(|(i, r)| {
+                    *i != k && r.stats.keys().any(|x| x.starts_with(&format!("err.{k}.")))
+                })
                 .count();
             s += &format!(
                 "\n  rank {k} killed at {:.1} s; {detected} of {} survivors saw errors on their endpoint to it; \
