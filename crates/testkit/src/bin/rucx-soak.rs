@@ -1233,15 +1233,19 @@ mod parent {
             o.procs, o.time, o.max, o.seed
         );
         let res = soak(&o, hosts.as_ref());
+        let dropped = hosts
+            .as_ref()
+            .map(|h| format!("\n  packets dropped by the impairment: {}", h.dropped()))
+            .unwrap_or_default();
         drop(hosts);
         match res {
             Ok(report) => {
-                println!("{report}");
+                println!("{report}{dropped}");
                 println!("soak {mode}: PASS");
                 0
             }
             Err(e) => {
-                println!("{e}");
+                println!("{e}{dropped}");
                 println!("soak {mode}: FAIL");
                 1
             }
@@ -1626,24 +1630,67 @@ mod netns {
                 ip(&["-n", &ns, "link", "set", &dev, "up"])?;
                 ip(&["-n", &ns, "link", "set", "lo", "up"])?;
                 if loss > 0.0 {
-                    ip(&[
-                        "netns",
-                        "exec",
-                        &ns,
-                        "tc",
-                        "qdisc",
-                        "add",
-                        "dev",
-                        &dev,
-                        "root",
-                        "netem",
-                        "loss",
-                        &format!("{loss}%"),
-                    ])
-                    .map_err(|e| format!("{e} (is sch_netem available?)"))?;
+                    impair(&ns, &dev, loss)?;
                 }
             }
             Ok(h)
+        }
+    }
+
+    /// Makes `dev` in `ns` lose `loss`% of the packets it sends: `tc netem` where the
+    /// kernel has it, else (a kernel without `CONFIG_NET_SCH_NETEM`) an htb root whose
+    /// classic-BPF filter draws a random number per packet and sends `loss`% to a class
+    /// whose pfifo holds nothing (the fallback of crates/ucp/tests/common's `Hosts`).
+    fn impair(ns: &str, dev: &str, loss: f64) -> Result<&'static str, String> {
+        let tc = |args: &[&str]| -> Result<(), String> {
+            let mut a = vec!["netns", "exec", ns, "tc"];
+            a.extend_from_slice(args);
+            ip(&a)
+        };
+        let l = format!("{loss}%");
+        if tc(&["qdisc", "add", "dev", dev, "root", "netem", "loss", &l]).is_ok() {
+            return Ok("netem");
+        }
+        let t_loss = ((loss / 100.0) * 4_294_967_296.0).min(4_294_967_295.0) as u64;
+        // A = random u32 (ancillary load SKF_AD_RANDOM); below t_loss: class 1:3 (drop),
+        // else 1:1.
+        let classify = format!("4,32 0 0 4294963256,53 1 0 {t_loss},6 0 0 65539,6 0 0 65537");
+        tc(&["qdisc", "add", "dev", dev, "root", "handle", "1:", "htb", "default", "1"])?;
+        tc(&[
+            "class", "add", "dev", dev, "parent", "1:", "classid", "1:1", "htb", "rate", "10gbit",
+        ])?;
+        tc(&[
+            "class", "add", "dev", dev, "parent", "1:", "classid", "1:3", "htb", "rate", "1mbit",
+        ])?;
+        tc(&[
+            "qdisc", "add", "dev", dev, "parent", "1:3", "handle", "30:", "pfifo", "limit", "0",
+        ])?;
+        tc(&[
+            "filter", "add", "dev", dev, "parent", "1:", "prio", "1", "bpf", "bytecode", &classify,
+        ])?;
+        Ok("htb+bpf")
+    }
+
+    impl Hosts {
+        /// Packets the impairment dropped, summed over the ranks' devices (per device
+        /// the largest `dropped` count of its qdiscs, from `tc -s qdisc show`).
+        pub fn dropped(&self) -> u64 {
+            let mut sum = 0;
+            for (i, ns) in self.names.iter().enumerate() {
+                let out = Command::new("ip")
+                    .args(["netns", "exec", ns, "tc", "-s", "qdisc", "show", "dev"])
+                    .arg(format!("sk{i}"))
+                    .output()
+                    .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                    .unwrap_or_default();
+                sum += out
+                    .split("dropped ")
+                    .skip(1)
+                    .filter_map(|t| t.split([',', ' ', ')']).next()?.parse::<u64>().ok())
+                    .max()
+                    .unwrap_or(0);
+            }
+            sum
         }
     }
 
