@@ -221,15 +221,10 @@ mod rank {
     /// A status as one word (for the `key=value` stats line).
     fn kind(s: Status) -> String {
         format!("{s:?}")
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || c == '-' {
-                    c
-                } else {
-                    '_'
-                }
-            })
-            .collect()
+            .split(|c: char| !c.is_ascii_alphanumeric() && c != '-')
+            .filter(|w| !w.is_empty())
+            .collect::<Vec<_>>()
+            .join("_")
     }
 
     fn stdin_lines() -> Receiver<String> {
