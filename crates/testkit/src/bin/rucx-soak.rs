@@ -917,7 +917,12 @@ mod rank {
                 };
                 any = true;
                 let (class, sender, len, seq) = tag_fields(t.info.sender_tag);
-                if t.status != Status::Ok {
+                if t.status != Status::Ok && class != CLASS_DATA {
+                    self.fails.push(format!(
+                        "a tag receive failed ({:?}) with no sender (tag {:#x})",
+                        t.status, t.info.sender_tag
+                    ));
+                } else if t.status != Status::Ok {
                     self.error(sender, "tag_recv", t.status);
                 } else {
                     self.check_tag(class, sender, len, seq, t.info.length, &t.buf);
