@@ -149,6 +149,8 @@ mod rank {
         am: u64,
         stream: u64,
         shared_sum: u64,
+        /// The last put into this rank's region: offset, length, pattern seed.
+        last_put: (u64, u64, u64),
     }
 
     struct PeerState {
@@ -165,6 +167,7 @@ mod rank {
         stream_sent: u64,
         private_sum: u64,
         shared_sum: u64,
+        last_put: (u64, u64, u64),
         // Received from the peer.
         tag_next: u64,
         /// Sequences received above `tag_next`.
@@ -311,6 +314,7 @@ mod rank {
                 stream_sent: 0,
                 private_sum: 0,
                 shared_sum: 0,
+                last_put: (0, 0, 0),
                 tag_next: 0,
                 tag_ahead: Default::default(),
                 stream_got: 0,
@@ -639,6 +643,35 @@ mod rank {
                     }
                 }
             }
+            // What each live peer put last is still in its slot of this region.
+            let lasts: Vec<(usize, (u64, u64, u64))> = self
+                .peers
+                .iter()
+                .enumerate()
+                .filter_map(|(i, p)| Some((i, p.as_ref()?)))
+                .filter(|(_, p)| !p.dead)
+                .filter_map(|(i, p)| Some((i, p.fin?.last_put)))
+                .filter(|(_, l)| l.1 > 0)
+                .collect();
+            for (i, (at, len, seed)) in lasts {
+                let slot = ((REGION - COUNTERS) / self.n) as u64;
+                let lo = COUNTERS as u64 + i as u64 * slot;
+                if at < lo || at + len > lo + slot {
+                    self.fails.push(format!(
+                        "rank {i} says it put {len} B at {at}, outside its slot"
+                    ));
+                    continue;
+                }
+                match self.region_check(at as usize, len as usize, seed) {
+                    None => {
+                        self.bump("checked_last_put", 1);
+                        self.bump("bytes", len);
+                    }
+                    Some(k) => self.fails.push(format!(
+                        "rank {i}'s last put ({len} B at {at}): byte {k} in this region differs"
+                    )),
+                }
+            }
             if self.peers.iter().flatten().any(|p| p.dead) {
                 return;
             }
@@ -656,6 +689,19 @@ mod rank {
             } else {
                 self.bump("checked_shared_counter", 1);
             }
+        }
+
+        /// Checks `len` bytes at offset `at` of this rank's region against `seed`'s
+        /// pattern; the index of the first wrong byte.
+        #[allow(unsafe_code)]
+        fn region_check(&self, at: usize, len: usize, seed: u64) -> Option<usize> {
+            assert!(at + len <= self.mem.len());
+            // SAFETY: the range is inside the mapped region (checked above), which lives
+            // as long as `self.mem`; it belongs to one peer's slot, and that peer sent
+            // its FIN after its last access completed, so nobody writes it while the
+            // slice lives.
+            let b = unsafe { std::slice::from_raw_parts(self.mem.address().add(at), len) };
+            check_mem(b, seed, at as u64)
         }
 
         /// Counter `i` of this rank's region.
@@ -803,6 +849,7 @@ mod rank {
             }
             self.bump("op.get", 1);
             self.bump("bytes", len as u64);
+            self.peers[peer].as_mut().unwrap().last_put = (at as u64, len as u64, seed);
         }
 
         fn atomics(&mut self, peer: usize) {
@@ -856,13 +903,14 @@ mod rank {
             for i in self.live_peers() {
                 let p = self.peers[i].as_ref().unwrap();
                 let mut data = Vec::with_capacity(32);
-                for x in [p.tag_seq, p.am_seq, p.stream_sent, p.shared_sum] {
+                let (a, l, sd) = p.last_put;
+                for x in [p.tag_seq, p.am_seq, p.stream_sent, p.shared_sum, a, l, sd] {
                     data.extend_from_slice(&x.to_le_bytes());
                 }
                 let ep = p.ep;
                 let res = self
                     .w
-                    .tag_send_owned(ep, data, tag_of(CLASS_FIN, self.me, 32, 0), false);
+                    .tag_send_owned(ep, data, tag_of(CLASS_FIN, self.me, 56, 0), false);
                 self.track(res, Op::Fin, i, "fin_send");
             }
         }
@@ -1031,7 +1079,7 @@ mod rank {
                     continue;
                 }
                 let w = |k: usize| u64::from_le_bytes(t.buf[k * 8..k * 8 + 8].try_into().unwrap());
-                if t.info.length != 32 {
+                if t.info.length != 56 {
                     self.fails.push(format!("FIN of {} bytes", t.info.length));
                     continue;
                 }
@@ -1040,6 +1088,7 @@ mod rank {
                     am: w(1),
                     stream: w(2),
                     shared_sum: w(3),
+                    last_put: (w(4), w(5), w(6)),
                 };
                 match self.peers.get_mut(sender).and_then(Option::as_mut) {
                     Some(p) if p.fin.is_none() => p.fin = Some(fin),
@@ -1518,12 +1567,11 @@ mod parent {
             g("bytes"),
             g("bytes") as f64 / (1 << 20) as f64
         );
-        if g("checked_shared_counter") > 0 {
-            s += &format!(
-                "\n  shared counters checked: {}",
-                g("checked_shared_counter")
-            );
-        }
+        s += &format!(
+            "\n  final checks: {} shared counters (when nobody died), {} last puts found in place",
+            g("checked_shared_counter"),
+            g("checked_last_put")
+        );
         if errors.is_empty() {
             s += "\n  errors: none";
         } else {
@@ -1655,7 +1703,9 @@ mod netns {
         // A = random u32 (ancillary load SKF_AD_RANDOM); below t_loss: class 1:3 (drop),
         // else 1:1.
         let classify = format!("4,32 0 0 4294963256,53 1 0 {t_loss},6 0 0 65539,6 0 0 65537");
-        tc(&["qdisc", "add", "dev", dev, "root", "handle", "1:", "htb", "default", "1"])?;
+        tc(&[
+            "qdisc", "add", "dev", dev, "root", "handle", "1:", "htb", "default", "1",
+        ])?;
         tc(&[
             "class", "add", "dev", dev, "parent", "1:", "classid", "1:1", "htb", "rate", "10gbit",
         ])?;
