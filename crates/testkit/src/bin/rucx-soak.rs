@@ -1260,6 +1260,17 @@ mod parent {
 
     pub fn run() -> i32 {
         let o = opts();
+        // Before any thread or child exists: SIGINT, SIGTERM and SIGHUP are taken by a
+        // thread that tells the run loop, which then cleans up as on any failure. The
+        // children inherit the mask (Ctrl-C reaches the whole process group, and the
+        // parent, not each child, decides what happens).
+        let (tx, rx) = channel::<(usize, Option<String>)>();
+        let set = block_signals();
+        let stx = tx.clone();
+        std::thread::spawn(move || {
+            let sig = wait_signal(&set);
+            let _ = stx.send((usize::MAX, Some(format!("signal {sig}"))));
+        });
         let hosts = match o.loss {
             Some(loss) => match netns::Hosts::new(o.procs, loss) {
                 Ok(h) => Some(h),
@@ -1281,7 +1292,7 @@ mod parent {
             "soak {mode}: {} processes, {} s, max size {}, seed {}",
             o.procs, o.time, o.max, o.seed
         );
-        let res = soak(&o, hosts.as_ref());
+        let res = soak(&o, hosts.as_ref(), tx, rx);
         let dropped = hosts
             .as_ref()
             .map(|h| format!("\n  packets dropped by the impairment: {}", h.dropped()))
@@ -1301,9 +1312,38 @@ mod parent {
         }
     }
 
-    fn soak(o: &Opts, hosts: Option<&netns::Hosts>) -> Result<String, String> {
+    #[allow(unsafe_code)]
+    fn block_signals() -> libc::sigset_t {
+        // SAFETY: sigemptyset and sigaddset write only the local set, which is a plain
+        // C struct for which all-zero bytes are a valid value; pthread_sigmask changes
+        // this thread's mask (threads started later inherit it) and reads `set`.
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            for s in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+                libc::sigaddset(&mut set, s);
+            }
+            libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+            set
+        }
+    }
+
+    #[allow(unsafe_code)]
+    fn wait_signal(set: &libc::sigset_t) -> i32 {
+        let mut sig = 0;
+        // SAFETY: `set` is a valid, initialised signal set and `sig` a valid place for
+        // the result; sigwait only reads the one and writes the other.
+        unsafe { libc::sigwait(set, &mut sig) };
+        sig
+    }
+
+    fn soak(
+        o: &Opts,
+        hosts: Option<&netns::Hosts>,
+        tx: Sender<(usize, Option<String>)>,
+        rx: Receiver<(usize, Option<String>)>,
+    ) -> Result<String, String> {
         let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-        let (tx, rx) = channel::<(usize, Option<String>)>();
         let mut ranks = Ranks(Vec::new());
         for i in 0..o.procs {
             let mut cmd = match hosts {
@@ -1363,6 +1403,9 @@ mod parent {
             let (i, l) = rx
                 .recv_timeout(left)
                 .map_err(|_| "ranks did not give their addresses within 60 s".to_string())?;
+            if i == usize::MAX {
+                return Err(format!("interrupted ({})", l.unwrap_or_default()));
+            }
             let Some(l) = l else {
                 let st = ranks.0[i].child.wait().ok();
                 return Err(format!("rank {i} exited at start: {st:?}"));
@@ -1392,6 +1435,9 @@ mod parent {
         let hard_end = Duration::from_secs_f64(o.time) + Duration::from_secs(150);
         loop {
             match rx.recv_timeout(Duration::from_millis(200)) {
+                Ok((usize::MAX, l)) => {
+                    fails.push(format!("interrupted ({})", l.unwrap_or_default()));
+                }
                 Ok((i, Some(l))) => {
                     let r = &mut ranks.0[i];
                     if let Some(ops) = l.strip_prefix("hb ") {
@@ -1551,10 +1597,21 @@ mod parent {
         }
         let g = |k: &str| total.get(k).copied().unwrap_or(0);
         let mut s = format!(
-            "  {:.1} s; operations: {} in all — tag {} sent / {} received, AM {} / {}, \
+            "  {:.1} s; operations: {} in all (the per-kind counts are of the final reports) — tag {} sent / {} received, AM {} / {}, \
              stream {} sends / {} receives, put {}, get {}, atomics {}\n  bytes verified: {} ({:.1} MiB)",
             took.as_secs_f64(),
-            total.iter().filter(|(k, _)| k.starts_with("op.")).map(|(_, v)| v).sum::<u64>(),
+            // Ranks without a final report (killed, or the run failed) count with their
+            // last heartbeat.
+            ranks
+                .iter()
+                .map(|r| r
+                    .stats
+                    .iter()
+                    .filter(|(k, _)| k.starts_with("op."))
+                    .map(|(_, v)| v)
+                    .sum::<u64>()
+                    .max(r.ops))
+                .sum::<u64>(),
             g("op.tag_tx"),
             g("op.tag_rx"),
             g("op.am_tx"),
