@@ -22,7 +22,8 @@
 //! - stream bytes: each ordered pair has one byte stream whose byte at offset k is a
 //!   pattern of (sender, receiver, k), so whatever chunks arrive, each byte is checked;
 //! - put then get of a random range of the slot this rank owns in the peer's region
-//!   (`mem_map`), the read-back checked;
+//!   (`mem_map`), the read-back checked (and at the end each rank finds every live
+//!   peer's last put in place in its own memory);
 //! - 64-bit fetch-add on the peer's counter for this rank (the fetched value must be the
 //!   sum of this rank's earlier adds: exact), and on the peer's shared counter (its final
 //!   value must be the sum of everyone's adds, checked by its owner when nobody died).
@@ -41,7 +42,13 @@
 //! and each process's memory high-water mark (VmHWM). It exits non-zero on a
 //! verification failure, a rank that makes no progress for 30 s, an unexpected error, or
 //! a crash of a rank that was not killed. Children are killed and namespaces removed on
-//! every exit path of the parent (and a rank exits when the parent's pipe closes).
+//! every exit path of the parent, SIGINT, SIGTERM and SIGHUP included (and a rank exits
+//! when the parent's pipe closes).
+//!
+//! Blocking calls the ranks make (get, fetch-add, pulling a rendezvous AM) wait only for
+//! the peer's progress, never for the peer's application: a blocking flush would also
+//! wait for this rank's rendezvous sends, which need the peer to post receives, and a
+//! peer in the same flush posts none (a deadlock of the harness, not of ucp).
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
