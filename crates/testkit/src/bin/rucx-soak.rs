@@ -276,7 +276,7 @@ mod rank {
             }
         };
         let mut w = Worker::new(&ctx, ThreadMode::Single).expect("worker");
-        let mem = ctx.mem_map(None, REGION).expect("mem_map");
+        let mem = ctx.mem_alloc(REGION).expect("mem_alloc");
         say(&format!(
             "addr {} {} {}",
             hex::encode(&w.address()),
