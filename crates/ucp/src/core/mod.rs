@@ -33,7 +33,7 @@ pub(crate) struct Tl {
 /// Active-message id of the wireup message (a core message: it creates endpoints).
 pub(crate) const AM_WIREUP: u8 = 8;
 /// Bytes of the wireup message in front of the sender's address.
-pub(crate) const WIREUP_LEN: usize = 8;
+pub const WIREUP_LEN: usize = 8;
 
 pub(crate) struct Core {
     pub ctx: Context,
@@ -506,14 +506,19 @@ pub(crate) fn lane_owner(tls: &[Tl], core: &Core, ep: u32, lane: Lane) -> Option
     uct::md::owner_pid(tls[lane.tl].transport, &entry.addr)
 }
 
+/// Decodes a wireup message into (the sender's worker id, its encoded address).
+pub fn decode_wireup(d: &[u8]) -> Result<(u64, &[u8])> {
+    let id: [u8; WIREUP_LEN] = d
+        .get(..WIREUP_LEN)
+        .and_then(|b| b.try_into().ok())
+        .ok_or(Status::InvalidParam)?;
+    Ok((u64::from_le_bytes(id), &d[WIREUP_LEN..]))
+}
+
 /// Handles a peer's wireup message: an endpoint to it is made (implicit: the application
 /// has not asked for one) unless one exists.
 pub(crate) fn on_wireup(core: &mut Core, d: &[u8]) -> Result<()> {
-    if d.len() < WIREUP_LEN {
-        return Err(Status::InvalidParam);
-    }
-    let uuid = u64::from_le_bytes(d[..8].try_into().map_err(|_| Status::InvalidParam)?);
-    let addr = &d[8..];
+    let (uuid, addr) = decode_wireup(d)?;
     if core.by_uuid.contains_key(&uuid) {
         return Ok(());
     }

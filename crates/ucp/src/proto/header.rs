@@ -23,6 +23,9 @@
 //! Stream bytes (id 17) carry the sender's worker id (u64) in front of the bytes.
 //! Decoders check lengths and never trust a length field beyond the bytes present.
 
+// The wireup message belongs to the core (it makes endpoints); its codec is listed here
+// with the others.
+pub use crate::core::{decode_wireup, WIREUP_LEN};
 use ucs::{Result, Status};
 use uct::wire::Reader;
 
@@ -327,6 +330,7 @@ mod tests {
             let _ = Rts::decode(&b);
             let _ = decode_ats(&b);
             let _ = decode_sync_ack(&b);
+            let _ = decode_wireup(&b);
             let _ = Rtr::decode(&b);
             let _ = decode_rndv_fin(&b);
         }
