@@ -168,6 +168,16 @@ impl Buf {
         Buf::Contig { ptr, len }
     }
 
+    /// Start and length of a contiguous buffer (the caller's or an owned one).
+    #[inline]
+    fn raw(&self) -> Option<(*mut u8, usize)> {
+        match self {
+            Buf::Contig { ptr, len } => Some((*ptr, *len)),
+            Buf::Owned(o) => Some(o.raw()),
+            Buf::Iov(_) | Buf::Generic(_) => None,
+        }
+    }
+
     /// Total length in bytes.
     pub fn len(&self) -> usize {
         match self {
@@ -198,8 +208,9 @@ impl Buf {
             }
         };
         match self {
-            Buf::Contig { ptr, len } => vec![one(*ptr, *len)],
-            Buf::Owned(o) => vec![one(o.raw().0, o.raw().1)],
+            Buf::Contig { .. } | Buf::Owned(_) => {
+                self.raw().map(|(p, l)| one(p, l)).into_iter().collect()
+            }
             Buf::Iov(v) => v.iter().map(|&(p, l)| one(p, l)).collect(),
             Buf::Generic(_) => Vec::new(),
         }
@@ -208,8 +219,7 @@ impl Buf {
     /// The start of a contiguous buffer (`None` for an I/O vector).
     pub fn contig_ptr(&self) -> Option<*mut u8> {
         match self {
-            Buf::Contig { ptr, .. } => Some(*ptr),
-            Buf::Owned(o) => Some(o.raw().0),
+            Buf::Contig { .. } | Buf::Owned(_) => self.raw().map(|(p, _)| p),
             Buf::Iov(_) | Buf::Generic(_) => None,
         }
     }
@@ -220,20 +230,16 @@ impl Buf {
     /// # Safety
     /// The buffer's memory must be valid for writes (the caller's contract).
     pub unsafe fn write_at(&self, off: usize, data: &[u8]) -> usize {
+        if let Some((ptr, len)) = self.raw() {
+            let n = data.len().min(len.saturating_sub(off));
+            if n > 0 {
+                // SAFETY: off + n <= len, inside the caller's (or the owned) buffer.
+                unsafe { copy_small(data.as_ptr(), ptr.add(off), n) };
+            }
+            return n;
+        }
         match self {
-            Buf::Owned(o) => {
-                let (ptr, len) = o.raw();
-                let n = data.len().min(len.saturating_sub(off));
-                // SAFETY: off + n <= len, inside the owned memory.
-                unsafe { copy_small(data.as_ptr(), ptr.add(off), n) };
-                n
-            }
-            Buf::Contig { ptr, len } => {
-                let n = data.len().min(len.saturating_sub(off));
-                // SAFETY: off + n <= len, inside the caller's buffer.
-                unsafe { copy_small(data.as_ptr(), ptr.add(off), n) };
-                n
-            }
+            Buf::Contig { .. } | Buf::Owned(_) => 0,
             Buf::Iov(segs) => {
                 let mut done = 0;
                 let mut pos = 0;
@@ -273,20 +279,16 @@ impl Buf {
     /// # Safety
     /// The buffer's memory must be valid for reads (the caller's contract).
     pub unsafe fn read_at(&self, off: usize, dst: &mut [u8]) -> usize {
+        if let Some((ptr, len)) = self.raw() {
+            let n = dst.len().min(len.saturating_sub(off));
+            if n > 0 {
+                // SAFETY: off + n <= len, inside the caller's (or the owned) buffer.
+                unsafe { copy_small(ptr.add(off), dst.as_mut_ptr(), n) };
+            }
+            return n;
+        }
         match self {
-            Buf::Owned(o) => {
-                let (ptr, len) = o.raw();
-                let n = dst.len().min(len.saturating_sub(off));
-                // SAFETY: off + n <= len, inside the owned memory.
-                unsafe { copy_small(ptr.add(off), dst.as_mut_ptr(), n) };
-                n
-            }
-            Buf::Contig { ptr, len } => {
-                let n = dst.len().min(len.saturating_sub(off));
-                // SAFETY: off + n <= len, inside the caller's buffer.
-                unsafe { copy_small(ptr.add(off), dst.as_mut_ptr(), n) };
-                n
-            }
+            Buf::Contig { .. } | Buf::Owned(_) => 0,
             Buf::Iov(segs) => {
                 let mut done = 0;
                 let mut pos = 0;
