@@ -1,92 +1,239 @@
-//! Thread mode multi: several threads use one worker at once through `SharedWorker`.
-//! Three threads send on worker A while three threads receive on worker B; every message
-//! is checked and each sender's messages arrive in order.
+//! Thread mode multi: several threads use one worker at once through `SharedWorker`, and
+//! none waits for another.
+//!
+//! - Three threads send on worker A, each on an endpoint of its own, while three threads
+//!   receive on worker B with a wildcard on the sequence bits: every message is checked,
+//!   and each sender's messages arrive in the order it sent them (operations posted while
+//!   another thread held the worker keep their order). Over shm, tcp and udp.
+//! - A thread blocked in a send to a peer that does not read does not stop another
+//!   thread from sending to another peer, nor the worker from progressing.
 
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
-use ucp::{Buf, Context, Features, SharedWorker, ThreadMode, Worker};
+use ucp::shared::{Issued, Outcome};
+use ucp::{Buf, Config, Context, Features, SharedWorker, ThreadMode, Worker};
 use ucs::Status;
+use uct::Transport;
 
 const THREADS: u64 = 3;
-const COUNT: u64 = 2000;
+const COUNT: u64 = 1500;
+const TIMEOUT: Duration = Duration::from_secs(120);
+
+fn ctx(t: Transport) -> Context {
+    let cfg = Config {
+        transports: vec![t],
+        ..Config::default()
+    };
+    Context::with_config(Features::TAG, cfg, uct::IfaceConfig::default()).unwrap()
+}
 
 fn payload(tag: u64) -> Vec<u8> {
     let len = (tag % 300) as usize * 37 % 12_000;
     (0..len).map(|i| (i as u64 ^ tag) as u8).collect()
 }
 
-fn wait(w: &SharedWorker, r: ucp::Request) -> Status {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        if let Some(s) = w.with(|w| w.request_test(r).unwrap()).unwrap() {
-            w.with(|w| w.request_free(r).unwrap()).unwrap();
-            return s;
-        }
-        w.progress().unwrap();
-        assert!(Instant::now() < deadline, "request did not complete");
-        std::thread::yield_now();
+fn finish(w: &SharedWorker, i: Issued) -> Outcome {
+    match i {
+        Issued::Done(o) => o,
+        Issued::Pending(t) => match w.wait(t, TIMEOUT) {
+            Ok(o) => o,
+            Err(e) => panic!("wait failed {e:?} in {:?}", std::thread::current().name()),
+        },
     }
 }
 
-#[test]
-fn concurrent_senders_and_receivers() {
-    let ctx = Context::new(Features::TAG).unwrap();
+fn senders_and_receivers(t: Transport) {
+    let ctx = ctx(t);
     let mut a = Worker::new(&ctx, ThreadMode::Multi).unwrap();
     let mut b = Worker::new(&ctx, ThreadMode::Multi).unwrap();
-    let ep = a.ep_create(&b.address()).unwrap();
-    let _ = a.address();
+    let b_addr = b.address();
+    let eps: Vec<_> = (0..THREADS)
+        .map(|_| a.ep_create(&b_addr).unwrap())
+        .collect();
     let (a, b) = (SharedWorker::new(a), SharedWorker::new(b));
+    let senders = &AtomicUsize::new(THREADS as usize);
     std::thread::scope(|s| {
-        for t in 0..THREADS {
+        for (t, &ep) in eps.iter().enumerate() {
             let a = a.clone();
-            s.spawn(move || {
-                for seq in 0..COUNT {
-                    let tag = t << 32 | seq;
-                    let data = payload(tag);
-                    // SAFETY: `data` lives until the request completes (waited below).
-                    let r = a
-                        .with(|w| unsafe {
-                            w.tag_send_nb(
+            std::thread::Builder::new()
+                .name(format!("send{t}"))
+                .spawn_scoped(s, move || {
+                    for seq in 0..COUNT {
+                        let tag = (t as u64) << 32 | seq;
+                        let data = payload(tag);
+                        // SAFETY: `data` lives until the send completes (finished below).
+                        let i = unsafe {
+                            a.tag_send_nb(
                                 ep,
                                 Buf::contig(data.as_ptr().cast_mut(), data.len()),
                                 tag,
                                 false,
-                                None,
                             )
-                        })
-                        .unwrap()
+                        }
                         .unwrap();
-                    if let Some(r) = r {
-                        assert_eq!(wait(&a, r), Status::Ok);
+                        assert_eq!(finish(&a, i).status, Status::Ok);
                     }
-                }
-            });
+                    // A send completes when its data left; the flush waits until it
+                    // arrived (over tcp and udp the worker progresses until then).
+                    let f = a.flush_nb(Some(ep)).unwrap();
+                    assert_eq!(finish(&a, f).status, Status::Ok);
+                    senders.fetch_sub(1, Ordering::SeqCst);
+                })
+                .unwrap();
         }
         for t in 0..THREADS {
             let b = b.clone();
-            s.spawn(move || {
-                let mut buf = vec![0u8; 16_384];
-                for seq in 0..COUNT {
-                    let tag = t << 32 | seq;
-                    // SAFETY: `buf` lives until the request completes (waited below).
-                    let r = b
-                        .with(|w| unsafe {
-                            w.tag_recv_nb(
+            std::thread::Builder::new()
+                .name(format!("recv{t}"))
+                .spawn_scoped(s, move || {
+                    let mut buf = vec![0u8; 16_384];
+                    for seq in 0..COUNT {
+                        buf.fill(0xee);
+                        // SAFETY: `buf` lives until the receive completes (finished below).
+                        let i = unsafe {
+                            b.tag_recv_nb(
                                 Buf::contig(buf.as_mut_ptr(), buf.len()),
-                                tag,
-                                u64::MAX,
-                                None,
+                                t << 32,
+                                !0u32 as u64 ^ u64::MAX,
                             )
-                        })
-                        .unwrap()
+                        }
                         .unwrap();
-                    assert_eq!(wait(&b, r), Status::Ok);
-                    let want = payload(tag);
-                    assert!(
-                        buf[..want.len()] == want[..],
-                        "thread {t} message {seq} differs"
-                    );
-                }
-            });
+                        let o = finish(&b, i);
+                        assert_eq!(o.status, Status::Ok);
+                        // The first message of this sender not received yet: order is kept.
+                        assert_eq!(o.info.sender_tag, t << 32 | seq, "sender {t} out of order");
+                        let want = payload(o.info.sender_tag);
+                        assert_eq!(o.info.length, want.len());
+                        assert!(
+                            buf[..want.len()] == want[..],
+                            "thread {t} message {seq} differs"
+                        );
+                    }
+                    // The senders' flushes need this side's acknowledgements.
+                    let deadline = Instant::now() + TIMEOUT;
+                    while senders.load(Ordering::SeqCst) != 0 {
+                        b.progress().unwrap();
+                        assert!(Instant::now() < deadline, "the senders did not finish");
+                        std::thread::yield_now();
+                    }
+                })
+                .unwrap();
         }
+    });
+}
+
+#[test]
+fn concurrent_senders_and_receivers_shm() {
+    senders_and_receivers(Transport::Shm);
+}
+
+#[test]
+fn concurrent_senders_and_receivers_tcp() {
+    senders_and_receivers(Transport::Tcp);
+}
+
+#[test]
+fn concurrent_senders_and_receivers_udp() {
+    senders_and_receivers(Transport::Udp);
+}
+
+/// Thread X sends 1 MiB (rendezvous) to a peer that does not progress and waits for it;
+/// meanwhile thread Y sends and completes 500 messages to another peer, and only then does
+/// the first peer read.
+#[test]
+fn a_blocked_sender_does_not_stop_others() {
+    let ctx = ctx(Transport::Shm);
+    let mut a = Worker::new(&ctx, ThreadMode::Multi).unwrap();
+    let mut silent = Worker::new(&ctx, ThreadMode::Single).unwrap();
+    let mut reader = Worker::new(&ctx, ThreadMode::Single).unwrap();
+    let ep_silent = a.ep_create(&silent.address()).unwrap();
+    let ep_reader = a.ep_create(&reader.address()).unwrap();
+    let a = SharedWorker::new(a);
+    const BIG: usize = 1 << 20;
+    const SMALL: u64 = 500;
+    let big: Vec<u8> = (0..BIG).map(|i| (i * 7 + 3) as u8).collect();
+    let blocked = AtomicBool::new(true);
+    std::thread::scope(|s| {
+        let x = {
+            let (a, big, blocked) = (a.clone(), &big, &blocked);
+            s.spawn(move || {
+                // SAFETY: `big` outlives the scope; the send is waited for below.
+                let i = unsafe {
+                    a.tag_send_nb(
+                        ep_silent,
+                        Buf::contig(big.as_ptr().cast_mut(), BIG),
+                        1,
+                        false,
+                    )
+                }
+                .unwrap();
+                let o = finish(&a, i);
+                blocked.store(false, Ordering::SeqCst);
+                o
+            })
+        };
+        let r = s.spawn(move || {
+            let mut buf = vec![0u8; 4096];
+            for seq in 0..SMALL {
+                let n = reader.tag_recv(&mut buf, seq, u64::MAX).unwrap().length;
+                assert_eq!(n, 1000 + seq as usize);
+                assert!(buf[..n]
+                    .iter()
+                    .enumerate()
+                    .all(|(i, &b)| b == (i as u64 ^ seq) as u8));
+            }
+            reader
+        });
+        let y = {
+            let a = a.clone();
+            s.spawn(move || {
+                for seq in 0..SMALL {
+                    let data: Vec<u8> = (0..1000 + seq as usize)
+                        .map(|i| (i as u64 ^ seq) as u8)
+                        .collect();
+                    // SAFETY: `data` lives until the send completes (finished below).
+                    let i = unsafe {
+                        a.tag_send_nb(
+                            ep_reader,
+                            Buf::contig(data.as_ptr().cast_mut(), data.len()),
+                            seq,
+                            false,
+                        )
+                    }
+                    .unwrap();
+                    assert_eq!(finish(&a, i).status, Status::Ok);
+                }
+            })
+        };
+        y.join().unwrap();
+        let _reader = r.join().unwrap();
+        assert!(
+            blocked.load(Ordering::SeqCst),
+            "the big send completed although its peer never read"
+        );
+        // Now the silent peer reads, and the blocked thread goes on.
+        let mut got = vec![0u8; BIG];
+        let deadline = Instant::now() + TIMEOUT;
+        // SAFETY: `got` lives until the receive completes (waited below).
+        let req =
+            unsafe { silent.tag_recv_nb(Buf::contig(got.as_mut_ptr(), BIG), 1, u64::MAX, None) }
+                .unwrap();
+        while silent.request_test(req).unwrap().is_none() {
+            silent.progress();
+            a.progress().unwrap();
+            assert!(
+                Instant::now() < deadline,
+                "the big receive did not complete"
+            );
+        }
+        assert_eq!(silent.request_test(req).unwrap(), Some(Status::Ok));
+        silent.request_free(req).unwrap();
+        assert!(got == big, "1 MiB differs");
+        while !x.is_finished() {
+            silent.progress();
+            assert!(Instant::now() < deadline, "the big send did not complete");
+            std::thread::yield_now();
+        }
+        assert_eq!(x.join().unwrap().status, Status::Ok);
     });
 }

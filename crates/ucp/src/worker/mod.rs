@@ -465,6 +465,32 @@ impl Worker {
         Ok(Some((status, info)))
     }
 
+    /// Hands request `r` (started without a callback) to the word-completion path: its
+    /// completion is reported through [`Worker::drain_completed`] with `word` and the
+    /// request freed then. If it already completed, it is freed now and its outcome
+    /// returned instead.
+    pub(crate) fn request_adopt(
+        &mut self,
+        r: Request,
+        word: u64,
+    ) -> Option<crate::shared::Outcome> {
+        let Some(q) = self.core.reqs.get_mut(r.0) else {
+            // Not a live request: nothing will ever report it.
+            return Some(crate::shared::Outcome {
+                status: Status::NoElem,
+                info: RecvInfo::default(),
+            });
+        };
+        if let Some(status) = q.status {
+            let info = q.info;
+            self.core.reqs.remove(r.0);
+            return Some(crate::shared::Outcome { status, info });
+        }
+        q.cb = Some(Callback::Word(word));
+        q.released = true;
+        None
+    }
+
     /// Releases a request: now if it completed, else when it completes (its callback
     /// still runs).
     pub fn request_free(&mut self, r: Request) -> Result<()> {
