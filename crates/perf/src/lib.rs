@@ -44,6 +44,9 @@ pub mod registry;
 pub mod report;
 pub mod session;
 pub mod stats;
+// Posts through the shared worker's nonblocking calls (raw buffers the threads keep valid).
+#[allow(unsafe_code)]
+pub mod threads;
 pub mod transport;
 
 pub use channel::{Channel, LineChannel, Msg};

@@ -628,3 +628,48 @@ fn loopback_suite_and_refusals() {
         assert!(!run.stderr.contains("panicked"), "{args:?}: {}", run.stderr);
     }
 }
+
+/// The multithreaded mode: threads ping-pong and stream through one shared worker per
+/// process, with and without a progress thread; every message is checked by the side
+/// that receives it (a mismatch fails the run).
+#[test]
+fn threads_json() {
+    for (test, extra) in [
+        ("tag_lat", &["-T", "2"][..]),
+        ("tag_lat", &["-T", "2", "--progress-thread"][..]),
+        ("tag_mr", &["-T", "3", "-O", "8"][..]),
+        (
+            "tag_bw",
+            &[
+                "-T",
+                "1",
+                "-M",
+                "serialized",
+                "--progress-thread",
+                "-s",
+                "3000",
+            ][..],
+        ),
+    ] {
+        let mut args = vec!["-t", test, "-n", "2000", "-w", "100", "--json"];
+        args.extend_from_slice(extra);
+        let run = perftest(&args);
+        assert_eq!(run.code, Some(0), "{test} {extra:?} failed: {}", run.stderr);
+        let v: serde_json::Value = serde_json::from_str(run.stdout.trim()).expect("one JSON line");
+        assert_eq!(v["test"], test);
+        let threads: usize = extra[1].parse().unwrap();
+        assert_eq!(v["threads"].as_u64(), Some(threads as u64));
+        assert_eq!(v["per_thread"].as_array().map(|a| a.len()), Some(threads));
+        assert!(v["msg_rate"].as_f64().is_some_and(|r| r > 0.0), "{v}");
+    }
+    let bad = perftest(&["-t", "tag_lat", "-T", "2", "-M", "single"]);
+    assert!(
+        run_failed(&bad) && bad.stderr.contains("one thread only"),
+        "{}",
+        bad.stderr
+    );
+}
+
+fn run_failed(r: &Run) -> bool {
+    r.code != Some(0)
+}

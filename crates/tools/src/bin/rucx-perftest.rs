@@ -33,6 +33,9 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
+#[path = "../perftest_mt.rs"]
+mod mt;
+
 /// Command line, with ucx_perftest's option letters where it has them.
 #[derive(Parser, Debug)]
 #[command(
@@ -118,6 +121,17 @@ struct Cli {
     #[arg(short = 'l', long, conflicts_with_all = ["server", "connect", "host", "port"])]
     loopback: bool,
     /// Server to connect to, as in `ucx_perftest HOST` (same as --connect HOST).
+    /// Application threads per process, all on one worker in thread mode multi (or
+    /// serialized), each with its own endpoint and tag (tag_lat, tag_mr, tag_bw).
+    #[arg(short = 'T', long = "threads", value_name = "N")]
+    threads: Option<usize>,
+    /// Thread mode of the worker with -T: single (one thread only), serialized or multi.
+    #[arg(short = 'M', long = "thread-mode", value_name = "MODE")]
+    thread_mode: Option<String>,
+    /// With -T: one more thread per process progresses the worker; the application
+    /// threads only post and test their operations.
+    #[arg(long)]
+    progress_thread: bool,
     #[arg(value_name = "HOST")]
     host: Option<String>,
     /// Internal: the role of a peer process started by rucx-perftest itself.
@@ -378,16 +392,27 @@ impl PeerProcess {
     /// Starts this executable as the responder; returns it with the channel's read and
     /// write descriptors (the child's stdout and stdin).
     fn spawn(plan: &Plan) -> Result<(PeerProcess, OwnedFd, OwnedFd), String> {
+        PeerProcess::spawn_as("responder", &[], plan.timeout, &plan.cpus)
+    }
+
+    /// Starts this executable in peer role `role` with `extra` arguments.
+    fn spawn_as(
+        role: &str,
+        extra: &[String],
+        timeout: Duration,
+        cpus: &[usize],
+    ) -> Result<(PeerProcess, OwnedFd, OwnedFd), String> {
         let exe =
             std::env::current_exe().map_err(|e| format!("cannot find own executable: {e}"))?;
         let mut cmd = Command::new(exe);
-        cmd.args(["--peer-role", "responder"])
+        cmd.args(["--peer-role", role])
+            .args(extra)
             .arg("--timeout")
-            .arg(plan.timeout.as_secs_f64().to_string())
+            .arg(timeout.as_secs_f64().to_string())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
-        if let Some(&cpu) = plan.cpus.get(1) {
+        if let Some(&cpu) = cpus.get(1) {
             cmd.arg("--peer-cpu").arg(cpu.to_string());
         }
         let mut child = cmd
@@ -485,6 +510,9 @@ fn run_tests(cli: &Cli, plan: &Plan, chan: LineChannel, peer: &str) -> Result<()
 }
 
 fn initiator(cli: &Cli) -> Result<(), Failure> {
+    if cli.threads.is_some() || cli.thread_mode.is_some() || cli.progress_thread {
+        return mt::initiator(cli);
+    }
     let plan = plan(cli)?;
     check_config()?;
     match &plan.mode {
@@ -621,6 +649,7 @@ fn main() -> ExitCode {
     let r = match cli.peer_role.as_deref() {
         None => initiator(&cli),
         Some("responder") => responder(&cli),
+        Some("mt-responder") => mt::responder(&cli),
         Some(other) => Err(Failure::Usage(format!("unknown peer role '{other}'"))),
     };
     match r {
