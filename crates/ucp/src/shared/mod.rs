@@ -192,6 +192,19 @@ impl SharedWorker {
         Ok(r)
     }
 
+    /// Runs `f` with the worker unless another thread is inside it (then `None` at once):
+    /// the try of [`SharedWorker::progress`] for other work, such as a progress thread's
+    /// turn. Operations posted before run first.
+    pub fn try_with<T>(&self, f: impl FnOnce(&mut Worker) -> T) -> Result<Option<T>> {
+        let Some(mut g) = self.try_enter() else {
+            return Ok(None);
+        };
+        self.run_posted(&mut g);
+        let r = f(&mut g);
+        self.leave(g);
+        Ok(Some(r))
+    }
+
     /// Progresses unless another thread is in the worker (then returns 0 at once).
     pub fn progress(&self) -> Result<usize> {
         Ok(self.turn().unwrap_or(0))
