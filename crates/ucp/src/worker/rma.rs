@@ -107,7 +107,8 @@ impl Worker {
             value,
         };
         // SAFETY: `owned`: emulated data is copied in the call, nothing is read later.
-        let post = unsafe { rma::put_signal(&mut self.core, ep, data, addr, rk, &sig, None, true)? };
+        let post =
+            unsafe { rma::put_signal(&mut self.core, ep, data, addr, rk, &sig, None, true)? };
         posted(&mut self.tls, &mut self.core, ep.0, post, true).map(drop)
     }
 
