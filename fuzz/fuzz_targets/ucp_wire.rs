@@ -234,7 +234,10 @@ fn rma_messages(data: &[u8]) {
         assert_eq!(b, data[..PUT_SIGNAL_HDR], "PutSignal does not round-trip");
         is_tail(data, PUT_SIGNAL_HDR, rest, "PutSignal");
     } else if let Some([.., op, _]) = raw {
-        assert!(op != 1 && op != 2, "PutSignal refused with a known signal op {op}");
+        assert!(
+            op != 1 && op != 2,
+            "PutSignal refused with a known signal op {op}"
+        );
     }
 }
 
