@@ -900,7 +900,7 @@ fn check(p: &mut Pair, died: bool) -> Report {
             );
             if let Kind::PutSignalA { src, off, word, .. } = k {
                 // Failed, but if the signal was applied the data must be there.
-                let (init, now) = signal_word(&p, word);
+                let (init, now) = signal_word(p, word);
                 if now != init {
                     let len = p.bufs[src].len();
                     assert!(
@@ -957,7 +957,7 @@ fn check(p: &mut Pair, died: bool) -> Report {
                         p.read_b(PUT_AREA + off, len) == p.expect[&src],
                         "seed {seed:#x}: put with signal completed Ok but the target differs"
                     );
-                    let (init, now) = signal_word(&p, word);
+                    let (init, now) = signal_word(p, word);
                     let want = if set { value } else { init.wrapping_add(value) };
                     assert_eq!(now, want, "seed {seed:#x}: signal word");
                 }
