@@ -1,8 +1,8 @@
 //! Fuzz target: the protocol layer's (ucp) wire decoders — the worker address, every
 //! message of `ucp::proto::header` (EagerOnly, EagerSync, EagerFirst, EagerMiddle, Rts,
 //! Rtr, Ats, SyncAck, Wireup and the worker address it carries, RndvFin), the emulated-RMA
-//! messages of `ucp::proto::rma` (Put, GetReq, GetRep, AmoReq, AmoRep, Ack, with their status
-//! fields and atomic op word) and the packed remote key of `ucp::mem`. Every decoder gets the
+//! messages of `ucp::proto::rma` (Put, GetReq, GetRep, AmoReq, AmoRep, Ack, PutSignal, with
+//! their status fields, atomic op word and signal op) and the packed remote key of `ucp::mem`. Every decoder gets the
 //! whole input, as if it had arrived under its active-message id.
 //!
 //! No panic; whatever decodes encodes back to exactly the bytes it came from, or for a
@@ -22,15 +22,16 @@ use ucp::proto::header::{
     SYNC_ACK_LEN, WIREUP_LEN,
 };
 use ucp::proto::rma::{
-    decode, encode, field_status, op_word, parse_op_word, status_field, GET_REP_HDR, PUT_HDR,
+    decode, encode, field_status, op_word, parse_op_word, status_field, PutSignal, GET_REP_HDR,
+    PUT_HDR, PUT_SIGNAL_HDR,
 };
 
 /// Worker address before the interface entries, and each entry before its address bytes.
 const ADDR_FIXED: usize = 21;
 const ADDR_ENTRY: usize = 6;
 /// Packed remote key before the transport keys, and each transport key before its bytes.
-/// The most header fields an emulated-RMA message has (AmoReq).
-const RMA_MAX_FIELDS: usize = 7;
+/// The most header fields an emulated-RMA message has (PutSignal).
+const RMA_MAX_FIELDS: usize = 8;
 
 fuzz_target!(|data: &[u8]| {
     worker_address(data);
@@ -220,6 +221,23 @@ fn rma_messages(data: &[u8]) {
     // Ack: request, status.
     if let Some([_, st]) = fields::<2>(data, "Ack") {
         status(st, "Ack");
+    }
+    // PutSignal: src uuid, request, key id, address, signal key id, signal address, signal
+    // op, value | bytes to write. Its own decoder also refuses an unknown signal op.
+    const _: () = assert!(PUT_SIGNAL_HDR == 8 * 8);
+    let raw = fields::<8>(data, "PutSignal fields");
+    if let Ok((h, rest)) = PutSignal::decode(data) {
+        let [.., op, _] = raw.expect("a PutSignal shorter than its fields");
+        assert!(op == 1 || op == 2, "PutSignal decoded signal op {op}");
+        let mut b = [0u8; PUT_SIGNAL_HDR];
+        assert_eq!(h.encode_into(&mut b), PUT_SIGNAL_HDR);
+        assert_eq!(b, data[..PUT_SIGNAL_HDR], "PutSignal does not round-trip");
+        is_tail(data, PUT_SIGNAL_HDR, rest, "PutSignal");
+    } else if let Some([.., op, _]) = raw {
+        assert!(
+            op != 1 && op != 2,
+            "PutSignal refused with a known signal op {op}"
+        );
     }
 }
 

@@ -39,6 +39,7 @@ mod context;
 mod dt;
 mod ep;
 mod listener;
+mod put_signal;
 mod request;
 mod rma;
 mod stream;

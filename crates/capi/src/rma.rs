@@ -46,7 +46,7 @@ impl Drop for MemObj {
 pub(crate) struct RkeyObj {
     wk: *const Handle<Wk>,
     wgen: u64,
-    rk: ucp::RemoteKey,
+    pub(crate) rk: ucp::RemoteKey,
 }
 
 handle_kind!(RkeyObj, 0x7275_6378_726b_6579);
@@ -354,7 +354,7 @@ pub unsafe extern "C" fn ucp_rkey_destroy(rkey: *mut Handle<RkeyObj>) {
 }
 
 /// The endpoint, its worker and the key, checked to belong together.
-unsafe fn ep_key<'a>(
+pub(crate) unsafe fn ep_key<'a>(
     ep: *mut Handle<EpH>,
     rkey: *mut Handle<RkeyObj>,
 ) -> Result<(&'a EpH, &'a Wk, &'a RkeyObj)> {
@@ -368,7 +368,7 @@ unsafe fn ep_key<'a>(
     Ok((e, wk, k))
 }
 
-fn contig_len(op: &Op, count: usize) -> Result<usize> {
+pub(crate) fn contig_len(op: &Op, count: usize) -> Result<usize> {
     let elem = crate::dt::contig_size(op.datatype).ok_or(Status::Unsupported)?;
     count.checked_mul(elem).ok_or(Status::InvalidParam)
 }

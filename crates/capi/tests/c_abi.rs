@@ -64,6 +64,29 @@ fn rma_and_atomics() {
     build_and_run("rma.c", &[("UCX_RMA_PATH", "am")]);
 }
 
+/// `rucx_put_signal_nbx` (`<rucx/ucp_ext.h>`, so rucx's headers only): the target sees the
+/// signal only with all the data, on every path (mapped, CMA, emulated over shm, tcp and
+/// udp); nbx parameters; refusals.
+#[test]
+fn put_with_remote_signal() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let prog = compile("put_signal.c", Headers::Rucx);
+    let envs: [&[(&str, &str)]; 5] = [
+        &[],
+        &[("UCX_RMA_PATH", "cma")],
+        &[("UCX_RMA_PATH", "am")],
+        &[("UCX_TLS", "tcp")],
+        &[("UCX_TLS", "udp")],
+    ];
+    for env in envs {
+        let out = run_on_rucx(&prog, env, LIMIT);
+        assert!(
+            out.contains("put_signal origin passed") && out.contains("put_signal target passed"),
+            "{env:?}:\n{out}"
+        );
+    }
+}
+
 /// Packed keys in a fixed 16-byte field: allocated and registered memory, default
 /// transports and TCP only (and every access path: emulated, CMA), each byte checked.
 #[test]

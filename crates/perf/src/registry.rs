@@ -46,6 +46,8 @@ pub enum TestId {
     CswapLat,
     AddMr,
     FaddMr,
+    /// rucx's own: put with remote signal (no ucx_perftest counterpart).
+    PutSignalLat,
 }
 
 /// The layer a test runs on.
@@ -403,6 +405,16 @@ pub static TESTS: &[TestInfo] = &[
         layouts: &[Layout::Contig],
         window: 32,
     },
+    TestInfo {
+        id: TestId::PutSignalLat,
+        name: "put_signal_lat",
+        aliases: &[],
+        description: "put with remote signal latency",
+        api: Api::Ucp,
+        kind: Kind::PingPong,
+        layouts: &[Layout::Contig],
+        window: 1,
+    },
 ];
 
 /// Tests of ucx_perftest that rucx does not run yet.
@@ -513,7 +525,7 @@ pub fn names() -> Vec<&'static str> {
 mod tests {
     use super::*;
 
-    const ALL: [TestId; 24] = [
+    const ALL: [TestId; 25] = [
         TestId::AmLat,
         TestId::AmBw,
         TestId::PutLat,
@@ -538,6 +550,7 @@ mod tests {
         TestId::CswapLat,
         TestId::AddMr,
         TestId::FaddMr,
+        TestId::PutSignalLat,
     ];
 
     #[test]

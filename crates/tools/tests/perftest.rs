@@ -226,6 +226,8 @@ fn ucp_rma_amo_am_stream_json() {
         ("add_mr", 4, 20000, Some("direct")),
         ("am_lat", 8, 2000, None),
         ("stream_bw", 65536, 300, None),
+        ("put_signal_lat", 8, 2000, Some("direct")),
+        ("put_signal_lat", 100_000, 300, Some("direct")),
     ] {
         let (s, n_s) = (size.to_string(), n.to_string());
         let run = perftest(&["-t", test, "-s", &s, "-n", &n_s, "-w", "10", "--json"]);
@@ -240,6 +242,8 @@ fn ucp_rma_amo_am_stream_json() {
         ("get_lat", "am", "am"),
         ("swap_lat", "am", "am"),
         ("fadd_mr", "cma", "am"),
+        ("put_signal_lat", "am", "am"),
+        ("put_signal_lat", "cma", "cma"),
     ] {
         let run = perftest_env(
             &["-t", test, "-n", "500", "-w", "10", "--json"],
@@ -501,6 +505,7 @@ fn loopback_runs_every_protocol_test() {
         ("cswap_lat", 4),
         ("add_mr", 8),
         ("fadd_mr", 8),
+        ("put_signal_lat", 8),
     ] {
         let s = size.to_string();
         let run = perftest(&["-l", "-t", test, "-s", &s, "-n", "300", "-w", "20"]);

@@ -46,7 +46,9 @@ pub use config::Config;
 pub use config::RmaPath;
 pub use context::{Context, Features, Resource};
 pub use core::ep::{Ep, EpStatus, Proto, Thresholds};
-pub use core::request::{Buf, Callback, Completed, GenericDt, OwnedBuf, RecvInfo, Request};
+pub use core::request::{
+    Buf, Callback, Completed, GenericDt, OwnedBuf, RecvInfo, Request, SignalOp,
+};
 pub use mem::MemH;
 pub use rma::RemoteKey;
 pub use shared::SharedWorker;

@@ -1,5 +1,6 @@
-//! Emulated put, get and atomics (every operation, 32 and 64 bits) through the in-memory
-//! fabric (see `fabric_common`): the target executes them in its progress. Under a node
+//! Emulated put, get, atomics (every operation, 32 and 64 bits) and put with remote signal
+//! (add and set; a failed one must never have signalled without its data) through the
+//! in-memory fabric (see `fabric_common`): the target executes them in its progress. Under a node
 //! death at every step and a full lane at every step.
 
 mod fabric_common;
@@ -18,6 +19,20 @@ fn ops() -> Vec<Op> {
         Op::Get {
             off: 5000,
             len: 2500,
+        },
+        Op::PutSignal {
+            off: 8000,
+            len: 20_000,
+            word: 20,
+            set: false,
+            value: 3,
+        },
+        Op::PutSignal {
+            off: 40_000,
+            len: 16,
+            word: 21,
+            set: true,
+            value: 0x5eed_0000_0000_0001,
         },
     ];
     let amos = [

@@ -14,6 +14,8 @@
 //! - put_lat: put this round's number into this process's own region and wait until it
 //!   shows there. put_bw, get_lat, get_bw: the initiator's loops of the two-process tests,
 //!   aimed at this process's own region.
+//! - put_signal_lat: put with a signal into this process's own region and wait until its
+//!   word counts the round.
 //! - atomics: the initiator's loops of the two-process tests on this process's own word
 //!   (add_lat: post an add and wait until the word counts it).
 //!
@@ -102,6 +104,7 @@ impl<C: Channel> UcpPeer<C> {
                 self.lb_rma(p)
             }
             t if t.is_atomic() => self.lb_amo(p),
+            TestId::PutSignalLat => self.lb_put_signal(p),
             _ => Err(Status::InvalidParam),
         }
     }
@@ -576,6 +579,8 @@ mod tests {
             (TestId::AddMr, 8, 7),
             (TestId::FaddMr, 8, 0),
             (TestId::FaddMr, 4, 5),
+            (TestId::PutSignalLat, 8, 0),
+            (TestId::PutSignalLat, 100_000, 0),
         ];
         for (test, size, window) in cases {
             let p = Params {
@@ -595,7 +600,11 @@ mod tests {
             let one_sided = test.is_atomic()
                 || matches!(
                     test,
-                    TestId::UcpPutLat | TestId::UcpPutBw | TestId::UcpGetLat | TestId::UcpGetBw
+                    TestId::UcpPutLat
+                        | TestId::UcpPutBw
+                        | TestId::UcpGetLat
+                        | TestId::UcpGetBw
+                        | TestId::PutSignalLat
                 );
             assert_eq!(r.rma_path.is_some(), one_sided, "{test}");
         }
@@ -623,6 +632,7 @@ mod tests {
             (TestId::CswapLat, 8, 0),
             (TestId::AddMr, 8, 16),
             (TestId::FaddMr, 8, 4),
+            (TestId::PutSignalLat, 5000, 0),
         ] {
             let p = Params {
                 size,

@@ -3,6 +3,7 @@
 //!
 //! - tag: tag_lat, tag_sync_lat, tag_bw, tag_mr (`runs.rs`);
 //! - remote memory access: put_lat, put_bw, get_lat, get_bw (`rma.rs`);
+//! - put with remote signal: put_signal_lat (`signal.rs`);
 //! - atomics: add_lat, fadd_lat, swap_lat, cswap_lat, add_mr, fadd_mr (`amo.rs`);
 //! - active messages: am_lat, am_bw (`am.rs`);
 //! - streams: stream_lat, stream_bw (`stream.rs`).
@@ -26,6 +27,7 @@ mod amo;
 mod loopback;
 mod rma;
 mod runs;
+mod signal;
 mod stream;
 mod wait;
 
@@ -61,6 +63,7 @@ enum Group {
     Amo,
     Am,
     Stream,
+    Signal,
 }
 
 fn group(t: TestId) -> Option<Group> {
@@ -76,6 +79,7 @@ fn group(t: TestId) -> Option<Group> {
         | TestId::FaddMr => Group::Amo,
         TestId::UcpAmLat | TestId::UcpAmBw => Group::Am,
         TestId::StreamLat | TestId::StreamBw => Group::Stream,
+        TestId::PutSignalLat => Group::Signal,
         TestId::AmLat
         | TestId::AmBw
         | TestId::PutLat
@@ -490,6 +494,7 @@ impl<C: Channel> UcpPeer<C> {
             Some(Group::Amo) => self.amo_initiator(p),
             Some(Group::Am) => self.am_initiator(p),
             Some(Group::Stream) => self.stream_initiator(p),
+            Some(Group::Signal) => self.signal_initiator(p),
             None => Err(Status::InvalidParam),
         }
     }
@@ -541,6 +546,7 @@ impl<C: Channel> UcpPeer<C> {
                         Some(Group::Amo) => self.amo_responder(&p, region.as_ref()),
                         Some(Group::Am) => self.am_responder(&p),
                         Some(Group::Stream) => self.stream_responder(&p),
+                        Some(Group::Signal) => self.signal_responder(&p, region.as_ref()),
                         None => Err(Status::InvalidParam),
                     };
                     if let Err(e) = r {
@@ -700,7 +706,7 @@ mod tests {
             assert_eq!((r.api, r.layout), (Api::Ucp, Layout::Contig));
             assert_eq!(r.transport, "shm");
             assert!(r.latency_avg_us > 0.0 && r.msg_rate > 0.0);
-            let one_sided = matches!(group(test), Some(Group::Rma | Group::Amo));
+            let one_sided = matches!(group(test), Some(Group::Rma | Group::Amo | Group::Signal));
             assert_eq!(r.rma_path.is_some(), one_sided, "{test}");
             paths.push(r.rma_path);
         }
@@ -736,6 +742,8 @@ mod tests {
             (TestId::AddMr, 8, 7),
             (TestId::FaddMr, 8, 0),
             (TestId::FaddMr, 4, 5),
+            (TestId::PutSignalLat, 8, 0),
+            (TestId::PutSignalLat, 300_000, 0),
         ];
         let paths = run_cases(&cases, None);
         for ((test, ..), path) in cases.iter().zip(paths) {
@@ -761,6 +769,8 @@ mod tests {
             (TestId::CswapLat, 8, 0),
             (TestId::AddMr, 8, 16),
             (TestId::FaddMr, 8, 4),
+            (TestId::PutSignalLat, 8, 0),
+            (TestId::PutSignalLat, 70_000, 0),
         ];
         for (path, rma, amo) in [(RmaPath::Emulated, "am", "am"), (RmaPath::Cma, "cma", "am")] {
             let cfg = Config {

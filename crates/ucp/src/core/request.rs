@@ -457,6 +457,15 @@ pub struct AmSendFlags {
     pub rndv: bool,
 }
 
+/// What a put with remote signal does to its 64-bit signal word once the data is there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SignalOp {
+    /// Adds the value (wrapping).
+    Add,
+    /// Stores the value.
+    Set,
+}
+
 /// The kinds of emulated remote access.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum RmaOp {
@@ -466,6 +475,13 @@ pub(crate) enum RmaOp {
         op: AtomicOp,
         size: AtomicSize,
         fetch: bool,
+    },
+    /// A put whose last piece carries a signal for the 64-bit word at `addr` of the
+    /// region `key` (the value is the state's `value`).
+    PutSignal {
+        op: SignalOp,
+        key: u64,
+        addr: u64,
     },
 }
 

@@ -91,9 +91,13 @@ fn dispatch_other(core: &mut Core, p: &mut Protocols, id: AmId, d: &[u8]) -> Res
         AmId::AmFirst => crate::am::on_fragment(core, &mut p.am, true, d),
         AmId::AmMiddle => crate::am::on_fragment(core, &mut p.am, false, d),
         AmId::Stream => crate::stream::on_stream(core, &mut p.stream, d),
-        AmId::Put | AmId::GetReq | AmId::GetRep | AmId::AmoReq | AmId::AmoRep | AmId::Ack => {
-            p.rma.on_rma(core, id, d)
-        }
+        AmId::Put
+        | AmId::GetReq
+        | AmId::GetRep
+        | AmId::AmoReq
+        | AmId::AmoRep
+        | AmId::Ack
+        | AmId::PutSignal => p.rma.on_rma(core, id, d),
     }
 }
 

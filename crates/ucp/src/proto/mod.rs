@@ -52,6 +52,8 @@ pub enum AmId {
     Rtr = 20,
     /// Rendezvous by put: every byte was put.
     RndvFin = 21,
+    /// Emulated put with remote signal: its last piece, which carries the signal (`rma`).
+    PutSignal = 22,
 }
 
 impl AmId {
@@ -87,6 +89,7 @@ impl AmId {
             19 => AmMiddle,
             20 => Rtr,
             21 => RndvFin,
+            22 => PutSignal,
             _ => return None,
         })
     }
@@ -106,6 +109,6 @@ mod tests {
                 seen += 1;
             }
         }
-        assert_eq!(seen, 21);
+        assert_eq!(seen, 22);
     }
 }

@@ -10,9 +10,15 @@
 //! 12  AmoReq    src uuid, request, key id, address, value, compare, op     -
 //! 13  AmoRep    request, status, previous value                            -
 //! 14  Ack       request, status                                            -
+//! 22  PutSignal src uuid, request, key id, address, signal key id,          bytes to write
+//!               signal address, signal op, signal value
 //! op word: bits 0-7 operation, bits 8-15 size in bytes (4 or 8), bit 16 fetch;
-//! status: the ucs status code, sign-extended.
+//! status: the ucs status code, sign-extended; signal op: 1 add, 2 set.
 //! ```
+//!
+//! A PutSignal is the last (or only) piece of a put with remote signal: the target writes
+//! its bytes, then applies the signal to the 64-bit word, so a reader of the word that
+//! sees the signal sees the data of this piece and of every piece before it on the lane.
 
 use ucs::{Result, Status};
 use uct::{AtomicOp, AtomicSize};
@@ -21,6 +27,75 @@ use uct::{AtomicOp, AtomicSize};
 pub const PUT_HDR: usize = 32;
 /// Header bytes of a GetRep.
 pub const GET_REP_HDR: usize = 24;
+/// Header bytes of a PutSignal.
+pub const PUT_SIGNAL_HDR: usize = 64;
+
+pub use crate::core::request::SignalOp;
+
+fn signal_code(op: SignalOp) -> u64 {
+    match op {
+        SignalOp::Add => 1,
+        SignalOp::Set => 2,
+    }
+}
+
+fn signal_from_code(c: u64) -> Result<SignalOp> {
+    match c {
+        1 => Ok(SignalOp::Add),
+        2 => Ok(SignalOp::Set),
+        _ => Err(Status::InvalidParam),
+    }
+}
+
+/// The header of a PutSignal message (its data follows it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PutSignal {
+    pub uuid: u64,
+    pub sreq: u64,
+    pub key: u64,
+    pub addr: u64,
+    pub signal_key: u64,
+    pub signal_addr: u64,
+    pub op: SignalOp,
+    pub value: u64,
+}
+
+impl PutSignal {
+    /// Writes the header at the start of `b` (at least [`PUT_SIGNAL_HDR`] bytes); returns
+    /// its length.
+    pub fn encode_into(&self, b: &mut [u8]) -> usize {
+        encode(
+            &[
+                self.uuid,
+                self.sreq,
+                self.key,
+                self.addr,
+                self.signal_key,
+                self.signal_addr,
+                signal_code(self.op),
+                self.value,
+            ],
+            b,
+        )
+    }
+
+    /// Reads a header; returns it and the data after it. An unknown signal op is a
+    /// malformed message.
+    pub fn decode(b: &[u8]) -> Result<(PutSignal, &[u8])> {
+        let ([uuid, sreq, key, addr, signal_key, signal_addr, op, value], data) = decode::<8>(b)?;
+        let h = PutSignal {
+            uuid,
+            sreq,
+            key,
+            addr,
+            signal_key,
+            signal_addr,
+            op: signal_from_code(op)?,
+            value,
+        };
+        Ok((h, data))
+    }
+}
 
 /// Writes `fields` at the start of `b`; returns the bytes written.
 pub fn encode(fields: &[u64], b: &mut [u8]) -> usize {
@@ -120,6 +195,44 @@ mod tests {
             if let Ok(s) = field_status(w) {
                 prop_assert_eq!(status_field(s), w, "a status field must be a sign-extended code");
             }
+        }
+    }
+
+    fn signal_op() -> impl Strategy<Value = SignalOp> {
+        prop_oneof![Just(SignalOp::Add), Just(SignalOp::Set)]
+    }
+
+    proptest! {
+        #[test]
+        fn put_signal_round_trips(
+            f in proptest::collection::vec(any::<u64>(), 7),
+            op in signal_op(),
+            data in proptest::collection::vec(any::<u8>(), 0..32),
+        ) {
+            let h = PutSignal {
+                uuid: f[0],
+                sreq: f[1],
+                key: f[2],
+                addr: f[3],
+                signal_key: f[4],
+                signal_addr: f[5],
+                op,
+                value: f[6],
+            };
+            let mut b = vec![0u8; PUT_SIGNAL_HDR + data.len()];
+            prop_assert_eq!(h.encode_into(&mut b), PUT_SIGNAL_HDR);
+            b[PUT_SIGNAL_HDR..].copy_from_slice(&data);
+            let (g, rest) = PutSignal::decode(&b).unwrap();
+            prop_assert_eq!(g, h);
+            prop_assert_eq!(rest, &data[..]);
+            prop_assert!(PutSignal::decode(&b[..PUT_SIGNAL_HDR - 1]).is_err());
+        }
+
+        #[test]
+        fn put_signal_refuses_unknown_ops(b in proptest::collection::vec(any::<u8>(), 64..80), op: u64) {
+            let mut b = b;
+            b[48..56].copy_from_slice(&op.to_le_bytes());
+            prop_assert_eq!(PutSignal::decode(&b).is_ok(), op == 1 || op == 2);
         }
     }
 

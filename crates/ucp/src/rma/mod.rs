@@ -11,6 +11,13 @@
 //! Emulated operations are requests in the endpoint's queue, so they keep their order;
 //! each counts as outstanding on the endpoint until the target's reply, which is what
 //! flush waits for.
+//!
+//! Put with remote signal keeps one invariant on every path: the signal word changes only
+//! after the data is in the target's memory. Direct and CMA puts are complete when their
+//! call returns, so the signal follows them (a CPU atomic through a mapping, or a
+//! `PutSignal` message with no data); an emulated put sends its data in order on the lane
+//! and its last piece is a `PutSignal`, whose handler writes the bytes and then applies the
+//! signal with release ordering.
 
 use crate::config::RmaPath;
 use crate::core::ep::{Ep, Lane};
@@ -225,6 +232,71 @@ pub(crate) fn put_nbi(
     new_req(core, st, None, true)
 }
 
+/// The signal of a put with remote signal: the 64-bit word and what to do to it.
+pub(crate) struct Signal<'a> {
+    pub addr: u64,
+    pub rk: &'a RemoteKey,
+    pub op: SignalOp,
+    pub value: u64,
+}
+
+/// Writes `data` to `addr`, then applies the signal; see the module doc for the order.
+/// With `owned`, emulated data is copied now (the put is locally complete on return);
+/// otherwise the caller's bytes are read as they are sent.
+///
+/// # Safety
+/// Without `owned`, `data` must stay readable and unchanged until the request completes.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn put_signal(
+    core: &mut Core,
+    ep: Ep,
+    data: &[u8],
+    addr: u64,
+    rk: &RemoteKey,
+    sig: &Signal<'_>,
+    cb: Option<Callback>,
+    owned: bool,
+) -> Result<Post> {
+    rk.check(ep, addr, data.len())?;
+    sig.rk.check(ep, sig.addr, 8)?;
+    check_aligned(sig.addr, AtomicSize::B64)?;
+    let mut sent_data = false;
+    if let Some(k) = rk.uct.as_ref().filter(|_| rk.rma != RmaPath::Emulated) {
+        // Direct and CMA complete the copy in this call: the data is in place before the
+        // signal below is applied or sent.
+        if !data.is_empty() {
+            uct::rma::put(k, addr, &[data])?;
+        }
+        if let (RmaPath::Direct, Some(sk)) = (sig.rk.amo, sig.rk.uct.as_ref()) {
+            let op = match sig.op {
+                SignalOp::Add => AtomicOp::Add,
+                SignalOp::Set => AtomicOp::Swap,
+            };
+            // SeqCst, which includes the release that publishes the data.
+            uct::rma::atomic(sk, op, AtomicSize::B64, sig.addr, sig.value, 0)?;
+            return Ok(Post::Done);
+        }
+        sent_data = true;
+    }
+    let op = RmaOp::PutSignal {
+        op: sig.op,
+        key: sig.rk.key_id,
+        addr: sig.addr,
+    };
+    let len = if sent_data { 0 } else { data.len() };
+    let local = if owned || sent_data {
+        Buf::contig(std::ptr::null_mut(), 0)
+    } else {
+        Buf::contig(data.as_ptr().cast_mut(), len)
+    };
+    let mut st = state(ep, op, rk, addr, local, len);
+    st.value = sig.value;
+    if owned && !sent_data {
+        st.owned = Some(data.to_vec());
+    }
+    new_req(core, st, cb, owned)
+}
+
 /// Reads `len` bytes at `addr` into `dst`; with `released`, nobody waits for the request
 /// (get_nbi: the data is there after a flush).
 ///
@@ -342,7 +414,7 @@ fn check_aligned(addr: u64, size: AtomicSize) -> Result<()> {
 
 /// # Safety
 /// `p..p+len` readable (or `len == 0`).
-unsafe fn slice<'a>(p: *const u8, len: usize) -> &'a [u8] {
+pub(crate) unsafe fn slice<'a>(p: *const u8, len: usize) -> &'a [u8] {
     if len == 0 {
         &[]
     } else {
@@ -377,15 +449,46 @@ pub(crate) fn send_step(tls: &mut [Tl], core: &mut Core, lane: Lane, r: Request)
     let max_bcopy = tls[lane.tl].th.max_bcopy;
     let iface = &mut tls[lane.tl].iface;
     match s.op {
-        RmaOp::Put => {
-            let chunk_max = max_bcopy.saturating_sub(PUT_HDR - 8).max(1);
+        RmaOp::Put | RmaOp::PutSignal { .. } => {
+            let signal = match s.op {
+                RmaOp::PutSignal { op, key, addr } => Some((op, key, addr)),
+                _ => None,
+            };
+            let hdr = if signal.is_some() {
+                PUT_SIGNAL_HDR
+            } else {
+                PUT_HDR
+            };
+            let chunk_max = max_bcopy.saturating_sub(hdr - 8).max(1);
             loop {
                 let off = s.sent;
                 let n = chunk_max.min(s.len - off);
+                // Only the last piece signals: the pieces before it run first at the
+                // target (one lane, in order).
+                let signal_now = signal.filter(|_| off + n >= s.len);
                 let (owned, local) = (&s.owned, &s.local);
+                let (key, value) = (s.key_id, s.value);
                 let addr = s.addr + off as u64;
-                let out = iface.am_bcopy(lane.ep, AmId::Put.id(), |b| {
-                    let h = encode(&[uuid, sreq, s.key_id, addr], b);
+                let id = if signal_now.is_some() {
+                    AmId::PutSignal
+                } else {
+                    AmId::Put
+                };
+                let out = iface.am_bcopy(lane.ep, id.id(), |b| {
+                    let h = match signal_now {
+                        Some((op, signal_key, signal_addr)) => PutSignal {
+                            uuid,
+                            sreq,
+                            key,
+                            addr,
+                            signal_key,
+                            signal_addr,
+                            op,
+                            value,
+                        }
+                        .encode_into(b),
+                        None => encode(&[uuid, sreq, key, addr], b),
+                    };
                     let dst = &mut b[h..h + n];
                     match owned {
                         Some(v) => dst.copy_from_slice(&v[off..off + n]),
@@ -578,21 +681,20 @@ impl RmaTarget {
         match id {
             AmId::Put => {
                 let ([uuid, sreq, key, addr], data) = decode::<4>(d)?;
-                let wrote = ctx.with_region(key, addr, data.len() as u64, |p| {
-                    // SAFETY: with_region holds the lease on a region of this process that
-                    // contains p..p+len.
-                    unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), p, data.len()) }
-                });
-                let status = if wrote.is_some() {
-                    Status::Ok
-                } else {
-                    tracing::debug!(
-                        "refused emulated put of {} bytes at {addr:#x} (key {key:#x})",
-                        data.len()
-                    );
-                    Status::InvalidAddr
-                };
+                let status = write_region(&ctx, key, addr, data);
                 self.replies.push_back(RmaReply::Ack { uuid, sreq, status });
+            }
+            AmId::PutSignal => {
+                let (h, data) = PutSignal::decode(d)?;
+                let mut status = write_region(&ctx, h.key, h.addr, data);
+                if status == Status::Ok {
+                    status = signal_region(&ctx, &h);
+                }
+                self.replies.push_back(RmaReply::Ack {
+                    uuid: h.uuid,
+                    sreq: h.sreq,
+                    status,
+                });
             }
             AmId::GetReq => {
                 let ([uuid, sreq, key, addr, len], _) = decode::<5>(d)?;
@@ -643,7 +745,9 @@ impl RmaTarget {
                         kind: ReqKind::Rma(s),
                         status: None,
                         ..
-                    }) if s.op == RmaOp::Put && s.progress > 0 => {
+                    }) if matches!(s.op, RmaOp::Put | RmaOp::PutSignal { .. })
+                        && s.progress > 0 =>
+                    {
                         s.progress -= 1;
                         if status != Status::Ok {
                             s.error = Some(status);
@@ -706,6 +810,52 @@ impl RmaTarget {
             _ => return Err(Status::InvalidParam),
         }
         Ok(())
+    }
+}
+
+/// Writes emulated put data into the region `key` of this process (nothing to write is
+/// always fine).
+fn write_region(ctx: &crate::context::Context, key: u64, addr: u64, data: &[u8]) -> Status {
+    if data.is_empty() {
+        return Status::Ok;
+    }
+    let wrote = ctx.with_region(key, addr, data.len() as u64, |p| {
+        // SAFETY: with_region holds the lease on a region of this process that contains
+        // p..p+len.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), p, data.len()) }
+    });
+    if wrote.is_some() {
+        Status::Ok
+    } else {
+        tracing::debug!(
+            "refused emulated put of {} bytes at {addr:#x} (key {key:#x})",
+            data.len()
+        );
+        Status::InvalidAddr
+    }
+}
+
+/// Applies a PutSignal's signal, after its data was written: the release publishes that
+/// data (and every earlier piece's) to whoever reads the word with acquire.
+fn signal_region(ctx: &crate::context::Context, h: &PutSignal) -> Status {
+    if h.signal_addr % 8 != 0 {
+        return Status::InvalidAddr;
+    }
+    let done = ctx.with_region(h.signal_key, h.signal_addr, 8, |p| {
+        // SAFETY: with_region holds the lease on a region of this process that contains
+        // the word; it is 8-byte aligned (checked above), and rucx only ever accesses
+        // signal words atomically.
+        let a = unsafe { AtomicU64::from_ptr(p.cast::<u64>()) };
+        match h.op {
+            SignalOp::Add => {
+                a.fetch_add(h.value, Ordering::Release);
+            }
+            SignalOp::Set => a.store(h.value, Ordering::Release),
+        }
+    });
+    match done {
+        Some(()) => Status::Ok,
+        None => Status::InvalidAddr,
     }
 }
 

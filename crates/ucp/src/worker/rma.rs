@@ -3,7 +3,7 @@
 use super::{posted, Worker};
 use crate::core::ep::Ep;
 use crate::core::request::*;
-use crate::rma::{self, RemoteKey};
+use crate::rma::{self, RemoteKey, Signal};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 use ucs::{Result, Status};
@@ -44,6 +44,71 @@ impl Worker {
     pub fn put_nbi(&mut self, ep: Ep, data: &[u8], addr: u64, rk: &RemoteKey) -> Result<()> {
         self.core.check(ep)?;
         let post = rma::put_nbi(&mut self.core, ep, data, addr, rk)?;
+        posted(&mut self.tls, &mut self.core, ep.0, post, true).map(drop)
+    }
+
+    /// Writes `len` bytes from `src` to `addr`, then applies `op` with `value` to the
+    /// 64-bit word at `signal_addr` (8-byte aligned, in `signal_rk`'s memory): a target
+    /// that reads the word with acquire ordering and sees the signal sees the data.
+    /// `None`: complete (the data and the signal are both in place).
+    ///
+    /// # Safety
+    /// `src` must stay readable and unchanged until the request completes.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn put_signal_nb(
+        &mut self,
+        ep: Ep,
+        src: *const u8,
+        len: usize,
+        addr: u64,
+        rk: &RemoteKey,
+        signal_addr: u64,
+        signal_rk: &RemoteKey,
+        op: SignalOp,
+        value: u64,
+        cb: Option<Callback>,
+    ) -> Result<Option<Request>> {
+        self.core.check(ep)?;
+        if len > 0 && src.is_null() {
+            return Err(Status::InvalidParam);
+        }
+        let sig = Signal {
+            addr: signal_addr,
+            rk: signal_rk,
+            op,
+            value,
+        };
+        // SAFETY: the caller promised src..src+len is readable until completion.
+        let data = unsafe { rma::slice(src, len) };
+        // SAFETY: forwarded contract.
+        let post = unsafe { rma::put_signal(&mut self.core, ep, data, addr, rk, &sig, cb, false)? };
+        posted(&mut self.tls, &mut self.core, ep.0, post, true)
+    }
+
+    /// [`Worker::put_signal_nb`] on a copy of `data`: locally complete on return; the data
+    /// and the signal are both in place after a flush.
+    #[allow(clippy::too_many_arguments)]
+    pub fn put_signal_nbi(
+        &mut self,
+        ep: Ep,
+        data: &[u8],
+        addr: u64,
+        rk: &RemoteKey,
+        signal_addr: u64,
+        signal_rk: &RemoteKey,
+        op: SignalOp,
+        value: u64,
+    ) -> Result<()> {
+        self.core.check(ep)?;
+        let sig = Signal {
+            addr: signal_addr,
+            rk: signal_rk,
+            op,
+            value,
+        };
+        // SAFETY: `owned`: emulated data is copied in the call, nothing is read later.
+        let post =
+            unsafe { rma::put_signal(&mut self.core, ep, data, addr, rk, &sig, None, true)? };
         posted(&mut self.tls, &mut self.core, ep.0, post, true).map(drop)
     }
 

@@ -24,7 +24,7 @@ use ucp::am::AmSendFlags;
 use ucp::config::Thresh;
 use ucp::{
     AmAction, AmData, AmDesc, AtomicOp, AtomicSize, Buf, Callback, Config, Context, Ep, EpStatus,
-    Features, MemH, RemoteKey, Request, ThreadMode, Worker,
+    Features, MemH, RemoteKey, Request, SignalOp, ThreadMode, Worker,
 };
 use ucs::Status;
 use uct::{IfaceConfig, Transport};
@@ -61,6 +61,15 @@ pub enum Op {
     Put { off: usize, len: usize },
     /// Emulated get of `len` bytes at `off` of B's get area.
     Get { off: usize, len: usize },
+    /// Emulated put with remote signal: `len` bytes at `off` of B's put area, then add
+    /// `value` to (or, with `set`, store it in) word `word` (each word used by one op only).
+    PutSignal {
+        off: usize,
+        len: usize,
+        word: usize,
+        set: bool,
+        value: u64,
+    },
     /// Fetching atomic on word `word` (each word used by one op only).
     Amo {
         word: usize,
@@ -161,6 +170,13 @@ enum Kind {
     PutA {
         src: usize,
         off: usize,
+    },
+    PutSignalA {
+        src: usize,
+        off: usize,
+        word: usize,
+        set: bool,
+        value: u64,
     },
     FlushA,
     FlushB,
@@ -499,6 +515,38 @@ impl Pair {
                 });
                 self.track(id, true, r, Kind::PutA { src: si, off });
             }
+            Op::PutSignal {
+                off,
+                len,
+                word,
+                set,
+                value,
+            } => {
+                let data = pattern(len, id);
+                let (si, sp) = self.buf(len);
+                self.bufs[si].copy_from_slice(&data);
+                self.expect.insert(si, data);
+                let base = self.mem_b.address() as u64;
+                let addr = base + (PUT_AREA + off) as u64;
+                let sig = base + (AMO_AREA + 8 * word) as u64;
+                let op = if set { SignalOp::Set } else { SignalOp::Add };
+                let cb = self.cb(id);
+                let r = self.rkey().and_then(|rk| {
+                    // SAFETY: as above.
+                    unsafe {
+                        self.a
+                            .put_signal_nb(ab, sp, len, addr, &rk, sig, &rk, op, value, Some(cb))
+                    }
+                });
+                let k = Kind::PutSignalA {
+                    src: si,
+                    off,
+                    word,
+                    set,
+                    value,
+                };
+                self.track(id, true, r, k);
+            }
             Op::Get { off, len } => {
                 let (bi, p) = self.buf(len);
                 self.expect.insert(
@@ -685,6 +733,14 @@ impl Drop for Guard {
     }
 }
 
+/// Word `word` of B's atomic area: its initial value and its value now.
+fn signal_word(p: &Pair, word: usize) -> (u64, u64) {
+    let at = AMO_AREA + 8 * word;
+    let init = u64::from_le_bytes(p.initial[at..at + 8].try_into().unwrap());
+    let now = u64::from_le_bytes(p.read_b(at, 8).try_into().unwrap());
+    (init, now)
+}
+
 fn amo_apply(op: AtomicOp, old: u64, value: u64, compare: u64) -> u64 {
     match op {
         AtomicOp::Add => old.wrapping_add(value),
@@ -842,6 +898,17 @@ fn check(p: &mut Pair, died: bool) -> Report {
                 died,
                 "seed {seed:#x}: {k:?} failed with {s:?} without a death"
             );
+            if let Kind::PutSignalA { src, off, word, .. } = k {
+                // Failed, but if the signal was applied the data must be there.
+                let (init, now) = signal_word(p, word);
+                if now != init {
+                    let len = p.bufs[src].len();
+                    assert!(
+                        p.read_b(PUT_AREA + off, len) == p.expect[&src],
+                        "seed {seed:#x}: signalled without its data"
+                    );
+                }
+            }
             if matches!(k, Kind::RecvB { .. } | Kind::RecvA { .. }) {
                 // A receive ends by its sender's error or by our cancel.
                 assert!(
@@ -877,6 +944,22 @@ fn check(p: &mut Pair, died: bool) -> Report {
                         p.read_b(PUT_AREA + off, len) == p.expect[&src],
                         "seed {seed:#x}: put completed Ok but the target differs"
                     );
+                }
+                Kind::PutSignalA {
+                    src,
+                    off,
+                    word,
+                    set,
+                    value,
+                } => {
+                    let len = p.bufs[src].len();
+                    assert!(
+                        p.read_b(PUT_AREA + off, len) == p.expect[&src],
+                        "seed {seed:#x}: put with signal completed Ok but the target differs"
+                    );
+                    let (init, now) = signal_word(p, word);
+                    let want = if set { value } else { init.wrapping_add(value) };
+                    assert_eq!(now, want, "seed {seed:#x}: signal word");
                 }
                 Kind::AmoA {
                     word,
