@@ -7,6 +7,8 @@
 //!   another thread held the worker keep their order). Over shm, tcp and udp.
 //! - A thread blocked in a send to a peer that does not read does not stop another
 //!   thread from sending to another peer, nor the worker from progressing.
+//! - Threads put with remote signal through one shared worker while target threads poll
+//!   their signal words: the data is never older than the signal (shm and tcp).
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -236,4 +238,123 @@ fn a_blocked_sender_does_not_stop_others() {
         }
         assert_eq!(x.join().unwrap().status, Status::Ok);
     });
+}
+
+/// Four threads put with remote signal through one shared worker, each into a slot of its
+/// own in the peer's region; four target threads poll their signal words (acquire) and
+/// check the whole slot each round: the data is never older than the signal. The target
+/// worker is progressed by a thread of its own (emulated paths need it).
+fn put_signal_threads(t: Transport) {
+    use std::sync::atomic::AtomicU64;
+    use ucp::SignalOp;
+    const T: usize = 4;
+    const SLOT: usize = 4096;
+    const ROUNDS: u64 = 300;
+    let cfg = Config {
+        transports: vec![t],
+        ..Config::default()
+    };
+    let ctx = Context::with_config(
+        Features::TAG | Features::RMA | Features::AMO64,
+        cfg,
+        uct::IfaceConfig::default(),
+    )
+    .unwrap();
+    let mut a = Worker::new(&ctx, ThreadMode::Multi).unwrap();
+    let mut b = Worker::new(&ctx, ThreadMode::Multi).unwrap();
+    // Per thread: a data slot, then an 8-byte signal word (kept apart by a cache line).
+    let region = ctx.mem_alloc(T * (SLOT + 64)).unwrap();
+    let base = region.address() as usize;
+    let ep = a.ep_create(&b.address()).unwrap();
+    let rk = a.rkey_unpack(ep, &region.rkey_pack()).unwrap();
+    let (a, b) = (SharedWorker::new(a), SharedWorker::new(b));
+    let word = |i: usize| (base + i * (SLOT + 64) + SLOT) as u64;
+    let slot = |i: usize| (base + i * (SLOT + 64)) as u64;
+    let byte = |i: usize, round: u64, k: usize| (k as u64 ^ (round * 7) ^ (i as u64 * 131)) as u8;
+    let done = AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let deadline = Instant::now() + TIMEOUT;
+            while done.load(Ordering::SeqCst) < 2 * T {
+                b.progress().unwrap();
+                assert!(Instant::now() < deadline, "targets did not finish");
+                std::thread::yield_now();
+            }
+        });
+        for i in 0..T {
+            let (a, rk, done) = (a.clone(), &rk, &done);
+            s.spawn(move || {
+                let mut data = vec![0u8; SLOT];
+                for round in 1..=ROUNDS {
+                    let len = 1 + (round as usize * 997 + i * 31) % SLOT;
+                    for (k, d) in data[..len].iter_mut().enumerate() {
+                        *d = byte(i, round, k);
+                    }
+                    let op = if round % 2 == 0 {
+                        SignalOp::Add
+                    } else {
+                        SignalOp::Set
+                    };
+                    let value = if op == SignalOp::Add { 1 } else { round };
+                    // SAFETY: `data` lives until the operation completes (finished below).
+                    let x = unsafe {
+                        a.put_signal_nb(ep, data.as_ptr(), len, slot(i), rk, word(i), rk, op, value)
+                    }
+                    .unwrap();
+                    assert_eq!(finish(&a, x).status, Status::Ok);
+                    let f = a.flush_nb(Some(ep)).unwrap();
+                    assert_eq!(finish(&a, f).status, Status::Ok);
+                    // The target answers through the word: wait until it saw this round.
+                    let seen = (word(i) + 8) as *const AtomicU64;
+                    let deadline = Instant::now() + TIMEOUT;
+                    // SAFETY: an aligned word of the region, written only atomically.
+                    while unsafe { &*seen }.load(Ordering::Acquire) < round {
+                        a.progress().unwrap();
+                        assert!(Instant::now() < deadline, "target {i} stuck at {round}");
+                        std::thread::yield_now();
+                    }
+                }
+                done.fetch_add(1, Ordering::SeqCst);
+            });
+            s.spawn(move || {
+                // SAFETY: aligned words of the region, which rucx changes only atomically.
+                let (sig, seen) = unsafe {
+                    (
+                        &*(word(i) as *const AtomicU64),
+                        &*((word(i) + 8) as *const AtomicU64),
+                    )
+                };
+                let mut last = 0;
+                for round in 1..=ROUNDS {
+                    let want = if round % 2 == 0 { last + 1 } else { round };
+                    let deadline = Instant::now() + TIMEOUT;
+                    while sig.load(Ordering::Acquire) != want {
+                        assert!(Instant::now() < deadline, "thread {i}: no signal {round}");
+                        std::thread::yield_now();
+                    }
+                    last = want;
+                    let len = 1 + (round as usize * 997 + i * 31) % SLOT;
+                    // SAFETY: the slot is written by this round's put, which completed
+                    // before the signal; nothing writes it until `seen` moves on.
+                    let got = unsafe { std::slice::from_raw_parts(slot(i) as *const u8, len) };
+                    for (k, &g) in got.iter().enumerate() {
+                        assert_eq!(g, byte(i, round, k), "thread {i} round {round} byte {k}");
+                    }
+                    seen.store(round, Ordering::Release);
+                }
+                done.fetch_add(1, Ordering::SeqCst);
+            });
+        }
+    });
+    drop(region);
+}
+
+#[test]
+fn put_signal_from_threads_shm() {
+    put_signal_threads(Transport::Shm);
+}
+
+#[test]
+fn put_signal_from_threads_tcp() {
+    put_signal_threads(Transport::Tcp);
 }

@@ -28,7 +28,7 @@ mod ops;
 mod slots;
 
 use crate::core::ep::Ep;
-use crate::core::request::{AmSendFlags, Buf};
+use crate::core::request::{AmSendFlags, Buf, SignalOp};
 use crate::rma::RemoteKey;
 use crate::worker::Worker;
 use crossbeam_queue::SegQueue;
@@ -506,6 +506,38 @@ impl SharedWorker {
             result,
             addr,
             rk: rk.clone(),
+        })
+    }
+
+    /// Writes `len` bytes from `src` to `addr`, then applies `op` with `value` to the
+    /// 64-bit word at `signal_addr` once the data is visible there (see
+    /// [`Worker::put_signal_nb`]).
+    ///
+    /// # Safety
+    /// `src` must stay readable and unchanged until the operation completes.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn put_signal_nb(
+        &self,
+        ep: Ep,
+        src: *const u8,
+        len: usize,
+        addr: u64,
+        rk: &RemoteKey,
+        signal_addr: u64,
+        signal_rk: &RemoteKey,
+        op: SignalOp,
+        value: u64,
+    ) -> Result<Issued> {
+        self.post(Op::PutSignal {
+            ep,
+            src,
+            len,
+            addr,
+            rk: rk.clone(),
+            signal_addr,
+            signal_rk: signal_rk.clone(),
+            op,
+            value,
         })
     }
 

@@ -7,7 +7,7 @@
 
 use super::slots::Outcome;
 use crate::core::ep::Ep;
-use crate::core::request::{AmSendFlags, Buf, RecvInfo, Request};
+use crate::core::request::{AmSendFlags, Buf, RecvInfo, Request, SignalOp};
 use crate::rma::RemoteKey;
 use crate::stream::StreamRecv;
 use crate::worker::Worker;
@@ -74,6 +74,17 @@ pub(crate) enum Op {
         result: *mut u64,
         addr: u64,
         rk: RemoteKey,
+    },
+    PutSignal {
+        ep: Ep,
+        src: *const u8,
+        len: usize,
+        addr: u64,
+        rk: RemoteKey,
+        signal_addr: u64,
+        signal_rk: RemoteKey,
+        op: SignalOp,
+        value: u64,
     },
     Flush {
         ep: Option<Ep>,
@@ -176,6 +187,28 @@ impl Op {
                 } => send_like(
                     w.atomic_fetch_nb(ep, op, size, value, compare, result, addr, &rk, None)?,
                 ),
+                Op::PutSignal {
+                    ep,
+                    src,
+                    len,
+                    addr,
+                    rk,
+                    signal_addr,
+                    signal_rk,
+                    op,
+                    value,
+                } => send_like(w.put_signal_nb(
+                    ep,
+                    src,
+                    len,
+                    addr,
+                    &rk,
+                    signal_addr,
+                    &signal_rk,
+                    op,
+                    value,
+                    None,
+                )?),
                 Op::Flush { ep: Some(ep) } => send_like(w.ep_flush_nb(ep, None)?),
                 Op::Flush { ep: None } => send_like(w.flush_nb(None)?),
             })
