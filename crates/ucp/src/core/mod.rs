@@ -4,9 +4,11 @@
 //!
 //! Invariants: a request completes once (`complete` ignores a second completion); a
 //! request with a callback, or released by its owner, is listed in `completed` exactly
-//! once, when it completes; an endpoint's `by_uuid` entry names the endpoint that answers
+//! once, when it completes, except that one reporting into a completion queue pushes its
+//! entry and is freed right then (`settle`); an endpoint's `by_uuid` entry names the endpoint that answers
 //! for that peer.
 
+pub mod cq;
 pub mod ep;
 pub mod lane;
 pub mod request;
@@ -206,6 +208,7 @@ impl Core {
             return;
         };
         match (&q.cb, q.released) {
+            (Some(Callback::Cq(_)), _) => self.report_cq(r),
             (Some(Callback::Word(word)), true) => {
                 let c = Completed {
                     request: r,
@@ -219,6 +222,27 @@ impl Core {
             (Some(_), _) | (None, true) => self.completed.push(r),
             (None, false) => {}
         }
+    }
+
+    /// Pushes the queue entry of completed request `r` and frees it: nothing runs for it
+    /// later, and nobody needs to free it.
+    #[inline]
+    fn report_cq(&mut self, r: Request) {
+        let Some(q) = self.reqs.put(r.0) else {
+            return;
+        };
+        let Some(Callback::Cq(t)) = q.cb else {
+            return;
+        };
+        let (length, tag, ep) = match &q.kind {
+            ReqKind::Send(s) => (s.buf.len(), s.tag, Some(s.ep)),
+            ReqKind::Recv(_) => (q.info.length, q.info.sender_tag, None),
+            ReqKind::Rma(s) => (s.len, 0, Some(s.ep)),
+            ReqKind::Flush(e) => (0, 0, *e),
+            ReqKind::Close(e) => (0, 0, Some(*e)),
+        };
+        let ep = ep.map(|e| self.handle(e));
+        t.report(q.status.unwrap_or(Status::Ok), length, tag, ep);
     }
 
     /// The state of receive `r` (`None` for another kind of request, or a stale one).
@@ -357,8 +381,9 @@ impl Core {
 /// What starting an operation did.
 #[must_use]
 pub(crate) enum Post {
-    /// Completed inside the call.
-    Done,
+    /// Completed inside the call: the callback is handed back (a closure is not called,
+    /// as in UCX; a completion queue still gets its entry).
+    Done(Option<Callback>),
     /// Needs the endpoint's queue: the caller queues it (behind what is queued) and
     /// drains the queue.
     Queue(Request),

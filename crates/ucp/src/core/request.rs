@@ -43,9 +43,30 @@ pub enum Callback {
     /// Reported through [`crate::Worker::drain_completed`] with this word (a layer above,
     /// such as the C ABI, keeps its own request there and needs no closure per request).
     Word(u64),
+    /// Reported as an entry of a completion queue (see [`crate::core::cq`]); the request
+    /// is freed when its entry is pushed, so its handle is stale from then on.
+    Cq(super::cq::CqTarget),
 }
 
 impl Callback {
+    /// Completion reported into `cq` with the context `user`.
+    pub fn cq(cq: &super::cq::Cq, user: u64) -> Callback {
+        Callback::Cq(super::cq::CqTarget {
+            cq: cq.clone(),
+            user,
+            op: super::cq::CqOp::None,
+        })
+    }
+
+    /// Names the kind of operation a queue entry will report (the worker's API calls do
+    /// this; other callbacks are left alone).
+    #[inline]
+    pub(crate) fn stamp(cb: &mut Option<Callback>, op: super::cq::CqOp) {
+        if let Some(Callback::Cq(t)) = cb {
+            t.op = op;
+        }
+    }
+
     /// A closure called at completion.
     pub fn new(f: impl FnOnce(Request, Status, RecvInfo) + Send + 'static) -> Callback {
         Callback::Fn(Box::new(f))
@@ -57,6 +78,7 @@ impl std::fmt::Debug for Callback {
         match self {
             Callback::Fn(_) => f.write_str("Callback::Fn"),
             Callback::Word(w) => write!(f, "Callback::Word({w:#x})"),
+            Callback::Cq(t) => write!(f, "Callback::Cq({:?}, {:#x})", t.op, t.user),
         }
     }
 }
@@ -445,6 +467,12 @@ pub(crate) struct Req {
     /// completes.
     pub released: bool,
 }
+
+/// Names a received active message's data for `am_data`, `am_data_release` and
+/// `am_recv_data_nb` (here, below the protocols, because completion-queue entries carry
+/// it too).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct AmDesc(pub u64);
 
 /// How to send an active message.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -535,8 +535,14 @@ impl Worker {
     ) -> Result<Option<Request>> {
         self.progress();
         if self.drained(target) && self.lanes_flushed(target) {
+            if let Some(Callback::Cq(mut t)) = cb {
+                t.op = crate::core::cq::CqOp::Flush;
+                t.report(Status::Ok, 0, 0, target.map(|e| self.core.handle(e)));
+            }
             return Ok(None);
         }
+        let mut cb = cb;
+        Callback::stamp(&mut cb, crate::core::cq::CqOp::Flush);
         let r = self.core.new_req(kind, cb);
         self.core.flushes.push(r);
         Ok(Some(r))
@@ -691,9 +697,15 @@ fn posted(
     ep: u32,
     post: Post,
     rma: bool,
+    imm: Imm,
 ) -> Result<Option<Request>> {
     match post {
-        Post::Done => Ok(None),
+        Post::Done(cb) => {
+            if let Some(Callback::Cq(t)) = cb {
+                t.report(Status::Ok, imm.length, imm.tag, Some(core.handle(ep)));
+            }
+            Ok(None)
+        }
         Post::Started(r) => Ok(Some(r)),
         Post::Queue(r) => {
             let q = if rma {
@@ -705,4 +717,11 @@ fn posted(
             Ok(Some(r))
         }
     }
+}
+
+/// What a completion-queue entry of an operation that completed in the call reports.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Imm {
+    pub length: usize,
+    pub tag: u64,
 }

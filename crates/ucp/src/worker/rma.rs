@@ -1,6 +1,7 @@
 //! The remote-memory-access API of the worker (the protocol is in `crate::rma`).
 
-use super::{posted, Worker};
+use super::{posted, Imm, Worker};
+use crate::core::cq::CqOp;
 use crate::core::ep::Ep;
 use crate::core::request::*;
 use crate::rma::{self, RemoteKey};
@@ -31,12 +32,14 @@ impl Worker {
         len: usize,
         addr: u64,
         rk: &RemoteKey,
-        cb: Option<Callback>,
+        mut cb: Option<Callback>,
     ) -> Result<Option<Request>> {
         self.core.check(ep)?;
+        Callback::stamp(&mut cb, CqOp::Put);
         // SAFETY: forwarded contract.
         let post = unsafe { rma::put_nb(&mut self.core, ep, src, len, addr, rk, cb)? };
-        posted(&mut self.tls, &mut self.core, ep.0, post, true)
+        let imm = Imm { length: len, tag: 0 };
+        posted(&mut self.tls, &mut self.core, ep.0, post, true, imm)
     }
 
     /// Writes `data` to `addr`; locally complete on return (the data was taken), remotely
@@ -44,7 +47,7 @@ impl Worker {
     pub fn put_nbi(&mut self, ep: Ep, data: &[u8], addr: u64, rk: &RemoteKey) -> Result<()> {
         self.core.check(ep)?;
         let post = rma::put_nbi(&mut self.core, ep, data, addr, rk)?;
-        posted(&mut self.tls, &mut self.core, ep.0, post, true).map(drop)
+        posted(&mut self.tls, &mut self.core, ep.0, post, true, Imm::default()).map(drop)
     }
 
     /// Reads `len` bytes at `addr` into `dst`. `None`: complete.
@@ -58,12 +61,14 @@ impl Worker {
         len: usize,
         addr: u64,
         rk: &RemoteKey,
-        cb: Option<Callback>,
+        mut cb: Option<Callback>,
     ) -> Result<Option<Request>> {
         self.core.check(ep)?;
+        Callback::stamp(&mut cb, CqOp::Get);
         // SAFETY: forwarded contract.
         let post = unsafe { rma::get_nb(&mut self.core, ep, dst, len, addr, rk, cb, false)? };
-        posted(&mut self.tls, &mut self.core, ep.0, post, true)
+        let imm = Imm { length: len, tag: 0 };
+        posted(&mut self.tls, &mut self.core, ep.0, post, true, imm)
     }
 
     /// Reads `len` bytes at `addr` into `dst`; the data is there after a flush of the
@@ -82,7 +87,7 @@ impl Worker {
         self.core.check(ep)?;
         // SAFETY: forwarded contract.
         let post = unsafe { rma::get_nb(&mut self.core, ep, dst, len, addr, rk, None, true)? };
-        posted(&mut self.tls, &mut self.core, ep.0, post, true).map(drop)
+        posted(&mut self.tls, &mut self.core, ep.0, post, true, Imm::default()).map(drop)
     }
 
     /// An atomic without result; remotely complete after a flush.
@@ -97,7 +102,7 @@ impl Worker {
     ) -> Result<()> {
         self.core.check(ep)?;
         let post = rma::atomic_post(&mut self.core, ep, op, size, value, addr, rk)?;
-        posted(&mut self.tls, &mut self.core, ep.0, post, true).map(drop)
+        posted(&mut self.tls, &mut self.core, ep.0, post, true, Imm::default()).map(drop)
     }
 
     /// An atomic that returns the previous value into `*result` (`compare` is for
@@ -116,9 +121,10 @@ impl Worker {
         result: *mut u64,
         addr: u64,
         rk: &RemoteKey,
-        cb: Option<Callback>,
+        mut cb: Option<Callback>,
     ) -> Result<Option<Request>> {
         self.core.check(ep)?;
+        Callback::stamp(&mut cb, CqOp::Atomic);
         // SAFETY: forwarded contract.
         let post = unsafe {
             rma::atomic_fetch_nb(
@@ -134,7 +140,11 @@ impl Worker {
                 cb,
             )?
         };
-        posted(&mut self.tls, &mut self.core, ep.0, post, true)
+        let imm = Imm {
+            length: size.bytes(),
+            tag: 0,
+        };
+        posted(&mut self.tls, &mut self.core, ep.0, post, true, imm)
     }
 
     /// Orders earlier remote accesses before later ones. Every path here executes in
