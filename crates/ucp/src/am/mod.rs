@@ -12,8 +12,8 @@
 
 use crate::core::cq::{Cq, CqOp, Entry};
 use crate::core::ep::{Ep, Lane, Proto};
-pub use crate::core::request::{AmDesc, AmSendFlags};
 use crate::core::request::*;
+pub use crate::core::request::{AmDesc, AmSendFlags};
 use crate::core::{route, Core, Post, Route, Tl};
 use crate::proto::am::*;
 use crate::proto::select::am_proto;
@@ -24,7 +24,6 @@ use ucs::{Result, Status};
 
 /// Largest active message sent through the transports' inline (short) path.
 const SHORT_MAX: usize = 256;
-
 
 /// The data of a received active message.
 #[derive(Debug)]

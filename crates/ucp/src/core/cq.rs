@@ -70,7 +70,9 @@ struct AmBuf {
 impl AmPayload {
     fn inner(&self) -> &AmBuf {
         // Only `Drop` takes the box out.
-        self.buf.as_deref().expect("payload buffer present until drop")
+        self.buf
+            .as_deref()
+            .expect("payload buffer present until drop")
     }
 
     /// The active-message id.
@@ -167,7 +169,12 @@ pub struct Cq(Arc<Inner>);
 
 impl std::fmt::Debug for Cq {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Cq(capacity {}, {} queued)", self.0.ring.capacity(), self.len())
+        write!(
+            f,
+            "Cq(capacity {}, {} queued)",
+            self.0.ring.capacity(),
+            self.len()
+        )
     }
 }
 
@@ -335,7 +342,10 @@ mod tests {
     fn payload_buffers_are_recycled() {
         let cq = Cq::new(2).unwrap();
         let p = cq.payload(7, b"hd", b"data", None);
-        assert_eq!((p.id(), p.header(), p.data()), (7, &b"hd"[..], &b"data"[..]));
+        assert_eq!(
+            (p.id(), p.header(), p.data()),
+            (7, &b"hd"[..], &b"data"[..])
+        );
         let addr = p.inner() as *const AmBuf;
         drop(p);
         let q = cq.payload(8, b"", b"x", None);

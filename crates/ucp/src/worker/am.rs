@@ -1,9 +1,9 @@
 //! The active-message API of the worker (the protocol is in `crate::am`).
 
 use super::{posted, Imm, Worker};
-use crate::core::cq::CqOp;
 use crate::am::{self, AmDesc, AmHandler, AmSendFlags, Handler};
 use crate::core::cq::Cq;
+use crate::core::cq::CqOp;
 use crate::core::ep::Ep;
 use crate::core::request::*;
 use ucs::{Result, Status};
@@ -21,7 +21,9 @@ impl Worker {
     /// descriptor to pull the data with [`Worker::am_recv_data_nb`] (or to drop it with
     /// [`Worker::am_data_release`]).
     pub fn am_set_handler_cq(&mut self, id: u16, cq: &Cq, user: u64) {
-        self.p.am.set_handler(id, Some(Handler::Cq(cq.clone(), user)));
+        self.p
+            .am
+            .set_handler(id, Some(Handler::Cq(cq.clone(), user)));
     }
 
     /// Sends active message `id` with `header` and `data`. `None`: complete.

@@ -38,7 +38,10 @@ impl Worker {
         Callback::stamp(&mut cb, CqOp::Put);
         // SAFETY: forwarded contract.
         let post = unsafe { rma::put_nb(&mut self.core, ep, src, len, addr, rk, cb)? };
-        let imm = Imm { length: len, tag: 0 };
+        let imm = Imm {
+            length: len,
+            tag: 0,
+        };
         posted(&mut self.tls, &mut self.core, ep.0, post, true, imm)
     }
 
@@ -47,7 +50,15 @@ impl Worker {
     pub fn put_nbi(&mut self, ep: Ep, data: &[u8], addr: u64, rk: &RemoteKey) -> Result<()> {
         self.core.check(ep)?;
         let post = rma::put_nbi(&mut self.core, ep, data, addr, rk)?;
-        posted(&mut self.tls, &mut self.core, ep.0, post, true, Imm::default()).map(drop)
+        posted(
+            &mut self.tls,
+            &mut self.core,
+            ep.0,
+            post,
+            true,
+            Imm::default(),
+        )
+        .map(drop)
     }
 
     /// Reads `len` bytes at `addr` into `dst`. `None`: complete.
@@ -67,7 +78,10 @@ impl Worker {
         Callback::stamp(&mut cb, CqOp::Get);
         // SAFETY: forwarded contract.
         let post = unsafe { rma::get_nb(&mut self.core, ep, dst, len, addr, rk, cb, false)? };
-        let imm = Imm { length: len, tag: 0 };
+        let imm = Imm {
+            length: len,
+            tag: 0,
+        };
         posted(&mut self.tls, &mut self.core, ep.0, post, true, imm)
     }
 
@@ -87,7 +101,15 @@ impl Worker {
         self.core.check(ep)?;
         // SAFETY: forwarded contract.
         let post = unsafe { rma::get_nb(&mut self.core, ep, dst, len, addr, rk, None, true)? };
-        posted(&mut self.tls, &mut self.core, ep.0, post, true, Imm::default()).map(drop)
+        posted(
+            &mut self.tls,
+            &mut self.core,
+            ep.0,
+            post,
+            true,
+            Imm::default(),
+        )
+        .map(drop)
     }
 
     /// An atomic without result; remotely complete after a flush.
@@ -102,7 +124,15 @@ impl Worker {
     ) -> Result<()> {
         self.core.check(ep)?;
         let post = rma::atomic_post(&mut self.core, ep, op, size, value, addr, rk)?;
-        posted(&mut self.tls, &mut self.core, ep.0, post, true, Imm::default()).map(drop)
+        posted(
+            &mut self.tls,
+            &mut self.core,
+            ep.0,
+            post,
+            true,
+            Imm::default(),
+        )
+        .map(drop)
     }
 
     /// An atomic that returns the previous value into `*result` (`compare` is for
