@@ -94,6 +94,10 @@ struct Cli {
     /// messages; put_bw/get_bw: operations between flushes [default: 0, none].
     #[arg(short = 'O', long = "outstanding", value_name = "N")]
     window: Option<u32>,
+    /// tag_bw / tag_mr: report completions through a completion queue instead of
+    /// request handles (both sides).
+    #[arg(long)]
+    cq: bool,
     /// Print only the final numbers (ucx_perftest's -f).
     #[arg(short = 'f', long = "final-only")]
     final_only: bool,
@@ -351,6 +355,7 @@ fn plan(cli: &Cli) -> Result<Plan, Failure> {
         if let Some(w) = cli.window {
             p.window = w;
         }
+        p.cq = cli.cq;
         if let Some(n) = cli.iterations {
             p.iterations = n;
         }
