@@ -71,24 +71,28 @@ impl CqWindow {
     ) -> Result<()> {
         let mut n: u32 = 0;
         let mut since = None;
-        while self.inflight > limit {
+        // Entries of operations that completed in their call are there already: poll
+        // before progressing.
+        loop {
+            self.poll(what)?;
+            if self.inflight <= limit {
+                return Ok(());
+            }
             if w.progress() > 0 {
                 (n, since) = (0, None);
             }
-            self.poll(what)?;
             n = n.wrapping_add(1);
             if n % SPINS == 0 {
                 check_stall(chan, &mut since, timeout, what)?;
             }
         }
-        Ok(())
     }
 }
 
 /// One send or receive of the test message reporting into a completion queue.
 ///
 /// # Safety
-/// As for [`send`] and [`recv`], until the operation's entry came.
+/// As for the plain sends and receives of the tests, until the operation's entry came.
 #[inline]
 pub(super) unsafe fn post_cq(w: &mut Worker, ep: Option<Ep>, buf: &MsgBuf, q: &mut CqWindow, user: u64) -> Result<()> {
     // SAFETY: passed on to the caller.
