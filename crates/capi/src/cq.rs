@@ -3,8 +3,8 @@
 //! `rucx_request_param_t` (read by the worker core, see `cqh`); its completion is then an
 //! entry of the queue instead of a request and a callback.
 
-use crate::cqh::*;
 use crate::core::{self, Wk};
+use crate::cqh::*;
 use crate::ffi::*;
 use crate::guard;
 use crate::handle::Handle;

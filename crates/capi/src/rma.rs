@@ -437,8 +437,17 @@ unsafe fn put_common(
     run(wk, |w, side| {
         let hdr = wk.begin(side, &op, 0)?;
         // SAFETY: the API's contract: the buffer stays readable until completion.
-        let out = unsafe { w.put_nb(rep, buffer.cast(), len, remote_addr, &k.rk, op.callback(hdr)) }
-            .map(Outcome::of);
+        let out = unsafe {
+            w.put_nb(
+                rep,
+                buffer.cast(),
+                len,
+                remote_addr,
+                &k.rk,
+                op.callback(hdr),
+            )
+        }
+        .map(Outcome::of);
         wk.conclude(w, side, &op, hdr, out, RecvOut::None)
     })?
 }
@@ -460,8 +469,17 @@ unsafe fn get_common(
     run(wk, |w, side| {
         let hdr = wk.begin(side, &op, 0)?;
         // SAFETY: the API's contract: the buffer stays writable until completion.
-        let out = unsafe { w.get_nb(rep, buffer.cast(), len, remote_addr, &k.rk, op.callback(hdr)) }
-            .map(Outcome::of);
+        let out = unsafe {
+            w.get_nb(
+                rep,
+                buffer.cast(),
+                len,
+                remote_addr,
+                &k.rk,
+                op.callback(hdr),
+            )
+        }
+        .map(Outcome::of);
         wk.conclude(w, side, &op, hdr, out, RecvOut::None)
     })?
 }

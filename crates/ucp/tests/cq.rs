@@ -512,20 +512,13 @@ fn polled_by_a_thread_that_does_not_own_the_worker() {
     let data: Arc<Vec<u8>> = Arc::new(pattern(N * LEN, 5));
     // The receive buffer is shared with the polling thread as an address: it reads a
     // slot only after the slot's entry came (the queue orders the write before).
-    let rbuf: Arc<Vec<std::cell::UnsafeCell<u8>>> = Arc::new(
-        (0..N * LEN)
-            .map(|_| std::cell::UnsafeCell::new(0))
-            .collect(),
-    );
-    struct Shared(Arc<Vec<std::cell::UnsafeCell<u8>>>);
-    // SAFETY: each slot is written by the worker thread before its entry is pushed and
-    // read by the poller only after it popped that entry (release/acquire in the queue).
-    unsafe impl Send for Shared {}
+    // It stays alive (and is not touched through the vector) until the poller is joined.
+    let mut rbuf = vec![0u8; N * LEN];
+    let base = rbuf.as_mut_ptr() as usize;
     let stop = Arc::new(AtomicBool::new(false));
     let poller = {
-        let (cq, data, rb, stop) = (cq.clone(), data.clone(), Shared(rbuf.clone()), stop.clone());
+        let (cq, data, stop) = (cq.clone(), data.clone(), stop.clone());
         std::thread::spawn(move || {
-            let rb = rb;
             let mut seen = vec![false; N];
             let mut count = 0;
             let mut out: Vec<CqEntry> = (0..32).map(|_| CqEntry::default()).collect();
@@ -537,10 +530,11 @@ fn polled_by_a_thread_that_does_not_own_the_worker() {
                     assert_eq!((e.op, e.status, e.length), (CqOp::TagRecv, Status::Ok, LEN));
                     assert!(!seen[i], "entry {i} twice");
                     seen[i] = true;
-                    // SAFETY: see `Shared`.
-                    let got: Vec<u8> = (0..LEN)
-                        .map(|j| unsafe { *rb.0[i * LEN + j].get() })
-                        .collect();
+                    // SAFETY: the slot lies inside `rbuf`, which outlives this thread; the
+                    // worker thread wrote it before it pushed the entry and writes it no
+                    // more (the queue's release/acquire orders the bytes before the entry).
+                    let got =
+                        unsafe { std::slice::from_raw_parts((base + i * LEN) as *const u8, LEN) };
                     assert!(
                         got[..] == data[i * LEN..(i + 1) * LEN],
                         "bytes of message {i}"
@@ -564,7 +558,7 @@ fn polled_by_a_thread_that_does_not_own_the_worker() {
         unsafe {
             p.r()
                 .tag_recv_nb(
-                    Buf::contig(rbuf[i * LEN].get(), LEN),
+                    Buf::contig((base + i * LEN) as *mut u8, LEN),
                     i as u64,
                     u64::MAX,
                     Some(cb),
@@ -599,6 +593,7 @@ fn polled_by_a_thread_that_does_not_own_the_worker() {
     }
     assert_eq!(poller.join().unwrap(), N);
     assert_eq!(p.collect(&scq, N).len(), N);
+    drop(rbuf);
 }
 
 /// A canceled receive gives one entry, `Canceled`, and nothing more.

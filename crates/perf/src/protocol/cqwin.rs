@@ -3,10 +3,10 @@
 //! flight, lowered by the entries polled. An entry with an error status is an error of the
 //! test; the one operation whose data is checked carries the context [`CHECKED`].
 
+use super::{MsgBuf, MASK, TAG};
 use crate::channel::Channel;
 use crate::transport::wait::{check_stall, SPINS};
 use std::time::Duration;
-use super::{MsgBuf, MASK, TAG};
 use ucp::{Callback, Cq, CqEntry, Ep, RecvInfo, Worker};
 use ucs::{Result, Status};
 
@@ -94,11 +94,19 @@ impl CqWindow {
 /// # Safety
 /// As for the plain sends and receives of the tests, until the operation's entry came.
 #[inline]
-pub(super) unsafe fn post_cq(w: &mut Worker, ep: Option<Ep>, buf: &MsgBuf, q: &mut CqWindow, user: u64) -> Result<()> {
+pub(super) unsafe fn post_cq(
+    w: &mut Worker,
+    ep: Option<Ep>,
+    buf: &MsgBuf,
+    q: &mut CqWindow,
+    user: u64,
+) -> Result<()> {
     // SAFETY: passed on to the caller.
     unsafe {
         match ep {
-            Some(ep) => w.tag_send_nb(ep, buf.ucp(), TAG, false, q.cb(user)).map(drop),
+            Some(ep) => w
+                .tag_send_nb(ep, buf.ucp(), TAG, false, q.cb(user))
+                .map(drop),
             None => w.tag_recv_nb(buf.ucp(), TAG, MASK, q.cb(user)).map(drop),
         }
     }

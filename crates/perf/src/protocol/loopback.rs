@@ -23,9 +23,9 @@
 //! a poisoned buffer, and an atomic test checks every fetched value and the final word.
 //! Waits are bounded by the timeout as everywhere else.
 
-use super::cqwin::{post_cq, CqWindow, CHECKED};
 use super::am::{self, AmRx, AM_PING};
 use super::amo::{check_word, Fetched};
+use super::cqwin::{post_cq, CqWindow, CHECKED};
 use super::rma::{check_region, seq};
 use super::stream::{self, exchange};
 use super::wait::{done, drain_to, flush, wait_one, wait_pair};
@@ -174,7 +174,11 @@ impl<C: Channel> UcpPeer<C> {
         let mut sends: VecDeque<Request> = VecDeque::with_capacity(window);
         let mut recvs: VecDeque<Request> = VecDeque::with_capacity(window);
         // With --cq: sends and receives report into one queue (a window of each).
-        let mut cqw = if p.cq { Some(CqWindow::new(2 * window)?) } else { None };
+        let mut cqw = if p.cq {
+            Some(CqWindow::new(2 * window)?)
+        } else {
+            None
+        };
         let mut phase = |w: &mut Worker,
                          chan: &mut C,
                          count: u64,

@@ -170,7 +170,11 @@ impl<C: Channel> UcpPeer<C> {
         })?;
         handshake::expect_ready(chan, t)?;
         let mut inflight: VecDeque<Request> = VecDeque::with_capacity(window);
-        let mut cqw = if p.cq { Some(CqWindow::new(window)?) } else { None };
+        let mut cqw = if p.cq {
+            Some(CqWindow::new(window)?)
+        } else {
+            None
+        };
         let mut stream = |w: &mut Worker,
                           chan: &mut C,
                           count: u64,
@@ -246,7 +250,11 @@ impl<C: Channel> UcpPeer<C> {
             return Err(Status::NoMemory);
         };
         let mut posted: VecDeque<Request> = VecDeque::with_capacity(window);
-        let mut cqw = if p.cq { Some(CqWindow::new(window)?) } else { None };
+        let mut cqw = if p.cq {
+            Some(CqWindow::new(window)?)
+        } else {
+            None
+        };
         let mut error = None;
         let phases = [(p.warmup, false), (p.iterations, true)];
         let mut ready_sent = false;
