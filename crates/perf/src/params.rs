@@ -38,6 +38,10 @@ pub struct Params {
     /// request handles.
     #[serde(default)]
     pub cq: bool,
+    /// tag_bw / tag_mr: completions go through a closure per operation
+    /// (`ucp::Callback::new`) instead of request handles.
+    #[serde(default)]
+    pub callbacks: bool,
 }
 
 impl Params {
@@ -57,6 +61,7 @@ impl Params {
             layout: None,
             window: info.window,
             cq: false,
+            callbacks: false,
         }
     }
 

@@ -1,60 +1,148 @@
-//! The window of tag_bw / tag_mr with `--cq`: operations report into a completion queue
-//! (`ucp::Cq`) instead of returning requests, and the window is a count of operations in
-//! flight, lowered by the entries polled. An entry with an error status is an error of the
-//! test; the one operation whose data is checked carries the context [`CHECKED`].
+//! The window of tag_bw / tag_mr with `--cq` or `--callbacks`: the window is a count of
+//! operations in flight instead of a list of requests.
+//!
+//! - `--cq`: operations report into a completion queue (`ucp::Cq`), and the count drops by
+//!   the entries polled (an operation that completed in its call has its entry too).
+//! - `--callbacks`: each operation carries a closure (`ucp::Callback::new`) that counts
+//!   its completion; its request is released at once (the closure still runs), and an
+//!   operation that completed in its call (no request, no closure call) is not counted.
+//!
+//! A completion with an error status is an error of the test; the one operation whose
+//! data is checked carries the context [`CHECKED`].
 
 use super::{MsgBuf, MASK, TAG};
 use crate::channel::Channel;
 use crate::transport::wait::{check_stall, SPINS};
+use std::sync::atomic::{AtomicBool, AtomicI8, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
-use ucp::{Callback, Cq, CqEntry, Ep, RecvInfo, Worker};
+use ucp::{Callback, Cq, CqEntry, Ep, RecvInfo, Request, Worker};
 use ucs::{Result, Status};
 
 /// The context of the operation whose completion is looked at (the checked message).
 pub(super) const CHECKED: u64 = 1;
 
-/// Operations in flight on one queue.
+/// What the closures of `--callbacks` record.
+#[derive(Default)]
+struct Counted {
+    done: AtomicUsize,
+    /// The code of the first error status (0: none).
+    failed: AtomicI8,
+    checked: AtomicBool,
+    checked_tag: AtomicU64,
+    checked_len: AtomicUsize,
+}
+
+enum Via {
+    Cq { cq: Cq, out: Vec<CqEntry> },
+    Fn(Arc<Counted>),
+}
+
+/// Operations in flight.
 pub(super) struct CqWindow {
-    cq: Cq,
-    out: Vec<CqEntry>,
+    via: Via,
     pub inflight: usize,
-    /// What the [`CHECKED`] operation's entry reported, once it came.
+    /// What the [`CHECKED`] operation reported, once it completed.
     pub checked: Option<RecvInfo>,
 }
 
 impl CqWindow {
-    pub(super) fn new(window: usize) -> Result<CqWindow> {
+    /// A window of at most `window` operations, through a queue or (`callbacks`) closures.
+    pub(super) fn new(window: usize, callbacks: bool) -> Result<CqWindow> {
+        let via = if callbacks {
+            Via::Fn(Arc::default())
+        } else {
+            Via::Cq {
+                cq: Cq::new(window.max(1) * 2)?,
+                out: (0..64).map(|_| CqEntry::default()).collect(),
+            }
+        };
         Ok(CqWindow {
-            cq: Cq::new(window.max(1) * 2)?,
-            out: (0..64).map(|_| CqEntry::default()).collect(),
+            via,
             inflight: 0,
             checked: None,
         })
     }
 
-    /// The callback of a new operation (counted in flight).
+    /// The callback of a new operation (counted in flight until [`CqWindow::started`]
+    /// says otherwise).
     #[inline]
-    pub(super) fn cb(&mut self, user: u64) -> Option<Callback> {
+    fn cb(&mut self, user: u64) -> Option<Callback> {
         self.inflight += 1;
-        Some(Callback::cq(&self.cq, user))
-    }
-
-    /// Takes what the queue holds; returns how many.
-    #[inline]
-    pub(super) fn poll(&mut self, what: &str) -> Result<usize> {
-        let n = self.cq.poll(&mut self.out);
-        for e in &self.out[..n] {
-            if e.status != Status::Ok {
-                tracing::error!("{what}: completed with {}", e.status);
-                return Err(e.status);
-            }
-            if e.user == CHECKED {
-                self.checked = Some(RecvInfo {
-                    sender_tag: e.tag,
-                    length: e.length,
-                });
+        match &self.via {
+            Via::Cq { cq, .. } => Some(Callback::cq(cq, user)),
+            Via::Fn(c) => {
+                let c = c.clone();
+                Some(Callback::new(move |_, s, info| {
+                    if s != Status::Ok {
+                        let _ = c.failed.compare_exchange(
+                            0,
+                            s.code(),
+                            Ordering::Relaxed,
+                            Ordering::Relaxed,
+                        );
+                    }
+                    if user == CHECKED {
+                        c.checked_tag.store(info.sender_tag, Ordering::Relaxed);
+                        c.checked_len.store(info.length, Ordering::Relaxed);
+                        c.checked.store(true, Ordering::Relaxed);
+                    }
+                    c.done.fetch_add(1, Ordering::Release);
+                }))
             }
         }
+    }
+
+    /// The call that took the callback returned `r`.
+    #[inline]
+    fn started(&mut self, w: &mut Worker, r: Option<Request>) -> Result<()> {
+        if let Via::Fn(_) = self.via {
+            match r {
+                // Completed in the call: the closure will not run.
+                None => self.inflight -= 1,
+                Some(r) => w.request_free(r)?,
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes the completions that came; returns how many.
+    #[inline]
+    pub(super) fn poll(&mut self, what: &str) -> Result<usize> {
+        let n = match &mut self.via {
+            Via::Cq { cq, out } => {
+                let n = cq.poll(out);
+                for e in &out[..n] {
+                    if e.status != Status::Ok {
+                        tracing::error!("{what}: completed with {}", e.status);
+                        return Err(e.status);
+                    }
+                    if e.user == CHECKED {
+                        self.checked = Some(RecvInfo {
+                            sender_tag: e.tag,
+                            length: e.length,
+                        });
+                    }
+                }
+                n
+            }
+            Via::Fn(c) => {
+                let n = c.done.swap(0, Ordering::Acquire);
+                let f = c.failed.load(Ordering::Relaxed);
+                if f != 0 {
+                    let s = Status::from_code(i32::from(f)).unwrap_or(Status::IoError);
+                    tracing::error!("{what}: completed with {s}");
+                    return Err(s);
+                }
+                if c.checked.swap(false, Ordering::Relaxed) {
+                    self.checked = Some(RecvInfo {
+                        sender_tag: c.checked_tag.load(Ordering::Relaxed),
+                        length: c.checked_len.load(Ordering::Relaxed),
+                    });
+                }
+                n
+            }
+        };
         self.inflight -= n;
         Ok(n)
     }
@@ -89,10 +177,10 @@ impl CqWindow {
     }
 }
 
-/// One send or receive of the test message reporting into a completion queue.
+/// One send or receive of the test message, its completion counted by `q`.
 ///
 /// # Safety
-/// As for the plain sends and receives of the tests, until the operation's entry came.
+/// As for the plain sends and receives of the tests, until the operation completed.
 #[inline]
 pub(super) unsafe fn post_cq(
     w: &mut Worker,
@@ -101,13 +189,13 @@ pub(super) unsafe fn post_cq(
     q: &mut CqWindow,
     user: u64,
 ) -> Result<()> {
+    let cb = q.cb(user);
     // SAFETY: passed on to the caller.
-    unsafe {
+    let r = unsafe {
         match ep {
-            Some(ep) => w
-                .tag_send_nb(ep, buf.ucp(), TAG, false, q.cb(user))
-                .map(drop),
-            None => w.tag_recv_nb(buf.ucp(), TAG, MASK, q.cb(user)).map(drop),
+            Some(ep) => w.tag_send_nb(ep, buf.ucp(), TAG, false, cb)?,
+            None => Some(w.tag_recv_nb(buf.ucp(), TAG, MASK, cb)?),
         }
-    }
+    };
+    q.started(w, r)
 }

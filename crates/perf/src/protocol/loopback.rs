@@ -173,9 +173,9 @@ impl<C: Channel> UcpPeer<C> {
         };
         let mut sends: VecDeque<Request> = VecDeque::with_capacity(window);
         let mut recvs: VecDeque<Request> = VecDeque::with_capacity(window);
-        // With --cq: sends and receives report into one queue (a window of each).
-        let mut cqw = if p.cq {
-            Some(CqWindow::new(2 * window)?)
+        // With --cq or --callbacks: sends and receives are counted together (a window of each).
+        let mut cqw = if p.cq || p.callbacks {
+            Some(CqWindow::new(2 * window, p.callbacks)?)
         } else {
             None
         };

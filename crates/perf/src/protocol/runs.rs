@@ -15,8 +15,9 @@
 //!   run into a separate poisoned buffer and checks every byte. tag_mr is tag_bw with
 //!   message-rate columns in mind (8 bytes by default).
 //!
-//! With `--cq` (`Params::cq`), tag_bw / tag_mr start every send and receive with a
-//! completion queue instead of a request (`cqwin`); the window is then a count.
+//! With `--cq` or `--callbacks` (`Params::cq`, `Params::callbacks`), tag_bw / tag_mr start
+//! every send and receive with a completion queue or a counting closure instead of
+//! polling requests (`cqwin`); the window is then a count.
 //!
 //! Every request is waited for and freed; a failure leaves the peer broken (no more
 //! tests), its buffers kept until the worker is gone.
@@ -170,8 +171,8 @@ impl<C: Channel> UcpPeer<C> {
         })?;
         handshake::expect_ready(chan, t)?;
         let mut inflight: VecDeque<Request> = VecDeque::with_capacity(window);
-        let mut cqw = if p.cq {
-            Some(CqWindow::new(window)?)
+        let mut cqw = if p.cq || p.callbacks {
+            Some(CqWindow::new(window, p.callbacks)?)
         } else {
             None
         };
@@ -250,8 +251,8 @@ impl<C: Channel> UcpPeer<C> {
             return Err(Status::NoMemory);
         };
         let mut posted: VecDeque<Request> = VecDeque::with_capacity(window);
-        let mut cqw = if p.cq {
-            Some(CqWindow::new(window)?)
+        let mut cqw = if p.cq || p.callbacks {
+            Some(CqWindow::new(window, p.callbacks)?)
         } else {
             None
         };

@@ -96,8 +96,12 @@ struct Cli {
     window: Option<u32>,
     /// tag_bw / tag_mr: report completions through a completion queue instead of
     /// request handles (both sides).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "callbacks")]
     cq: bool,
+    /// tag_bw / tag_mr: report completions through a closure per operation instead of
+    /// request handles (both sides).
+    #[arg(long)]
+    callbacks: bool,
     /// Print only the final numbers (ucx_perftest's -f).
     #[arg(short = 'f', long = "final-only")]
     final_only: bool,
@@ -356,6 +360,7 @@ fn plan(cli: &Cli) -> Result<Plan, Failure> {
             p.window = w;
         }
         p.cq = cli.cq;
+        p.callbacks = cli.callbacks;
         if let Some(n) = cli.iterations {
             p.iterations = n;
         }

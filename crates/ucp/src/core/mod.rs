@@ -225,13 +225,14 @@ impl Core {
     }
 
     /// Pushes the queue entry of completed request `r` and frees it: nothing runs for it
-    /// later, and nobody needs to free it.
+    /// later, and nobody needs to free it. The request is read where it lies and dropped
+    /// there (moving it out of the pool would copy all of it).
     #[inline]
     fn report_cq(&mut self, r: Request) {
-        let Some(q) = self.reqs.put(r.0) else {
+        let Some(q) = self.reqs.get_mut(r.0) else {
             return;
         };
-        let Some(Callback::Cq(t)) = q.cb else {
+        let Some(Callback::Cq(t)) = q.cb.take() else {
             return;
         };
         let (length, tag, ep) = match &q.kind {
@@ -241,8 +242,10 @@ impl Core {
             ReqKind::Flush(e) => (0, 0, *e),
             ReqKind::Close(e) => (0, 0, Some(*e)),
         };
+        let status = q.status.unwrap_or(Status::Ok);
+        self.reqs.remove(r.0);
         let ep = ep.map(|e| self.handle(e));
-        t.report(q.status.unwrap_or(Status::Ok), length, tag, ep);
+        t.report(status, length, tag, ep);
     }
 
     /// The state of receive `r` (`None` for another kind of request, or a stale one).
