@@ -22,7 +22,7 @@
 //! Invariant: an entry is pushed exactly once per operation that named the queue (see
 //! `Core::settle` for requests and `worker::posted` for operations completed in the call).
 
-use super::ep::Ep;
+use super::ids::{AmDesc, Ep};
 use crossbeam_queue::{ArrayQueue, SegQueue};
 use std::sync::Arc;
 use ucs::{Result, Status};
@@ -64,7 +64,7 @@ struct AmBuf {
     id: u16,
     /// Set for a rendezvous message: the data is still at the sender, to be pulled with
     /// `am_recv_data_nb(desc, ...)` or dropped with `am_data_release(desc)`.
-    rndv: Option<(super::request::AmDesc, usize)>,
+    rndv: Option<(AmDesc, usize)>,
 }
 
 impl AmPayload {
@@ -95,7 +95,7 @@ impl AmPayload {
     /// For a rendezvous message: the descriptor to pull the data with
     /// (`Worker::am_recv_data_nb`, or release it with `Worker::am_data_release`) and its
     /// length. `None` for an eager message, whose data is in [`AmPayload::data`].
-    pub fn rndv(&self) -> Option<(super::request::AmDesc, usize)> {
+    pub fn rndv(&self) -> Option<(AmDesc, usize)> {
         self.inner().rndv
     }
 }
@@ -250,7 +250,7 @@ impl Cq {
         id: u16,
         header: &[u8],
         data: &[u8],
-        rndv: Option<(super::request::AmDesc, usize)>,
+        rndv: Option<(AmDesc, usize)>,
     ) -> AmPayload {
         let mut b = self.0.free.pop().unwrap_or_else(|| {
             Box::new(AmBuf {

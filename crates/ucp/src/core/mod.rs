@@ -10,6 +10,7 @@
 
 pub mod cq;
 pub mod ep;
+pub mod ids;
 pub mod lane;
 pub mod request;
 

@@ -468,11 +468,7 @@ pub(crate) struct Req {
     pub released: bool,
 }
 
-/// Names a received active message's data for `am_data`, `am_data_release` and
-/// `am_recv_data_nb` (here, below the protocols, because completion-queue entries carry
-/// it too).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct AmDesc(pub u64);
+pub use super::ids::AmDesc;
 
 /// How to send an active message.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
