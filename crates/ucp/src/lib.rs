@@ -45,7 +45,7 @@ pub use cm::{ConnReqId, ListenerId};
 pub use config::Config;
 pub use config::RmaPath;
 pub use context::{Context, Features, Resource};
-pub use core::cq::{AmPayload, Cq, CqOp, Entry as CqEntry};
+pub use core::cq::{AmPayload, Cq, CqId, CqOp, Entry as CqEntry};
 pub use core::ep::{Ep, EpStatus, Proto, Thresholds};
 pub use core::request::{Buf, Callback, Completed, GenericDt, OwnedBuf, RecvInfo, Request};
 pub use mem::MemH;

@@ -687,3 +687,57 @@ fn endpoint_failure_reports_one_entry_each() {
     assert!(got[&2].status.is_err());
     assert_eq!(got[&1].ep, Some(ep));
 }
+
+/// A queue attached to a worker is named by index: its operations report as with a shared
+/// queue, every byte checked; another worker refuses the index.
+#[test]
+fn attached_queue_reports_and_another_worker_refuses_it() {
+    let mut p = Pair::new(Net::Shm);
+    let cq = Cq::new(8).unwrap();
+    let rid = p.r().cq_attach(&cq);
+    assert_eq!(
+        p.r().cq_attach(&cq),
+        rid,
+        "attaching again gives the same id"
+    );
+    let sid = p.s().cq_attach(&cq);
+    let data = pattern(300, 4);
+    let mut out = vec![0u8; 300];
+    let cb = Callback::cq_attached(rid, 1);
+    // SAFETY: `out` outlives the receive (its entry is collected below).
+    unsafe {
+        p.r()
+            .tag_recv_nb(Buf::contig(out.as_mut_ptr(), 300), 5, u64::MAX, Some(cb))
+            .unwrap()
+    };
+    let ep = p.ep;
+    let bad = Callback::cq_attached(rid, 3);
+    // SAFETY: refused before it touches `data`.
+    let refused = unsafe {
+        p.s().tag_send_nb(
+            ep,
+            Buf::contig(data.as_ptr().cast_mut(), 300),
+            5,
+            false,
+            Some(bad),
+        )
+    };
+    assert_eq!(refused.unwrap_err(), Status::InvalidParam);
+    let cb = Callback::cq_attached(sid, 2);
+    // SAFETY: `data` outlives the send (its entry is collected below).
+    unsafe {
+        p.s()
+            .tag_send_nb(
+                ep,
+                Buf::contig(data.as_ptr().cast_mut(), 300),
+                5,
+                false,
+                Some(cb),
+            )
+            .unwrap()
+    };
+    let got = p.collect(&cq, 2);
+    check(&got[&1], CqOp::TagRecv, Status::Ok, 300, 5);
+    check(&got[&2], CqOp::TagSend, Status::Ok, 300, 5);
+    assert!(out == data, "received bytes");
+}

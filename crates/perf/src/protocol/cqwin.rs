@@ -1,7 +1,8 @@
 //! The window of tag_bw / tag_mr with `--cq` or `--callbacks`: the window is a count of
 //! operations in flight instead of a list of requests.
 //!
-//! - `--cq`: operations report into a completion queue (`ucp::Cq`), and the count drops by
+//! - `--cq`: operations report into a completion queue (`ucp::Cq`, attached to the worker
+//!   and named by `ucp::Callback::cq_attached`), and the count drops by
 //!   the entries polled (an operation that completed in its call has its entry too).
 //! - `--callbacks`: each operation carries a closure (`ucp::Callback::new`) that counts
 //!   its completion; its request is released at once (the closure still runs), and an
@@ -16,7 +17,7 @@ use crate::transport::wait::{check_stall, SPINS};
 use std::sync::atomic::{AtomicBool, AtomicI8, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use ucp::{Callback, Cq, CqEntry, Ep, RecvInfo, Request, Worker};
+use ucp::{Callback, Cq, CqEntry, CqId, Ep, RecvInfo, Request, Worker};
 use ucs::{Result, Status};
 
 /// The context of the operation whose completion is looked at (the checked message).
@@ -34,7 +35,12 @@ struct Counted {
 }
 
 enum Via {
-    Cq { cq: Cq, out: Vec<CqEntry> },
+    Cq {
+        cq: Cq,
+        /// The queue attached to the test's worker.
+        id: CqId,
+        out: Vec<CqEntry>,
+    },
     Fn(Arc<Counted>),
 }
 
@@ -47,13 +53,16 @@ pub(super) struct CqWindow {
 }
 
 impl CqWindow {
-    /// A window of at most `window` operations, through a queue or (`callbacks`) closures.
-    pub(super) fn new(window: usize, callbacks: bool) -> Result<CqWindow> {
+    /// A window of at most `window` operations, through a queue attached to `w` or
+    /// (`callbacks`) closures.
+    pub(super) fn new(w: &mut Worker, window: usize, callbacks: bool) -> Result<CqWindow> {
         let via = if callbacks {
             Via::Fn(Arc::default())
         } else {
+            let cq = Cq::new(window.max(1) * 2)?;
             Via::Cq {
-                cq: Cq::new(window.max(1) * 2)?,
+                id: w.cq_attach(&cq),
+                cq,
                 out: (0..64).map(|_| CqEntry::default()).collect(),
             }
         };
@@ -70,7 +79,7 @@ impl CqWindow {
     fn cb(&mut self, user: u64) -> Option<Callback> {
         self.inflight += 1;
         match &self.via {
-            Via::Cq { cq, .. } => Some(Callback::cq(cq, user)),
+            Via::Cq { id, .. } => Some(Callback::cq_attached(*id, user)),
             Via::Fn(c) => {
                 let c = c.clone();
                 Some(Callback::new(move |_, s, info| {
@@ -110,7 +119,7 @@ impl CqWindow {
     #[inline]
     pub(super) fn poll(&mut self, what: &str) -> Result<usize> {
         let n = match &mut self.via {
-            Via::Cq { cq, out } => {
+            Via::Cq { cq, out, .. } => {
                 let n = cq.poll(out);
                 for e in &out[..n] {
                     if e.status != Status::Ok {

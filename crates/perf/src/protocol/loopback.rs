@@ -175,7 +175,7 @@ impl<C: Channel> UcpPeer<C> {
         let mut recvs: VecDeque<Request> = VecDeque::with_capacity(window);
         // With --cq or --callbacks: sends and receives are counted together (a window of each).
         let mut cqw = if p.cq || p.callbacks {
-            Some(CqWindow::new(2 * window, p.callbacks)?)
+            Some(CqWindow::new(w, 2 * window, p.callbacks)?)
         } else {
             None
         };

@@ -172,7 +172,7 @@ impl<C: Channel> UcpPeer<C> {
         handshake::expect_ready(chan, t)?;
         let mut inflight: VecDeque<Request> = VecDeque::with_capacity(window);
         let mut cqw = if p.cq || p.callbacks {
-            Some(CqWindow::new(window, p.callbacks)?)
+            Some(CqWindow::new(w, window, p.callbacks)?)
         } else {
             None
         };
@@ -252,7 +252,7 @@ impl<C: Channel> UcpPeer<C> {
         };
         let mut posted: VecDeque<Request> = VecDeque::with_capacity(window);
         let mut cqw = if p.cq || p.callbacks {
-            Some(CqWindow::new(window, p.callbacks)?)
+            Some(CqWindow::new(w, window, p.callbacks)?)
         } else {
             None
         };

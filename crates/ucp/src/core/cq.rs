@@ -195,6 +195,11 @@ impl Cq {
         })))
     }
 
+    /// True when `other` names the same queue.
+    pub fn same(&self, other: &Cq) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+
     /// Capacity of the ring.
     pub fn capacity(&self) -> usize {
         self.0.ring.capacity()
@@ -272,20 +277,54 @@ impl Cq {
     }
 }
 
+/// A queue attached to one worker (`Worker::cq_attach`): operations of that worker name it
+/// by index, so starting and completing one touches no reference count.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct CqId {
+    /// The worker's id (`Worker::uuid`): another worker refuses the handle.
+    pub(crate) worker: u64,
+    pub(crate) idx: u32,
+}
+
+/// Where an operation's entry goes.
+#[derive(Clone, Debug)]
+pub(crate) enum Dest {
+    /// A queue held by the operation (an `Arc` count while it is in flight).
+    Shared(Cq),
+    /// A queue attached to the operation's worker (checked when the operation starts).
+    Attached { idx: u32, worker: u64 },
+}
+
 /// What an operation reports into a queue: the queue, the caller's context, and the kind
 /// of operation (set by the worker's API call that starts it).
 #[derive(Clone, Debug)]
 pub struct CqTarget {
-    pub(crate) cq: Cq,
+    pub(crate) dest: Dest,
     pub(crate) user: u64,
     pub(crate) op: CqOp,
 }
 
 impl CqTarget {
-    /// Reports one completion.
+    /// Reports one completion; `attached` are the queues of the worker that ran the
+    /// operation.
     #[inline]
-    pub(crate) fn report(self, status: Status, length: usize, tag: u64, ep: Option<Ep>) {
-        self.cq.push(Entry {
+    pub(crate) fn report(
+        self,
+        attached: &[Cq],
+        status: Status,
+        length: usize,
+        tag: u64,
+        ep: Option<Ep>,
+    ) {
+        let cq = match &self.dest {
+            Dest::Shared(cq) => cq,
+            // Checked when the operation started; queues are never detached.
+            Dest::Attached { idx, .. } => match attached.get(*idx as usize) {
+                Some(cq) => cq,
+                None => return,
+            },
+        };
+        cq.push(Entry {
             user: self.user,
             op: self.op,
             status,

@@ -75,6 +75,9 @@ pub(crate) struct Core {
     /// Interfaces progressed on every call (live and not idle); refreshed on idle turns
     /// and when an endpoint connects.
     pub hot: Vec<usize>,
+    /// Completion queues attached to this worker (`Worker::cq_attach`), by index; never
+    /// removed, so an index stays valid for the worker's life.
+    pub cqs: Vec<cq::Cq>,
 }
 
 impl Core {
@@ -100,6 +103,7 @@ impl Core {
             dropped: 0,
             tcp_eps: 0,
             hot: Vec::new(),
+            cqs: Vec::new(),
         }
     }
 
@@ -225,6 +229,37 @@ impl Core {
         }
     }
 
+    /// Names the kind of operation a queue entry will report (the worker's API calls do
+    /// this; other callbacks are left alone), and checks that a queue named by index is
+    /// attached to this worker.
+    #[inline]
+    pub(crate) fn stamp(&self, cb: &mut Option<Callback>, op: cq::CqOp) -> Result<()> {
+        if let Some(Callback::Cq(t)) = cb {
+            if let cq::Dest::Attached { idx, worker } = t.dest {
+                if worker != self.uuid || idx as usize >= self.cqs.len() {
+                    return Err(Status::InvalidParam);
+                }
+            }
+            t.op = op;
+        }
+        Ok(())
+    }
+
+    /// Attaches `q` (once: a queue attached before gets its index again).
+    pub(crate) fn cq_attach(&mut self, q: &cq::Cq) -> cq::CqId {
+        let idx = match self.cqs.iter().position(|c| c.same(q)) {
+            Some(i) => i,
+            None => {
+                self.cqs.push(q.clone());
+                self.cqs.len() - 1
+            }
+        };
+        cq::CqId {
+            worker: self.uuid,
+            idx: idx as u32,
+        }
+    }
+
     /// Pushes the queue entry of completed request `r` and frees it: nothing runs for it
     /// later, and nobody needs to free it. The request is read where it lies and dropped
     /// there (moving it out of the pool would copy all of it).
@@ -246,7 +281,7 @@ impl Core {
         let status = q.status.unwrap_or(Status::Ok);
         self.reqs.remove(r.0);
         let ep = ep.map(|e| self.handle(e));
-        t.report(status, length, tag, ep);
+        t.report(&self.cqs, status, length, tag, ep);
     }
 
     /// The state of receive `r` (`None` for another kind of request, or a stale one).

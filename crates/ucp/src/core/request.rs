@@ -52,19 +52,24 @@ impl Callback {
     /// Completion reported into `cq` with the context `user`.
     pub fn cq(cq: &super::cq::Cq, user: u64) -> Callback {
         Callback::Cq(super::cq::CqTarget {
-            cq: cq.clone(),
+            dest: super::cq::Dest::Shared(cq.clone()),
             user,
             op: super::cq::CqOp::None,
         })
     }
 
-    /// Names the kind of operation a queue entry will report (the worker's API calls do
-    /// this; other callbacks are left alone).
-    #[inline]
-    pub(crate) fn stamp(cb: &mut Option<Callback>, op: super::cq::CqOp) {
-        if let Some(Callback::Cq(t)) = cb {
-            t.op = op;
-        }
+    /// Completion reported into the queue `id` attached to the worker that runs the
+    /// operation (`Worker::cq_attach`), with the context `user`: no reference count per
+    /// operation. Another worker refuses it (`InvalidParam`).
+    pub fn cq_attached(id: super::cq::CqId, user: u64) -> Callback {
+        Callback::Cq(super::cq::CqTarget {
+            dest: super::cq::Dest::Attached {
+                idx: id.idx,
+                worker: id.worker,
+            },
+            user,
+            op: super::cq::CqOp::None,
+        })
     }
 
     /// A closure called at completion.

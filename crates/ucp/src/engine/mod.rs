@@ -337,7 +337,9 @@ pub(crate) fn run_completions(core: &mut Core) {
                 info,
             }),
             // Reported when it completed (`Core::settle`); kept for completeness.
-            Some(Callback::Cq(t)) => t.report(status, info.length, info.sender_tag, None),
+            Some(Callback::Cq(t)) => {
+                t.report(&core.cqs, status, info.length, info.sender_tag, None)
+            }
             None => {}
         }
     }

@@ -40,7 +40,7 @@ impl Worker {
         mut cb: Option<Callback>,
     ) -> Result<Option<Request>> {
         self.core.check(ep)?;
-        Callback::stamp(&mut cb, CqOp::AmSend);
+        self.core.stamp(&mut cb, CqOp::AmSend)?;
         let imm = Imm {
             length: data.len(),
             tag: 0,
@@ -113,7 +113,7 @@ impl Worker {
         buf: Buf,
         mut cb: Option<Callback>,
     ) -> Result<Request> {
-        Callback::stamp(&mut cb, CqOp::AmRecvData);
+        self.core.stamp(&mut cb, CqOp::AmRecvData)?;
         let p = &mut self.p;
         // SAFETY: forwarded contract.
         let r = unsafe { am::recv_data_nb(&mut self.core, &mut p.am, &mut p.rndv, desc, buf, cb)? };

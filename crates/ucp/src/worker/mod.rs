@@ -424,6 +424,14 @@ impl Worker {
         n
     }
 
+    /// Attaches completion queue `cq` to this worker, for [`Callback::cq_attached`]:
+    /// operations of this worker then name it by index and count no reference per
+    /// operation. The worker keeps it until the worker goes; attaching it again gives
+    /// the same id.
+    pub fn cq_attach(&mut self, cq: &crate::core::cq::Cq) -> crate::core::cq::CqId {
+        self.core.cq_attach(cq)
+    }
+
     /// True when [`Worker::drain_completed`] has something to hand out.
     pub fn has_completed(&self) -> bool {
         !self.core.words.is_empty()
@@ -533,16 +541,16 @@ impl Worker {
         target: Option<u32>,
         cb: Option<Callback>,
     ) -> Result<Option<Request>> {
+        let mut cb = cb;
+        self.core.stamp(&mut cb, crate::core::cq::CqOp::Flush)?;
         self.progress();
         if self.drained(target) && self.lanes_flushed(target) {
-            if let Some(Callback::Cq(mut t)) = cb {
-                t.op = crate::core::cq::CqOp::Flush;
-                t.report(Status::Ok, 0, 0, target.map(|e| self.core.handle(e)));
+            if let Some(Callback::Cq(t)) = cb {
+                let ep = target.map(|e| self.core.handle(e));
+                t.report(&self.core.cqs, Status::Ok, 0, 0, ep);
             }
             return Ok(None);
         }
-        let mut cb = cb;
-        Callback::stamp(&mut cb, crate::core::cq::CqOp::Flush);
         let r = self.core.new_req(kind, cb);
         self.core.flushes.push(r);
         Ok(Some(r))
@@ -702,7 +710,8 @@ fn posted(
     match post {
         Post::Done(cb) => {
             if let Some(Callback::Cq(t)) = cb {
-                t.report(Status::Ok, imm.length, imm.tag, Some(core.handle(ep)));
+                let ep = Some(core.handle(ep));
+                t.report(&core.cqs, Status::Ok, imm.length, imm.tag, ep);
             }
             Ok(None)
         }

@@ -35,7 +35,7 @@ impl Worker {
         mut cb: Option<Callback>,
     ) -> Result<Option<Request>> {
         self.core.check(ep)?;
-        Callback::stamp(&mut cb, CqOp::Put);
+        self.core.stamp(&mut cb, CqOp::Put)?;
         // SAFETY: forwarded contract.
         let post = unsafe { rma::put_nb(&mut self.core, ep, src, len, addr, rk, cb)? };
         let imm = Imm {
@@ -75,7 +75,7 @@ impl Worker {
         mut cb: Option<Callback>,
     ) -> Result<Option<Request>> {
         self.core.check(ep)?;
-        Callback::stamp(&mut cb, CqOp::Get);
+        self.core.stamp(&mut cb, CqOp::Get)?;
         // SAFETY: forwarded contract.
         let post = unsafe { rma::get_nb(&mut self.core, ep, dst, len, addr, rk, cb, false)? };
         let imm = Imm {
@@ -154,7 +154,7 @@ impl Worker {
         mut cb: Option<Callback>,
     ) -> Result<Option<Request>> {
         self.core.check(ep)?;
-        Callback::stamp(&mut cb, CqOp::Atomic);
+        self.core.stamp(&mut cb, CqOp::Atomic)?;
         // SAFETY: forwarded contract.
         let post = unsafe {
             rma::atomic_fetch_nb(

@@ -19,7 +19,7 @@ impl Worker {
         mut cb: Option<Callback>,
     ) -> Result<Option<Request>> {
         self.core.check(ep)?;
-        Callback::stamp(&mut cb, CqOp::StreamSend);
+        self.core.stamp(&mut cb, CqOp::StreamSend)?;
         let imm = Imm {
             length: buf.len(),
             tag: 0,
@@ -51,7 +51,7 @@ impl Worker {
         mut cb: Option<Callback>,
     ) -> Result<StreamRecv> {
         self.core.check(ep)?;
-        Callback::stamp(&mut cb, CqOp::StreamRecv);
+        self.core.stamp(&mut cb, CqOp::StreamRecv)?;
         // SAFETY: forwarded contract.
         unsafe { stream::recv_nb(&mut self.core, &mut self.p.stream, ep.0, buf, waitall, cb) }
     }

@@ -28,7 +28,7 @@ impl Worker {
         mut cb: Option<Callback>,
     ) -> Result<Option<Request>> {
         self.core.check(ep)?;
-        Callback::stamp(&mut cb, CqOp::TagSend);
+        self.core.stamp(&mut cb, CqOp::TagSend)?;
         let imm = Imm {
             length: buf.len(),
             tag,
@@ -62,7 +62,7 @@ impl Worker {
         mask: u64,
         mut cb: Option<Callback>,
     ) -> Result<Request> {
-        Callback::stamp(&mut cb, CqOp::TagRecv);
+        self.core.stamp(&mut cb, CqOp::TagRecv)?;
         let p = &mut self.p;
         // SAFETY: forwarded contract.
         let r =
@@ -97,7 +97,7 @@ impl Worker {
         buf: Buf,
         mut cb: Option<Callback>,
     ) -> Result<Request> {
-        Callback::stamp(&mut cb, CqOp::TagRecv);
+        self.core.stamp(&mut cb, CqOp::TagRecv)?;
         let p = &mut self.p;
         // SAFETY: forwarded contract.
         let r = unsafe { tag::msg_recv_nb(&mut self.core, &mut p.tag, &mut p.rndv, msg, buf, cb)? };
