@@ -158,7 +158,7 @@ unsafe fn send(
     run(wk, |w, side| {
         let rq = wk.begin(side, &op, 0)?;
         // SAFETY: the API's contract: the buffer stays readable until completion.
-        let out = unsafe { w.am_send_nb(rep, id, hdr, buf, f, Wk::word(rq)) }.map(Outcome::of);
+        let out = unsafe { w.am_send_nb(rep, id, hdr, buf, f, op.callback(rq)) }.map(Outcome::of);
         wk.conclude(w, side, &op, rq, out, RecvOut::None)
     })?
 }
@@ -232,7 +232,7 @@ pub unsafe extern "C" fn ucp_am_recv_data_nbx(
                 .ok_or(Status::InvalidParam)?;
             let rq = wk.begin(side, &op, 0)?;
             // SAFETY: the API's contract: the buffer stays writable until completion.
-            let out = unsafe { w.am_recv_data_nb(desc, buf, Wk::word(rq)) }.map(Outcome::Req);
+            let out = unsafe { w.am_recv_data_nb(desc, buf, op.callback(rq)) }.map(Outcome::Req);
             wk.conclude(w, side, &op, rq, out, RecvOut::Length)
         })?
     })

@@ -721,6 +721,10 @@ pub(crate) struct Op {
     pub datatype: u64,
     pub reply_buffer: *mut c_void,
     pub recv_info: *mut c_void,
+    /// The completion queue the operation reports into (`RUCX_OP_ATTR_FIELD_CQ`), null
+    /// for none. It points into the queue's handle, which the caller keeps alive while
+    /// it starts operations on it.
+    pub cq: *const ucp::Cq,
 }
 
 /// `ucp_dt_make_contig(1)`, the default datatype.
@@ -748,11 +752,20 @@ impl Op {
             datatype: DT_BYTES,
             reply_buffer: std::ptr::null_mut(),
             recv_info: std::ptr::null_mut(),
+            cq: std::ptr::null(),
         };
         // The common case, no field at all, skips every per-field test.
         if mask & OP_FIELDS != 0 {
             // SAFETY: every field is read only if its bit is set.
             unsafe { op.read_fields(&*param) };
+            if mask & crate::cqh::RUCX_OP_ATTR_FIELD_CQ != 0 {
+                // A queue replaces the request and its callback: naming both is an error.
+                if mask & (UCP_OP_ATTR_FIELD_REQUEST | UCP_OP_ATTR_FIELD_CALLBACK) != 0 {
+                    return Err(Status::InvalidParam);
+                }
+                // SAFETY: the bit promises a `rucx_request_param_t`.
+                op.cq = unsafe { crate::cqh::cq_of(param)? };
+            }
         }
         Ok(op)
     }
@@ -800,6 +813,28 @@ impl Op {
             datatype,
             reply_buffer: std::ptr::null_mut(),
             recv_info: std::ptr::null_mut(),
+            cq: std::ptr::null(),
+        }
+    }
+
+    /// How the Rust operation started with header `hdr` reports its completion: into the
+    /// operation's queue, or by word to the C request.
+    #[inline(always)]
+    pub(crate) fn callback(&self, hdr: *mut ReqHdr) -> Option<Callback> {
+        if self.cq.is_null() {
+            return Wk::word(hdr);
+        }
+        // SAFETY: non-null: read from a live handle by `nbx` in this very call.
+        let cq = unsafe { &*self.cq };
+        Some(Callback::cq(cq, self.user_data as u64))
+    }
+
+    /// Refuses a completion queue for an operation that cannot report into one.
+    pub(crate) fn no_cq(&self) -> Result<()> {
+        if self.cq.is_null() {
+            Ok(())
+        } else {
+            Err(Status::Unsupported)
         }
     }
 
@@ -826,7 +861,8 @@ const OP_FIELDS: u32 = UCP_OP_ATTR_FIELD_FLAGS
     | UCP_OP_ATTR_FIELD_USER_DATA
     | UCP_OP_ATTR_FIELD_DATATYPE
     | UCP_OP_ATTR_FIELD_REPLY_BUFFER
-    | UCP_OP_ATTR_FIELD_RECV_INFO;
+    | UCP_OP_ATTR_FIELD_RECV_INFO
+    | crate::cqh::RUCX_OP_ATTR_FIELD_CQ;
 
 impl Wk {
     /// A worker of these parts (its handle is made by [`Wk::publish`]).
@@ -1126,6 +1162,14 @@ impl Wk {
         out: Result<Outcome>,
         recv: RecvOut,
     ) -> Result<ucs_status_ptr_t> {
+        if !op.cq.is_null() {
+            // The queue gets the completion (also of one inside the call); the header
+            // was not given out.
+            // SAFETY: the header started for this call (pooled: `nbx` refuses a queue
+            // together with the caller's request memory).
+            unsafe { side.abandon(hdr, Status::Ok) };
+            return out.map(|_| std::ptr::null_mut());
+        }
         let r = match out {
             Ok(Outcome::Done(s, info)) => return self.immediate(side, op, hdr, s, info, recv),
             Ok(Outcome::Req(r)) => r,

@@ -156,6 +156,7 @@ pub unsafe extern "C" fn ucp_ep_create(
 
 /// Closes an endpoint; the handle is gone when this returns.
 unsafe fn close(ep: *mut Handle<EpH>, force: bool, op: Op) -> Result<ucs_status_ptr_t> {
+    op.no_cq()?;
     // SAFETY: the caller's endpoint handle.
     let (e, wk) = unsafe { get(ep)? };
     let rep = e.ep;
@@ -223,7 +224,7 @@ unsafe fn flush(ep: *mut Handle<EpH>, op: Op) -> Result<ucs_status_ptr_t> {
     let rep = e.ep;
     run(wk, |w, side| {
         let hdr = wk.begin(side, &op, 0)?;
-        let out = w.ep_flush_nb(rep, Wk::word(hdr)).map(Outcome::of);
+        let out = w.ep_flush_nb(rep, op.callback(hdr)).map(Outcome::of);
         wk.conclude(w, side, &op, hdr, out, RecvOut::None)
     })?
 }

@@ -25,6 +25,7 @@ mod handle;
 
 // Helpers that know no worker.
 mod address;
+mod cqh;
 mod sockaddr;
 mod text;
 
@@ -36,6 +37,7 @@ mod dispatch;
 // One module per API family, each with its exported functions.
 mod am;
 mod context;
+mod cq;
 mod dt;
 mod ep;
 mod listener;

@@ -437,8 +437,17 @@ unsafe fn put_common(
     run(wk, |w, side| {
         let hdr = wk.begin(side, &op, 0)?;
         // SAFETY: the API's contract: the buffer stays readable until completion.
-        let out = unsafe { w.put_nb(rep, buffer.cast(), len, remote_addr, &k.rk, Wk::word(hdr)) }
-            .map(Outcome::of);
+        let out = unsafe {
+            w.put_nb(
+                rep,
+                buffer.cast(),
+                len,
+                remote_addr,
+                &k.rk,
+                op.callback(hdr),
+            )
+        }
+        .map(Outcome::of);
         wk.conclude(w, side, &op, hdr, out, RecvOut::None)
     })?
 }
@@ -460,8 +469,17 @@ unsafe fn get_common(
     run(wk, |w, side| {
         let hdr = wk.begin(side, &op, 0)?;
         // SAFETY: the API's contract: the buffer stays writable until completion.
-        let out = unsafe { w.get_nb(rep, buffer.cast(), len, remote_addr, &k.rk, Wk::word(hdr)) }
-            .map(Outcome::of);
+        let out = unsafe {
+            w.get_nb(
+                rep,
+                buffer.cast(),
+                len,
+                remote_addr,
+                &k.rk,
+                op.callback(hdr),
+            )
+        }
+        .map(Outcome::of);
         wk.conclude(w, side, &op, hdr, out, RecvOut::None)
     })?
 }
@@ -645,14 +663,16 @@ unsafe fn fetch(
                     result.cast(),
                     remote_addr,
                     &k.rk,
-                    Wk::word(hdr),
+                    cop.callback(hdr),
                 )
             }
             .map(Outcome::of);
             return wk.conclude(w, side, &cop, hdr, out, RecvOut::None);
         }
         // 32 bits: the protocol layer writes a 64-bit word; stage it in the request
-        // header and copy the low half to the caller's 4 bytes on completion.
+        // header and copy the low half to the caller's 4 bytes on completion (which a
+        // completion queue would not do).
+        cop.no_cq()?;
         let hdr = wk.begin(side, &cop, F_AMO32)?;
         // SAFETY: a header just started for this call.
         let staging = unsafe {
@@ -763,6 +783,7 @@ pub unsafe extern "C" fn ucp_atomic_op_nbx(
             // SAFETY: the caller's handles.
             let (e, wk, k) = unsafe { ep_key(ep, rkey)? };
             let rep = e.ep;
+            cop.no_cq()?;
             return run(wk, |w, side| {
                 let hdr = wk.begin(side, &cop, 0)?;
                 let out = w

@@ -25,7 +25,7 @@ unsafe fn send(
     run(wk, |w, side| {
         let hdr = wk.begin(side, &op, 0)?;
         // SAFETY: the API's contract: the buffer stays readable until completion.
-        let out = unsafe { w.stream_send_nb(rep, buf, Wk::word(hdr)) }.map(Outcome::of);
+        let out = unsafe { w.stream_send_nb(rep, buf, op.callback(hdr)) }.map(Outcome::of);
         wk.conclude(w, side, &op, hdr, out, RecvOut::None)
     })?
 }
@@ -79,16 +79,17 @@ unsafe fn recv(
     run(wk, |w, side| {
         let hdr = wk.begin(side, &op, 0)?;
         // SAFETY: the API's contract: the buffer stays writable until completion.
-        let out = unsafe { w.stream_recv_nb(rep, buf, waitall, Wk::word(hdr)) }.map(|r| match r {
-            StreamRecv::Done(n) => Outcome::Done(
-                Status::Ok,
-                RecvInfo {
-                    sender_tag: 0,
-                    length: n,
-                },
-            ),
-            StreamRecv::Pending(r) => Outcome::Req(r),
-        });
+        let out =
+            unsafe { w.stream_recv_nb(rep, buf, waitall, op.callback(hdr)) }.map(|r| match r {
+                StreamRecv::Done(n) => Outcome::Done(
+                    Status::Ok,
+                    RecvInfo {
+                        sender_tag: 0,
+                        length: n,
+                    },
+                ),
+                StreamRecv::Pending(r) => Outcome::Req(r),
+            });
         wk.conclude(w, side, &op, hdr, out, RecvOut::Length)
     })?
 }

@@ -33,7 +33,7 @@ unsafe fn send(
     run_try(wk, |w, side| {
         let hdr = wk.begin(side, &op, 0)?;
         // SAFETY: the API's contract: the buffer stays valid until the send completes.
-        let out = unsafe { w.tag_send_nb(rep, buf, tag, sync, Wk::word(hdr)) }.map(Outcome::of);
+        let out = unsafe { w.tag_send_nb(rep, buf, tag, sync, op.callback(hdr)) }.map(Outcome::of);
         wk.conclude(w, side, &op, hdr, out, RecvOut::None)
     })
 }
@@ -152,7 +152,7 @@ unsafe fn recv(
     run_try(wk, |w, side| {
         let hdr = wk.begin(side, &op, F_RECV)?;
         // SAFETY: the API's contract: the buffer stays valid until the receive completes.
-        let out = unsafe { w.tag_recv_nb(buf, tag, tag_mask, Wk::word(hdr)) }.map(Outcome::Req);
+        let out = unsafe { w.tag_recv_nb(buf, tag, tag_mask, op.callback(hdr)) }.map(Outcome::Req);
         wk.conclude(w, side, &op, hdr, out, RecvOut::Tag)
     })
 }
@@ -274,7 +274,7 @@ unsafe fn msg_recv(
             .ok_or(Status::InvalidParam)?;
         let hdr = wk.begin(side, &op, F_RECV)?;
         // SAFETY: the API's contract: the buffer stays valid until the receive completes.
-        let out = unsafe { w.tag_msg_recv_nb(m, buf, Wk::word(hdr)) }.map(Outcome::Req);
+        let out = unsafe { w.tag_msg_recv_nb(m, buf, op.callback(hdr)) }.map(Outcome::Req);
         wk.conclude(w, side, &op, hdr, out, RecvOut::Tag)
     })?
 }

@@ -353,7 +353,7 @@ unsafe fn worker_flush(worker: *mut Handle<Wk>, op: Op) -> Result<ucs_status_ptr
     let wk = unsafe { core::get(worker)? };
     run(wk, |w, side| {
         let hdr = wk.begin(side, &op, 0)?;
-        let out = w.flush_nb(Wk::word(hdr)).map(Outcome::of);
+        let out = w.flush_nb(op.callback(hdr)).map(Outcome::of);
         wk.conclude(w, side, &op, hdr, out, RecvOut::None)
     })?
 }

@@ -55,6 +55,22 @@ fn tag_ping_pong() {
     }
 }
 
+/// Completion queues (rucx's extension header): thousands of preposted tag receives and
+/// sends reporting into queues between two processes, over the default transports and
+/// tcp only. Built with rucx's headers only (UCX has no such API).
+#[test]
+fn completion_queues() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let prog = compile("cq.c", Headers::Rucx);
+    for env in [&[][..], &[("UCX_TLS", "tcp")][..]] {
+        let out = run_on_rucx(&prog, env, LIMIT);
+        assert!(
+            out.contains("cq receiver passed") && out.contains("cq sender passed"),
+            "{env:?}:\n{out}"
+        );
+    }
+}
+
 #[test]
 fn rma_and_atomics() {
     for out in build_and_run("rma.c", &[]) {

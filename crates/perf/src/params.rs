@@ -34,6 +34,14 @@ pub struct Params {
     /// on the direct path completes in the call) (0 there: the test's default). Others:
     /// unused.
     pub window: u32,
+    /// tag_bw / tag_mr: completions go through a completion queue (`ucp::Cq`) instead of
+    /// request handles.
+    #[serde(default)]
+    pub cq: bool,
+    /// tag_bw / tag_mr: completions go through a closure per operation
+    /// (`ucp::Callback::new`) instead of request handles.
+    #[serde(default)]
+    pub callbacks: bool,
 }
 
 impl Params {
@@ -52,6 +60,8 @@ impl Params {
             warmup: 1_000,
             layout: None,
             window: info.window,
+            cq: false,
+            callbacks: false,
         }
     }
 

@@ -13,7 +13,7 @@
 //! - `address`, `config`, `context`, `mem`, `matcher`: the worker address, configuration,
 //!   the context with its resources and memory regions, the tag matching structure;
 //! - `core`: requests and their pool, buffers, the endpoint table with each endpoint's
-//!   lane, the transports, connecting, completion; knows no protocol;
+//!   lane, the transports, connecting, completion, completion queues; knows no protocol;
 //! - `proto`: the one `AmId` table, the wire codecs, protocol selection;
 //! - `rndv`: the rendezvous data movers shared by tag and am;
 //! - `tag`, `am`, `stream`, `rma`: one module per protocol (API, send step, receive
@@ -45,6 +45,7 @@ pub use cm::{ConnReqId, ListenerId};
 pub use config::Config;
 pub use config::RmaPath;
 pub use context::{Context, Features, Resource};
+pub use core::cq::{AmPayload, Cq, CqId, CqOp, Entry as CqEntry};
 pub use core::ep::{Ep, EpStatus, Proto, Thresholds};
 pub use core::request::{
     Buf, Callback, Completed, GenericDt, OwnedBuf, RecvInfo, Request, SignalOp,

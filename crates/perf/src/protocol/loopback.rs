@@ -27,6 +27,7 @@
 
 use super::am::{self, AmRx, AM_PING};
 use super::amo::{check_word, Fetched};
+use super::cqwin::{post_cq, CqWindow, CHECKED};
 use super::rma::{check_region, seq};
 use super::stream::{self, exchange};
 use super::wait::{done, drain_to, flush, wait_one, wait_pair};
@@ -175,12 +176,41 @@ impl<C: Channel> UcpPeer<C> {
         };
         let mut sends: VecDeque<Request> = VecDeque::with_capacity(window);
         let mut recvs: VecDeque<Request> = VecDeque::with_capacity(window);
+        // With --cq or --callbacks: sends and receives are counted together (a window of each).
+        let mut cqw = if p.cq || p.callbacks {
+            Some(CqWindow::new(w, 2 * window, p.callbacks)?)
+        } else {
+            None
+        };
         let mut phase = |w: &mut Worker,
                          chan: &mut C,
                          count: u64,
                          mut mark: Option<&mut Stamps>|
          -> Result<Option<String>> {
             let timed = mark.is_some();
+            if let Some(q) = cqw.as_mut() {
+                for k in 0..count {
+                    if q.inflight >= 2 * window {
+                        q.drain_to(w, chan, t, 2 * window - 2, "an operation")?;
+                    }
+                    let check = timed && k + 1 == count;
+                    let b = if check { cb } else { rb };
+                    // SAFETY: as below, until each operation's entry came.
+                    unsafe {
+                        post_cq(w, Some(ep), sb, q, 0)?;
+                        post_cq(w, None, b, q, if check { CHECKED } else { 0 })?;
+                    }
+                    if let Some(st) = mark.as_deref_mut() {
+                        st.mark();
+                    }
+                }
+                q.drain_to(w, chan, t, 0, "an operation")?;
+                return match (timed, q.checked.take()) {
+                    (false, _) => Ok(None),
+                    (true, Some(info)) => Ok(check_message("the last message", cb, info)),
+                    (true, None) => Err(Status::IoError),
+                };
+            }
             let mut last = None;
             for k in 0..count {
                 if sends.len() >= window {

@@ -24,6 +24,7 @@
 
 mod am;
 mod amo;
+mod cqwin;
 mod loopback;
 mod rma;
 mod runs;

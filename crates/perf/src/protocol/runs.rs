@@ -15,9 +15,14 @@
 //!   run into a separate poisoned buffer and checks every byte. tag_mr is tag_bw with
 //!   message-rate columns in mind (8 bytes by default).
 //!
+//! With `--cq` or `--callbacks` (`Params::cq`, `Params::callbacks`), tag_bw / tag_mr start
+//! every send and receive with a completion queue or a counting closure instead of
+//! polling requests (`cqwin`); the window is then a count.
+//!
 //! Every request is waited for and freed; a failure leaves the peer broken (no more
 //! tests), its buffers kept until the worker is gone.
 
+use super::cqwin::{post_cq, CqWindow, CHECKED};
 use super::wait::{done, drain_to, wait_one, wait_pair};
 use super::{check_message, MsgBuf, UcpPeer, ACK_TAG, MASK, TAG};
 use crate::channel::{Channel, Msg};
@@ -166,24 +171,40 @@ impl<C: Channel> UcpPeer<C> {
         })?;
         handshake::expect_ready(chan, t)?;
         let mut inflight: VecDeque<Request> = VecDeque::with_capacity(window);
+        let mut cqw = if p.cq || p.callbacks {
+            Some(CqWindow::new(w, window, p.callbacks)?)
+        } else {
+            None
+        };
         let mut stream = |w: &mut Worker,
                           chan: &mut C,
                           count: u64,
                           mut mark: Option<&mut Stamps>|
          -> Result<()> {
             for _ in 0..count {
-                if inflight.len() >= window {
-                    drain_to(w, chan, t, &mut inflight, window - 1)?;
-                }
-                // SAFETY: see above.
-                if let Some(r) = unsafe { send(w, ep, sb, TAG, false)? } {
-                    inflight.push_back(r);
+                if let Some(q) = cqw.as_mut() {
+                    if q.inflight >= window {
+                        q.drain_to(w, chan, t, window - 1, "a send")?;
+                    }
+                    // SAFETY: see above.
+                    unsafe { post_cq(w, Some(ep), sb, q, 0)? };
+                } else {
+                    if inflight.len() >= window {
+                        drain_to(w, chan, t, &mut inflight, window - 1)?;
+                    }
+                    // SAFETY: see above.
+                    if let Some(r) = unsafe { send(w, ep, sb, TAG, false)? } {
+                        inflight.push_back(r);
+                    }
                 }
                 if let Some(st) = mark.as_deref_mut() {
                     st.mark();
                 }
             }
-            drain_to(w, chan, t, &mut inflight, 0)
+            match cqw.as_mut() {
+                Some(q) => q.drain_to(w, chan, t, 0, "a send"),
+                None => drain_to(w, chan, t, &mut inflight, 0),
+            }
         };
         let mut end_phase = |w: &mut Worker, chan: &mut C, count: u64, again: bool| -> Result<()> {
             let info = wait_pair(w, chan, t, "the acknowledgement", None, ack)?;
@@ -230,6 +251,11 @@ impl<C: Channel> UcpPeer<C> {
             return Err(Status::NoMemory);
         };
         let mut posted: VecDeque<Request> = VecDeque::with_capacity(window);
+        let mut cqw = if p.cq || p.callbacks {
+            Some(CqWindow::new(w, window, p.callbacks)?)
+        } else {
+            None
+        };
         let mut error = None;
         let phases = [(p.warmup, false), (p.iterations, true)];
         let mut ready_sent = false;
@@ -238,6 +264,35 @@ impl<C: Channel> UcpPeer<C> {
             let mut n: u32 = 0;
             let mut since = None;
             loop {
+                if let Some(q) = cqw.as_mut() {
+                    while q.inflight < window && next < count {
+                        let check = timed && next + 1 == count;
+                        let b = if check { cb } else { rb };
+                        // SAFETY: as for the receives below.
+                        unsafe { post_cq(w, None, b, q, if check { CHECKED } else { 0 })? };
+                        next += 1;
+                    }
+                    if !ready_sent {
+                        chan.send(&Msg::Ready { region: None })?;
+                        ready_sent = true;
+                    }
+                    got += q.poll("a message")? as u64;
+                    if got == count {
+                        if timed {
+                            let info = q.checked.take().ok_or(Status::IoError)?;
+                            error = check_message("the last message", cb, info);
+                        }
+                        break;
+                    }
+                    if w.progress() > 0 {
+                        (n, since) = (0, None);
+                    }
+                    n = n.wrapping_add(1);
+                    if n % SPINS == 0 {
+                        check_stall(chan, &mut since, t, "messages")?;
+                    }
+                    continue;
+                }
                 while posted.len() < window && next < count {
                     // The last message of the timed run lands in the check buffer.
                     let b = if timed && next + 1 == count { cb } else { rb };

@@ -97,6 +97,14 @@ struct Cli {
     /// messages; put_bw/get_bw: operations between flushes [default: 0, none].
     #[arg(short = 'O', long = "outstanding", value_name = "N")]
     window: Option<u32>,
+    /// tag_bw / tag_mr: report completions through a completion queue instead of
+    /// request handles (both sides).
+    #[arg(long, conflicts_with = "callbacks")]
+    cq: bool,
+    /// tag_bw / tag_mr: report completions through a closure per operation instead of
+    /// request handles (both sides).
+    #[arg(long)]
+    callbacks: bool,
     /// Print only the final numbers (ucx_perftest's -f).
     #[arg(short = 'f', long = "final-only")]
     final_only: bool,
@@ -365,6 +373,8 @@ fn plan(cli: &Cli) -> Result<Plan, Failure> {
         if let Some(w) = cli.window {
             p.window = w;
         }
+        p.cq = cli.cq;
+        p.callbacks = cli.callbacks;
         if let Some(n) = cli.iterations {
             p.iterations = n;
         }

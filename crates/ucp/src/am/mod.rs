@@ -10,9 +10,10 @@
 //! [`AmAction::Keep`], and the data (or the rendezvous descriptor) then stays available
 //! under the message's [`AmDesc`] until released.
 
+use crate::core::cq::{Cq, CqOp, Entry};
 use crate::core::ep::{Ep, Lane, Proto};
-pub use crate::core::request::AmSendFlags;
 use crate::core::request::*;
+pub use crate::core::request::{AmDesc, AmSendFlags};
 use crate::core::{route, Core, Post, Route, Tl};
 use crate::proto::am::*;
 use crate::proto::select::am_proto;
@@ -23,11 +24,6 @@ use ucs::{Result, Status};
 
 /// Largest active message sent through the transports' inline (short) path.
 const SHORT_MAX: usize = 256;
-
-/// Names a received message's data for `am_data`, `am_data_release` and
-/// `am_recv_data_nb`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct AmDesc(pub u64);
 
 /// The data of a received active message.
 #[derive(Debug)]
@@ -64,6 +60,16 @@ pub enum AmAction {
 /// needs and the application acts after progress returns.
 pub type AmHandler = Box<dyn FnMut(&AmMsg<'_>) -> AmAction + Send>;
 
+/// Where the arrivals of one active-message id go.
+pub(crate) enum Handler {
+    /// A closure of the application.
+    Fn(AmHandler),
+    /// Entries of a completion queue, with this context: an eager message's header and
+    /// data are copied into the entry's payload; a rendezvous message is kept under its
+    /// descriptor (in the payload) for `am_recv_data_nb` or `am_data_release`.
+    Cq(Cq, u64),
+}
+
 enum Kept {
     Data(Vec<u8>),
     Rndv {
@@ -89,7 +95,7 @@ struct PartialAm {
 pub(crate) struct AmState {
     /// Handlers indexed by id (ids are small and dense in practice; the table grows to the
     /// largest id registered).
-    handlers: Vec<Option<AmHandler>>,
+    handlers: Vec<Option<Handler>>,
     kept: HashMap<u64, Kept>,
     next_desc: u64,
     partial: HashMap<(u64, u64), PartialAm>,
@@ -97,7 +103,7 @@ pub(crate) struct AmState {
 
 impl AmState {
     /// Installs (or with `None` removes) the handler of active-message id `id`.
-    pub(crate) fn set_handler(&mut self, id: u16, h: Option<AmHandler>) {
+    pub(crate) fn set_handler(&mut self, id: u16, h: Option<Handler>) {
         let t = &mut self.handlers;
         let i = usize::from(id);
         if t.len() <= i {
@@ -147,7 +153,28 @@ impl AmState {
             .get_mut(usize::from(msg.id))
             .and_then(Option::as_mut)
         {
-            Some(h) => h(msg),
+            Some(Handler::Fn(h)) => h(msg),
+            Some(Handler::Cq(cq, user)) => {
+                let (data, rndv, length) = match msg.data {
+                    AmData::Eager(d) => (d, None, d.len()),
+                    AmData::Rndv { length } => (&[][..], Some((msg.desc, length)), length),
+                };
+                let am = cq.payload(msg.id, msg.header, data, rndv);
+                cq.push(Entry {
+                    user: *user,
+                    op: CqOp::AmArrival,
+                    status: Status::Ok,
+                    length,
+                    tag: 0,
+                    ep: msg.reply_ep,
+                    am: Some(am),
+                });
+                if rndv.is_some() {
+                    AmAction::Keep
+                } else {
+                    AmAction::Done
+                }
+            }
             None => {
                 tracing::debug!("active message id {} has no handler; dropped", msg.id);
                 AmAction::Done
@@ -265,7 +292,7 @@ pub(crate) unsafe fn send_nb(
             // To this very worker with nothing queued before it: the handler runs now, as
             // it would in progress.
             on_eager(core, st, &b[..n])?;
-            return Ok(Post::Done);
+            return Ok(Post::Done(cb));
         }
         let word = u64::from_ne_bytes(b[..8].try_into().map_err(|_| Status::InvalidParam)?);
         if tls[lane.tl]
@@ -273,7 +300,7 @@ pub(crate) unsafe fn send_nb(
             .am_short(lane.ep, AmId::AmEager.id(), word, &b[8..n])?
             .is_done()
         {
-            return Ok(Post::Done);
+            return Ok(Post::Done(cb));
         }
     } else if !rndv && !multi && idle {
         let out = tls[lane.tl]
@@ -286,7 +313,7 @@ pub(crate) unsafe fn send_nb(
                 o + unsafe { data.read_at(0, &mut b[o..o + len]) }
             })?;
         if out.is_done() {
-            return Ok(Post::Done);
+            return Ok(Post::Done(cb));
         }
     }
     let mut s = SendState::new(SendKind::Am(info()), ep, data);

@@ -11,11 +11,7 @@ use std::collections::VecDeque;
 use ucs::Status;
 use uct::EpId;
 
-/// An endpoint handle: the endpoint's slot and the slot's generation, so that a handle
-/// kept after its endpoint was closed is refused (`InvalidParam`) rather than reaching
-/// whichever peer takes the slot next.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Ep(pub(crate) u32, pub(crate) u32);
+pub use crate::core::ids::Ep;
 
 /// State of an endpoint.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -4,10 +4,13 @@
 //!
 //! Invariants: a request completes once (`complete` ignores a second completion); a
 //! request with a callback, or released by its owner, is listed in `completed` exactly
-//! once, when it completes; an endpoint's `by_uuid` entry names the endpoint that answers
+//! once, when it completes, except that one reporting into a completion queue pushes its
+//! entry and is freed right then (`settle`); an endpoint's `by_uuid` entry names the endpoint that answers
 //! for that peer.
 
+pub mod cq;
 pub mod ep;
+pub mod ids;
 pub mod lane;
 pub mod request;
 
@@ -72,6 +75,9 @@ pub(crate) struct Core {
     /// Interfaces progressed on every call (live and not idle); refreshed on idle turns
     /// and when an endpoint connects.
     pub hot: Vec<usize>,
+    /// Completion queues attached to this worker (`Worker::cq_attach`), by index; never
+    /// removed, so an index stays valid for the worker's life.
+    pub cqs: Vec<cq::Cq>,
 }
 
 impl Core {
@@ -97,6 +103,7 @@ impl Core {
             dropped: 0,
             tcp_eps: 0,
             hot: Vec::new(),
+            cqs: Vec::new(),
         }
     }
 
@@ -206,6 +213,7 @@ impl Core {
             return;
         };
         match (&q.cb, q.released) {
+            (Some(Callback::Cq(_)), _) => self.report_cq(r),
             (Some(Callback::Word(word)), true) => {
                 let c = Completed {
                     request: r,
@@ -219,6 +227,61 @@ impl Core {
             (Some(_), _) | (None, true) => self.completed.push(r),
             (None, false) => {}
         }
+    }
+
+    /// Names the kind of operation a queue entry will report (the worker's API calls do
+    /// this; other callbacks are left alone), and checks that a queue named by index is
+    /// attached to this worker.
+    #[inline]
+    pub(crate) fn stamp(&self, cb: &mut Option<Callback>, op: cq::CqOp) -> Result<()> {
+        if let Some(Callback::Cq(t)) = cb {
+            if let cq::Dest::Attached { idx, worker } = t.dest {
+                if worker != self.uuid || idx as usize >= self.cqs.len() {
+                    return Err(Status::InvalidParam);
+                }
+            }
+            t.op = op;
+        }
+        Ok(())
+    }
+
+    /// Attaches `q` (once: a queue attached before gets its index again).
+    pub(crate) fn cq_attach(&mut self, q: &cq::Cq) -> cq::CqId {
+        let idx = match self.cqs.iter().position(|c| c.same(q)) {
+            Some(i) => i,
+            None => {
+                self.cqs.push(q.clone());
+                self.cqs.len() - 1
+            }
+        };
+        cq::CqId {
+            worker: self.uuid,
+            idx: idx as u32,
+        }
+    }
+
+    /// Pushes the queue entry of completed request `r` and frees it: nothing runs for it
+    /// later, and nobody needs to free it. The request is read where it lies and dropped
+    /// there (moving it out of the pool would copy all of it).
+    #[inline]
+    fn report_cq(&mut self, r: Request) {
+        let Some(q) = self.reqs.get_mut(r.0) else {
+            return;
+        };
+        let Some(Callback::Cq(t)) = q.cb.take() else {
+            return;
+        };
+        let (length, tag, ep) = match &q.kind {
+            ReqKind::Send(s) => (s.buf.len(), s.tag, Some(s.ep)),
+            ReqKind::Recv(_) => (q.info.length, q.info.sender_tag, None),
+            ReqKind::Rma(s) => (s.len, 0, Some(s.ep)),
+            ReqKind::Flush(e) => (0, 0, *e),
+            ReqKind::Close(e) => (0, 0, Some(*e)),
+        };
+        let status = q.status.unwrap_or(Status::Ok);
+        self.reqs.remove(r.0);
+        let ep = ep.map(|e| self.handle(e));
+        t.report(&self.cqs, status, length, tag, ep);
     }
 
     /// The state of receive `r` (`None` for another kind of request, or a stale one).
@@ -357,8 +420,9 @@ impl Core {
 /// What starting an operation did.
 #[must_use]
 pub(crate) enum Post {
-    /// Completed inside the call.
-    Done,
+    /// Completed inside the call: the callback is handed back (a closure is not called,
+    /// as in UCX; a completion queue still gets its entry).
+    Done(Option<Callback>),
     /// Needs the endpoint's queue: the caller queues it (behind what is queued) and
     /// drains the queue.
     Queue(Request),

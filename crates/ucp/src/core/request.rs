@@ -43,9 +43,35 @@ pub enum Callback {
     /// Reported through [`crate::Worker::drain_completed`] with this word (a layer above,
     /// such as the C ABI, keeps its own request there and needs no closure per request).
     Word(u64),
+    /// Reported as an entry of a completion queue (see [`crate::core::cq`]); the request
+    /// is freed when its entry is pushed, so its handle is stale from then on.
+    Cq(super::cq::CqTarget),
 }
 
 impl Callback {
+    /// Completion reported into `cq` with the context `user`.
+    pub fn cq(cq: &super::cq::Cq, user: u64) -> Callback {
+        Callback::Cq(super::cq::CqTarget {
+            dest: super::cq::Dest::Shared(cq.clone()),
+            user,
+            op: super::cq::CqOp::None,
+        })
+    }
+
+    /// Completion reported into the queue `id` attached to the worker that runs the
+    /// operation (`Worker::cq_attach`), with the context `user`: no reference count per
+    /// operation. Another worker refuses it (`InvalidParam`).
+    pub fn cq_attached(id: super::cq::CqId, user: u64) -> Callback {
+        Callback::Cq(super::cq::CqTarget {
+            dest: super::cq::Dest::Attached {
+                idx: id.idx,
+                worker: id.worker,
+            },
+            user,
+            op: super::cq::CqOp::None,
+        })
+    }
+
     /// A closure called at completion.
     pub fn new(f: impl FnOnce(Request, Status, RecvInfo) + Send + 'static) -> Callback {
         Callback::Fn(Box::new(f))
@@ -57,6 +83,7 @@ impl std::fmt::Debug for Callback {
         match self {
             Callback::Fn(_) => f.write_str("Callback::Fn"),
             Callback::Word(w) => write!(f, "Callback::Word({w:#x})"),
+            Callback::Cq(t) => write!(f, "Callback::Cq({:?}, {:#x})", t.op, t.user),
         }
     }
 }
@@ -445,6 +472,8 @@ pub(crate) struct Req {
     /// completes.
     pub released: bool,
 }
+
+pub use super::ids::AmDesc;
 
 /// How to send an active message.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -340,6 +340,10 @@ pub(crate) fn run_completions(core: &mut Core) {
                 status,
                 info,
             }),
+            // Reported when it completed (`Core::settle`); kept for completeness.
+            Some(Callback::Cq(t)) => {
+                t.report(&core.cqs, status, info.length, info.sender_tag, None)
+            }
             None => {}
         }
     }

@@ -193,7 +193,7 @@ pub(crate) unsafe fn put_nb(
         // SAFETY: the caller promised src..src+len is readable.
         let data = unsafe { slice(src, len) };
         uct::rma::put(k, addr, &[data])?;
-        return Ok(Post::Done);
+        return Ok(Post::Done(cb));
     }
     let st = state(
         ep,
@@ -218,7 +218,7 @@ pub(crate) fn put_nbi(
     rk.check(ep, addr, data.len())?;
     if let Some(k) = rk.uct.as_ref().filter(|_| rk.rma != RmaPath::Emulated) {
         uct::rma::put(k, addr, &[data])?;
-        return Ok(Post::Done);
+        return Ok(Post::Done(None));
     }
     let mut st = state(
         ep,
@@ -274,7 +274,7 @@ pub(crate) unsafe fn put_signal(
             };
             // SeqCst, which includes the release that publishes the data.
             uct::rma::atomic(sk, op, AtomicSize::B64, sig.addr, sig.value, 0)?;
-            return Ok(Post::Done);
+            return Ok(Post::Done(cb));
         }
         sent_data = true;
     }
@@ -318,7 +318,7 @@ pub(crate) unsafe fn get_nb(
         // SAFETY: the caller promised dst..dst+len is writable and ours.
         let buf = unsafe { slice_mut(dst, len) };
         uct::rma::get(k, addr, &mut [buf])?;
-        return Ok(Post::Done);
+        return Ok(Post::Done(cb));
     }
     let st = state(ep, RmaOp::Get, rk, addr, Buf::contig(dst, len), len);
     new_req(core, st, cb, released)
@@ -340,7 +340,7 @@ pub(crate) fn atomic_post(
     rk.check(ep, addr, size.bytes())?;
     if let (RmaPath::Direct, Some(k)) = (rk.amo, rk.uct.as_ref()) {
         uct::rma::atomic(k, op, size, addr, value, 0)?;
-        return Ok(Post::Done);
+        return Ok(Post::Done(None));
     }
     check_aligned(addr, size)?;
     let mut st = state(
@@ -384,7 +384,7 @@ pub(crate) unsafe fn atomic_fetch_nb(
         let old = uct::rma::atomic(k, op, size, addr, value, compare)?;
         // SAFETY: the caller promised `result` is writable.
         unsafe { result.write_unaligned(old) };
-        return Ok(Post::Done);
+        return Ok(Post::Done(cb));
     }
     check_aligned(addr, size)?;
     let mut st = state(

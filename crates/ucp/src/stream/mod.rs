@@ -143,7 +143,7 @@ pub(crate) unsafe fn send_nb(
                 // SAFETY: the caller promised p..p+len is readable.
                 let data = unsafe { std::slice::from_raw_parts(p, len) };
                 append(core, st, me, data)?;
-                return Ok(Post::Done);
+                return Ok(Post::Done(cb));
             }
         }
         let chunk_max = t.th.max_bcopy.max(1);
@@ -162,7 +162,7 @@ pub(crate) unsafe fn send_nb(
             sent += n;
         }
         if sent == len {
-            return Ok(Post::Done);
+            return Ok(Post::Done(cb));
         }
     }
     let mut s = SendState::new(SendKind::Stream, ep, buf);
@@ -200,8 +200,11 @@ pub(crate) unsafe fn recv_nb(
     );
     st.at(ep).reqs.push_back(r);
     satisfy(core, st, ep);
-    // Completed in the call: report the length and drop the request.
-    let q = core.reqs.get_ref(r.0).ok_or(Status::InvalidParam)?;
+    // Completed in the call: report the length and drop the request. One that reports
+    // into a completion queue was freed when its entry went there.
+    let Some(q) = core.reqs.get_ref(r.0) else {
+        return Ok(StreamRecv::Pending(r));
+    };
     if q.status == Some(Status::Ok) && !core.completed.contains(&r) {
         let n = q.info.length;
         core.reqs.remove(r.0);

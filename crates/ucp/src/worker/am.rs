@@ -1,7 +1,9 @@
 //! The active-message API of the worker (the protocol is in `crate::am`).
 
-use super::{posted, Worker};
-use crate::am::{self, AmDesc, AmHandler, AmSendFlags};
+use super::{posted, Imm, Worker};
+use crate::am::{self, AmDesc, AmHandler, AmSendFlags, Handler};
+use crate::core::cq::Cq;
+use crate::core::cq::CqOp;
 use crate::core::ep::Ep;
 use crate::core::request::*;
 use ucs::{Result, Status};
@@ -9,7 +11,19 @@ use ucs::{Result, Status};
 impl Worker {
     /// Installs (or with `None` removes) the handler of active-message id `id`.
     pub fn am_set_handler(&mut self, id: u16, h: Option<AmHandler>) {
-        self.p.am.set_handler(id, h);
+        self.p.am.set_handler(id, h.map(Handler::Fn));
+    }
+
+    /// Reports the arrivals of active-message id `id` into `cq` as entries with the
+    /// context `user` (replacing any handler of that id; `am_set_handler(id, None)`
+    /// removes it). An eager message's header and data are in the entry's
+    /// [`crate::AmPayload`]; a rendezvous message's payload holds its header and the
+    /// descriptor to pull the data with [`Worker::am_recv_data_nb`] (or to drop it with
+    /// [`Worker::am_data_release`]).
+    pub fn am_set_handler_cq(&mut self, id: u16, cq: &Cq, user: u64) {
+        self.p
+            .am
+            .set_handler(id, Some(Handler::Cq(cq.clone(), user)));
     }
 
     /// Sends active message `id` with `header` and `data`. `None`: complete.
@@ -23,9 +37,14 @@ impl Worker {
         header: &[u8],
         data: Buf,
         flags: AmSendFlags,
-        cb: Option<Callback>,
+        mut cb: Option<Callback>,
     ) -> Result<Option<Request>> {
         self.core.check(ep)?;
+        self.core.stamp(&mut cb, CqOp::AmSend)?;
+        let imm = Imm {
+            length: data.len(),
+            tag: 0,
+        };
         // SAFETY: forwarded contract.
         let post = unsafe {
             am::send_nb(
@@ -40,7 +59,7 @@ impl Worker {
                 cb,
             )?
         };
-        posted(&mut self.tls, &mut self.core, ep.0, post, false)
+        posted(&mut self.tls, &mut self.core, ep.0, post, false, imm)
     }
 
     /// Sends and waits for completion.
@@ -92,8 +111,9 @@ impl Worker {
         &mut self,
         desc: AmDesc,
         buf: Buf,
-        cb: Option<Callback>,
+        mut cb: Option<Callback>,
     ) -> Result<Request> {
+        self.core.stamp(&mut cb, CqOp::AmRecvData)?;
         let p = &mut self.p;
         // SAFETY: forwarded contract.
         let r = unsafe { am::recv_data_nb(&mut self.core, &mut p.am, &mut p.rndv, desc, buf, cb)? };

@@ -424,6 +424,14 @@ impl Worker {
         n
     }
 
+    /// Attaches completion queue `cq` to this worker, for [`Callback::cq_attached`]:
+    /// operations of this worker then name it by index and count no reference per
+    /// operation. The worker keeps it until the worker goes; attaching it again gives
+    /// the same id.
+    pub fn cq_attach(&mut self, cq: &crate::core::cq::Cq) -> crate::core::cq::CqId {
+        self.core.cq_attach(cq)
+    }
+
     /// True when [`Worker::drain_completed`] has something to hand out.
     pub fn has_completed(&self) -> bool {
         !self.core.words.is_empty()
@@ -559,8 +567,14 @@ impl Worker {
         target: Option<u32>,
         cb: Option<Callback>,
     ) -> Result<Option<Request>> {
+        let mut cb = cb;
+        self.core.stamp(&mut cb, crate::core::cq::CqOp::Flush)?;
         self.progress();
         if self.drained(target) && self.lanes_flushed(target) {
+            if let Some(Callback::Cq(t)) = cb {
+                let ep = target.map(|e| self.core.handle(e));
+                t.report(&self.core.cqs, Status::Ok, 0, 0, ep);
+            }
             return Ok(None);
         }
         let r = self.core.new_req(kind, cb);
@@ -717,9 +731,16 @@ fn posted(
     ep: u32,
     post: Post,
     rma: bool,
+    imm: Imm,
 ) -> Result<Option<Request>> {
     match post {
-        Post::Done => Ok(None),
+        Post::Done(cb) => {
+            if let Some(Callback::Cq(t)) = cb {
+                let ep = Some(core.handle(ep));
+                t.report(&core.cqs, Status::Ok, imm.length, imm.tag, ep);
+            }
+            Ok(None)
+        }
         Post::Started(r) => Ok(Some(r)),
         Post::Queue(r) => {
             let q = if rma {
@@ -731,4 +752,11 @@ fn posted(
             Ok(Some(r))
         }
     }
+}
+
+/// What a completion-queue entry of an operation that completed in the call reports.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Imm {
+    pub length: usize,
+    pub tag: u64,
 }

@@ -1,6 +1,7 @@
 //! The remote-memory-access API of the worker (the protocol is in `crate::rma`).
 
-use super::{posted, Worker};
+use super::{posted, Imm, Worker};
+use crate::core::cq::CqOp;
 use crate::core::ep::Ep;
 use crate::core::request::*;
 use crate::rma::{self, RemoteKey, Signal};
@@ -31,12 +32,17 @@ impl Worker {
         len: usize,
         addr: u64,
         rk: &RemoteKey,
-        cb: Option<Callback>,
+        mut cb: Option<Callback>,
     ) -> Result<Option<Request>> {
         self.core.check(ep)?;
+        self.core.stamp(&mut cb, CqOp::Put)?;
         // SAFETY: forwarded contract.
         let post = unsafe { rma::put_nb(&mut self.core, ep, src, len, addr, rk, cb)? };
-        posted(&mut self.tls, &mut self.core, ep.0, post, true)
+        let imm = Imm {
+            length: len,
+            tag: 0,
+        };
+        posted(&mut self.tls, &mut self.core, ep.0, post, true, imm)
     }
 
     /// Writes `data` to `addr`; locally complete on return (the data was taken), remotely
@@ -44,7 +50,15 @@ impl Worker {
     pub fn put_nbi(&mut self, ep: Ep, data: &[u8], addr: u64, rk: &RemoteKey) -> Result<()> {
         self.core.check(ep)?;
         let post = rma::put_nbi(&mut self.core, ep, data, addr, rk)?;
-        posted(&mut self.tls, &mut self.core, ep.0, post, true).map(drop)
+        posted(
+            &mut self.tls,
+            &mut self.core,
+            ep.0,
+            post,
+            true,
+            Imm::default(),
+        )
+        .map(drop)
     }
 
     /// Writes `len` bytes from `src` to `addr`, then applies `op` with `value` to the
@@ -66,9 +80,10 @@ impl Worker {
         signal_rk: &RemoteKey,
         op: SignalOp,
         value: u64,
-        cb: Option<Callback>,
+        mut cb: Option<Callback>,
     ) -> Result<Option<Request>> {
         self.core.check(ep)?;
+        self.core.stamp(&mut cb, CqOp::Put)?;
         if len > 0 && src.is_null() {
             return Err(Status::InvalidParam);
         }
@@ -82,7 +97,11 @@ impl Worker {
         let data = unsafe { rma::slice(src, len) };
         // SAFETY: forwarded contract.
         let post = unsafe { rma::put_signal(&mut self.core, ep, data, addr, rk, &sig, cb, false)? };
-        posted(&mut self.tls, &mut self.core, ep.0, post, true)
+        let imm = Imm {
+            length: len,
+            tag: 0,
+        };
+        posted(&mut self.tls, &mut self.core, ep.0, post, true, imm)
     }
 
     /// [`Worker::put_signal_nb`] on a copy of `data`: locally complete on return; the data
@@ -109,7 +128,15 @@ impl Worker {
         // SAFETY: `owned`: emulated data is copied in the call, nothing is read later.
         let post =
             unsafe { rma::put_signal(&mut self.core, ep, data, addr, rk, &sig, None, true)? };
-        posted(&mut self.tls, &mut self.core, ep.0, post, true).map(drop)
+        posted(
+            &mut self.tls,
+            &mut self.core,
+            ep.0,
+            post,
+            true,
+            Imm::default(),
+        )
+        .map(drop)
     }
 
     /// Reads `len` bytes at `addr` into `dst`. `None`: complete.
@@ -123,12 +150,17 @@ impl Worker {
         len: usize,
         addr: u64,
         rk: &RemoteKey,
-        cb: Option<Callback>,
+        mut cb: Option<Callback>,
     ) -> Result<Option<Request>> {
         self.core.check(ep)?;
+        self.core.stamp(&mut cb, CqOp::Get)?;
         // SAFETY: forwarded contract.
         let post = unsafe { rma::get_nb(&mut self.core, ep, dst, len, addr, rk, cb, false)? };
-        posted(&mut self.tls, &mut self.core, ep.0, post, true)
+        let imm = Imm {
+            length: len,
+            tag: 0,
+        };
+        posted(&mut self.tls, &mut self.core, ep.0, post, true, imm)
     }
 
     /// Reads `len` bytes at `addr` into `dst`; the data is there after a flush of the
@@ -147,7 +179,15 @@ impl Worker {
         self.core.check(ep)?;
         // SAFETY: forwarded contract.
         let post = unsafe { rma::get_nb(&mut self.core, ep, dst, len, addr, rk, None, true)? };
-        posted(&mut self.tls, &mut self.core, ep.0, post, true).map(drop)
+        posted(
+            &mut self.tls,
+            &mut self.core,
+            ep.0,
+            post,
+            true,
+            Imm::default(),
+        )
+        .map(drop)
     }
 
     /// An atomic without result; remotely complete after a flush.
@@ -162,7 +202,15 @@ impl Worker {
     ) -> Result<()> {
         self.core.check(ep)?;
         let post = rma::atomic_post(&mut self.core, ep, op, size, value, addr, rk)?;
-        posted(&mut self.tls, &mut self.core, ep.0, post, true).map(drop)
+        posted(
+            &mut self.tls,
+            &mut self.core,
+            ep.0,
+            post,
+            true,
+            Imm::default(),
+        )
+        .map(drop)
     }
 
     /// An atomic that returns the previous value into `*result` (`compare` is for
@@ -181,9 +229,10 @@ impl Worker {
         result: *mut u64,
         addr: u64,
         rk: &RemoteKey,
-        cb: Option<Callback>,
+        mut cb: Option<Callback>,
     ) -> Result<Option<Request>> {
         self.core.check(ep)?;
+        self.core.stamp(&mut cb, CqOp::Atomic)?;
         // SAFETY: forwarded contract.
         let post = unsafe {
             rma::atomic_fetch_nb(
@@ -199,7 +248,11 @@ impl Worker {
                 cb,
             )?
         };
-        posted(&mut self.tls, &mut self.core, ep.0, post, true)
+        let imm = Imm {
+            length: size.bytes(),
+            tag: 0,
+        };
+        posted(&mut self.tls, &mut self.core, ep.0, post, true, imm)
     }
 
     /// Orders earlier remote accesses before later ones. Every path here executes in

@@ -1,6 +1,7 @@
 //! The stream API of the worker (the protocol is in `crate::stream`).
 
-use super::{posted, Worker};
+use super::{posted, Imm, Worker};
+use crate::core::cq::CqOp;
 use crate::core::ep::Ep;
 use crate::core::request::*;
 use crate::stream::{self, StreamRecv};
@@ -15,9 +16,14 @@ impl Worker {
         &mut self,
         ep: Ep,
         buf: Buf,
-        cb: Option<Callback>,
+        mut cb: Option<Callback>,
     ) -> Result<Option<Request>> {
         self.core.check(ep)?;
+        self.core.stamp(&mut cb, CqOp::StreamSend)?;
+        let imm = Imm {
+            length: buf.len(),
+            tag: 0,
+        };
         // SAFETY: forwarded contract.
         let post = unsafe {
             stream::send_nb(
@@ -29,7 +35,7 @@ impl Worker {
                 cb,
             )?
         };
-        posted(&mut self.tls, &mut self.core, ep.0, post, false)
+        posted(&mut self.tls, &mut self.core, ep.0, post, false, imm)
     }
 
     /// Receives from `ep`'s stream into `buf`: with `waitall`, exactly `buf.len()` bytes;
@@ -42,9 +48,10 @@ impl Worker {
         ep: Ep,
         buf: Buf,
         waitall: bool,
-        cb: Option<Callback>,
+        mut cb: Option<Callback>,
     ) -> Result<StreamRecv> {
         self.core.check(ep)?;
+        self.core.stamp(&mut cb, CqOp::StreamRecv)?;
         // SAFETY: forwarded contract.
         unsafe { stream::recv_nb(&mut self.core, &mut self.p.stream, ep.0, buf, waitall, cb) }
     }

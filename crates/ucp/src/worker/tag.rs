@@ -1,6 +1,7 @@
 //! The tag API of the worker (the protocol is in `crate::tag`).
 
-use super::{posted, Worker};
+use super::{posted, Imm, Worker};
+use crate::core::cq::CqOp;
 use crate::core::ep::Ep;
 use crate::core::request::*;
 use crate::engine;
@@ -24,9 +25,14 @@ impl Worker {
         buf: Buf,
         tag: u64,
         sync: bool,
-        cb: Option<Callback>,
+        mut cb: Option<Callback>,
     ) -> Result<Option<Request>> {
         self.core.check(ep)?;
+        self.core.stamp(&mut cb, CqOp::TagSend)?;
+        let imm = Imm {
+            length: buf.len(),
+            tag,
+        };
         // SAFETY: forwarded contract.
         let post = unsafe {
             tag::send::send_nb(
@@ -40,7 +46,7 @@ impl Worker {
                 cb,
             )?
         };
-        posted(&mut self.tls, &mut self.core, ep.0, post, false)
+        posted(&mut self.tls, &mut self.core, ep.0, post, false, imm)
     }
 
     /// Posts a receive for a message whose tag matches `tag` under `mask`.
@@ -54,8 +60,9 @@ impl Worker {
         buf: Buf,
         tag: u64,
         mask: u64,
-        cb: Option<Callback>,
+        mut cb: Option<Callback>,
     ) -> Result<Request> {
+        self.core.stamp(&mut cb, CqOp::TagRecv)?;
         let p = &mut self.p;
         // SAFETY: forwarded contract.
         let r =
@@ -88,8 +95,9 @@ impl Worker {
         &mut self,
         msg: Message,
         buf: Buf,
-        cb: Option<Callback>,
+        mut cb: Option<Callback>,
     ) -> Result<Request> {
+        self.core.stamp(&mut cb, CqOp::TagRecv)?;
         let p = &mut self.p;
         // SAFETY: forwarded contract.
         let r = unsafe { tag::msg_recv_nb(&mut self.core, &mut p.tag, &mut p.rndv, msg, buf, cb)? };
