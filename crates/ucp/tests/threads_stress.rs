@@ -649,6 +649,25 @@ fn stress(tr: Transport) {
         }
     });
 
+    // A flush completes once the peer's transport has the messages; its handlers may not
+    // have run yet. Progress until every active message is in, then a while longer, so
+    // that an extra one would show.
+    let deadline = Instant::now() + TIMEOUT;
+    while sides
+        .iter()
+        .any(|s| s.seen.am_count.load(Ordering::SeqCst) < THREADS * iters)
+    {
+        for s in &sides {
+            s.w.progress().unwrap();
+        }
+        assert!(Instant::now() < deadline, "active messages missing");
+    }
+    for _ in 0..1000 {
+        for s in &sides {
+            s.w.progress().unwrap();
+        }
+    }
+
     // Everything arrived exactly once, nothing more.
     let mut fetched = fetched.into_inner().unwrap();
     for s in &sides {
