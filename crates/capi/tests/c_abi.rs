@@ -103,6 +103,30 @@ fn put_with_remote_signal() {
     }
 }
 
+/// Puts issued with `UCP_OP_ATTR_FLAG_NO_IMM_CMPL` (a request back even when done in the
+/// call) reach the target: over shared memory and TCP only, and through every access path
+/// (direct mapping by default on shm, emulated, CMA); the target checks every byte after
+/// the origin's requests completed and a flush.
+#[test]
+fn put_with_no_imm_cmpl_reaches_the_target() {
+    let mut outs = Vec::new();
+    for tls in ["shm", "tcp"] {
+        outs.extend(build_and_run_on("put_no_imm.c", &[("UCX_TLS", tls)]));
+    }
+    for path in ["am", "cma"] {
+        outs.extend(build_and_run_on(
+            "put_no_imm.c",
+            &[("UCX_TLS", "shm"), ("UCX_RMA_PATH", path)],
+        ));
+    }
+    for out in &outs {
+        assert!(
+            out.contains("put_no_imm origin passed") && out.contains("put_no_imm target passed"),
+            "{out}"
+        );
+    }
+}
+
 /// Packed keys in a fixed 16-byte field: allocated and registered memory, default
 /// transports and TCP only (and every access path: emulated, CMA), each byte checked.
 #[test]
