@@ -45,4 +45,15 @@ impl SharedWorker {
     pub fn signal(&self) -> Result<()> {
         self.lock()?.signal().map_err(|_| Status::IoError)
     }
+
+    /// Runs `f` with the worker locked unless another thread is inside it (then `None`):
+    /// the try-lock of [`SharedWorker::progress`] for other work, e.g. a progress
+    /// thread's turn.
+    pub fn try_with<T>(&self, f: impl FnOnce(&mut Worker) -> T) -> Result<Option<T>> {
+        match self.inner.try_lock() {
+            Ok(mut g) => Ok(Some(f(&mut g))),
+            Err(TryLockError::WouldBlock) => Ok(None),
+            Err(TryLockError::Poisoned(p)) => Ok(Some(f(&mut p.into_inner()))),
+        }
+    }
 }
