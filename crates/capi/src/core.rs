@@ -905,7 +905,11 @@ impl Wk {
 
     /// Stops and joins the progress thread, if any (before the worker is destroyed).
     pub(crate) fn stop_progress_thread(&self) {
-        let t = self.pthread.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let t = self
+            .pthread
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
         drop(t);
     }
 

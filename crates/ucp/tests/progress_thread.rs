@@ -200,8 +200,14 @@ fn initiator(
     }
     // SAFETY: `msg` outlives the request (waited for below).
     let s = unsafe {
-        w.tag_send_nb(ep, Buf::contig(msg.as_ptr().cast_mut(), MSG), TAG, false, None)
-            .unwrap()
+        w.tag_send_nb(
+            ep,
+            Buf::contig(msg.as_ptr().cast_mut(), MSG),
+            TAG,
+            false,
+            None,
+        )
+        .unwrap()
     };
     pending.push(("tag 1 MiB", s));
     let deadline = Instant::now() + DEADLINE;
@@ -239,7 +245,10 @@ fn initiator(
         if w.progress() == 0 {
             w.wait(5).unwrap();
         }
-        assert!(Instant::now() < deadline, "initiator: the target never finished");
+        assert!(
+            Instant::now() < deadline,
+            "initiator: the target never finished"
+        );
     }
     times
 }
