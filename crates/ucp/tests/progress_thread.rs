@@ -302,3 +302,137 @@ fn shm_rendezvous_during_sleep() {
 fn shm_rendezvous_without_thread_waits_for_target() {
     after(Transport::Shm, false);
 }
+
+/// What the target's handler saw: the thread it ran on, header, data.
+type Seen = std::sync::Arc<Mutex<Vec<(std::thread::ThreadId, Vec<u8>, Vec<u8>)>>>;
+
+const AM_ID: u16 = 7;
+
+fn am_size(i: usize) -> usize {
+    [0, 1, 100, 5000, 200_000][i % 5] + i
+}
+
+/// The progress thread receives while the target sleeps but runs none of its callbacks:
+/// the tag receive is complete (its bytes are in) when the target wakes, yet its
+/// completion callback has not run, and no active-message handler has; the target's
+/// next progress runs them all on the target's own thread, the active messages in the
+/// order they were sent (eager and fragmented ones), every byte checked.
+#[test]
+fn callbacks_wait_for_the_application() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    const AMS: usize = 20;
+    let (info_tx, info_rx) = mpsc::channel::<Vec<u8>>();
+    let (sent_tx, sent_rx) = mpsc::channel::<()>();
+    let (fin_tx, fin_rx) = mpsc::channel::<()>();
+    let target = std::thread::spawn(move || {
+        let me = std::thread::current().id();
+        let c = ctx(Transport::Tcp);
+        let mut w = Worker::new(&c, ThreadMode::Multi).unwrap();
+        let seen: Seen = Default::default();
+        let s2 = seen.clone();
+        w.am_set_handler(
+            AM_ID,
+            Some(Box::new(move |m: &ucp::AmMsg<'_>| {
+                let data = match m.data {
+                    ucp::AmData::Eager(d) => d.to_vec(),
+                    ucp::AmData::Rndv { length } => panic!("rendezvous AM of {length} bytes"),
+                };
+                s2.lock().unwrap().push((
+                    std::thread::current().id(),
+                    m.header.to_vec(),
+                    data,
+                ));
+                ucp::AmAction::Done
+            })),
+        );
+        let called = std::sync::Arc::new(Mutex::new(None));
+        let c2 = called.clone();
+        let mut inbox = vec![0u8; 64];
+        let cb = ucp::Callback::Fn(Box::new(move |_, s, _| {
+            *c2.lock().unwrap() = Some((std::thread::current().id(), s));
+        }));
+        // SAFETY: `inbox` outlives the request (completed before it goes).
+        let rr = unsafe {
+            w.tag_recv_nb(Buf::contig(inbox.as_mut_ptr(), 64), TAG, u64::MAX, Some(cb))
+                .unwrap()
+        };
+        info_tx.send(w.address()).unwrap();
+        let sw = SharedWorker::new(w);
+        let pt = ProgressThread::start(&sw).unwrap();
+        // Everything is sent once this returns; the thread has all the time of the sleep.
+        sent_rx.recv_timeout(DEADLINE).unwrap();
+        std::thread::sleep(SLEEP);
+        // Not a single call into the worker so far, except this look at the request.
+        let status = sw.with(|w| w.request_test(rr).unwrap()).unwrap();
+        assert_eq!(status, Some(Status::Ok), "the thread did not receive");
+        assert!(called.lock().unwrap().is_none(), "callback ran before progress");
+        assert!(seen.lock().unwrap().is_empty(), "AM handler ran before progress");
+        let deadline = Instant::now() + DEADLINE;
+        while seen.lock().unwrap().len() < AMS || called.lock().unwrap().is_none() {
+            sw.with(|w| w.progress()).unwrap();
+            assert!(Instant::now() < deadline, "target: timed out");
+        }
+        fin_tx.send(()).unwrap();
+        drop(pt);
+        assert_eq!(*called.lock().unwrap(), Some((me, Status::Ok)));
+        assert!(inbox == pattern(64, 9));
+        let seen = seen.lock().unwrap();
+        for (i, (thread, header, data)) in seen.iter().enumerate() {
+            assert_eq!(*thread, me, "AM {i} handled on another thread");
+            assert_eq!(header[..], (i as u32).to_le_bytes(), "AM order");
+            assert!(*data == pattern(am_size(i), 100 + i as u64), "AM {i} data");
+        }
+        assert_eq!(seen.len(), AMS);
+    });
+    let c = ctx(Transport::Tcp);
+    let mut w = Worker::new(&c, ThreadMode::Single).unwrap();
+    let ep = w.ep_create(&info_rx.recv_timeout(DEADLINE).unwrap()).unwrap();
+    let _ = w.address();
+    let payloads: Vec<Vec<u8>> = (0..AMS)
+        .map(|i| pattern(am_size(i), 100 + i as u64))
+        .collect();
+    let mut reqs = Vec::new();
+    for (i, p) in payloads.iter().enumerate() {
+        // SAFETY: `payloads` outlive the requests (completed below).
+        let r = unsafe {
+            w.am_send_nb(
+                ep,
+                AM_ID,
+                &(i as u32).to_le_bytes(),
+                Buf::contig(p.as_ptr().cast_mut(), p.len()),
+                ucp::AmSendFlags::default(),
+                None,
+            )
+            .unwrap()
+        };
+        reqs.extend(r);
+    }
+    let small = pattern(64, 9);
+    w.tag_send(ep, &small, TAG).unwrap();
+    let deadline = Instant::now() + DEADLINE;
+    while let Some(r) = reqs.pop() {
+        while w.request_test(r).unwrap().is_none() {
+            if w.progress() == 0 {
+                w.wait(5).unwrap();
+            }
+            assert!(Instant::now() < deadline, "initiator: timed out");
+        }
+        assert_eq!(w.request_test(r).unwrap(), Some(Status::Ok));
+        w.request_free(r).unwrap();
+    }
+    let f = w.flush_nb(None).unwrap();
+    while f.is_some_and(|f| w.request_test(f).unwrap().is_none()) {
+        if w.progress() == 0 {
+            w.wait(5).unwrap();
+        }
+        assert!(Instant::now() < deadline, "initiator: flush timed out");
+    }
+    sent_tx.send(()).unwrap();
+    while fin_rx.try_recv().is_err() {
+        if w.progress() == 0 {
+            w.wait(5).unwrap();
+        }
+        assert!(Instant::now() < deadline, "initiator: the target never finished");
+    }
+    target.join().unwrap();
+}
