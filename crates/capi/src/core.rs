@@ -677,8 +677,8 @@ impl Drop for Unbusy<'_> {
 struct Served(&'static Wk);
 
 impl ucp::progress_thread::Serve for Served {
-    fn turn(&self) -> ucp::progress_thread::Turn {
-        self.0.serve_turn()
+    fn turn(&self, mark: &mut u32) -> ucp::progress_thread::Turn {
+        self.0.serve_turn(mark)
     }
 }
 
@@ -916,7 +916,7 @@ impl Wk {
     /// A progress thread's turn: only if nobody is inside the worker (see
     /// `ucp::progress_thread`). The thread runs no user code, so nothing is collected
     /// for the C callbacks here: the application's next call does that.
-    fn serve_turn(&self) -> ucp::progress_thread::Turn {
+    fn serve_turn(&self, mark: &mut u32) -> ucp::progress_thread::Turn {
         use ucp::progress_thread::Turn;
         let _lock = match &self.lock {
             // Without a lock the thread could not know the application is outside.
@@ -933,7 +933,7 @@ impl Wk {
         let _busy = Unbusy(&self.busy);
         // SAFETY: as in `with`.
         let inner = unsafe { &mut *self.inner.get() };
-        ucp::progress_thread::serve_turn(&mut inner.w)
+        ucp::progress_thread::serve_turn(&mut inner.w, mark)
     }
 
     /// A pointer to the event queue, for Rust handlers.

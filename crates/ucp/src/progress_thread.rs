@@ -5,8 +5,11 @@
 //! rendezvous transfers into its posted receives, acknowledgements. The thread sleeps on
 //! the worker's interface descriptors (bounded, so timers and missed wakeups cost at most
 //! [`IDLE_WAIT_MS`]) and, when they fire, takes a turn of [`Worker::serve`] through a
-//! try-lock: if the application is inside the worker the thread does nothing (the
-//! application progresses anyway) and backs off for [`BUSY_WAIT_MS`].
+//! try-lock: if the application is inside the worker, or has progressed it since the
+//! thread's last turn ([`Worker::progress_mark`] moved), the thread does nothing (the
+//! application is serving its peers itself) and backs off for [`BUSY_WAIT_MS`] without
+//! arming the interfaces, so an application that progresses all the time pays one
+//! try-lock per back-off and its peers no wakeup syscalls.
 //!
 //! The thread runs no user code (see `worker::serve`): completions and held active
 //! messages wait for the application's next progress. When a turn leaves something for
@@ -40,7 +43,8 @@ const STOP_TOKEN: u64 = u64::MAX;
 /// What a turn found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Turn {
-    /// Another thread is inside the worker: nothing was done.
+    /// The application is inside the worker, or progressed it since the last turn:
+    /// nothing was done.
     Busy,
     /// Work for peers is still waiting (a queue, a fetch in flight): take another turn.
     Pending,
@@ -51,14 +55,21 @@ pub enum Turn {
 
 /// A worker a progress thread can serve.
 pub trait Serve: Send + Sync + 'static {
-    /// One turn: try-lock the worker and, if that succeeds, run [`serve_turn`] on it.
-    fn turn(&self) -> Turn;
+    /// One turn: try-lock the worker and, if that succeeds, run [`serve_turn`] on it with
+    /// `mark`.
+    fn turn(&self, mark: &mut u32) -> Turn;
 }
 
-/// The turn on a locked worker: serve, tell the application if something waits for it,
-/// and arm the interfaces if peers need nothing more now.
-pub fn serve_turn(w: &mut Worker) -> Turn {
+/// The turn on a locked worker: unless the application progressed since the last turn
+/// (`mark`, the thread's copy of [`Worker::progress_mark`]), serve, tell the application
+/// if something waits for it, and arm the interfaces if peers need nothing more now.
+pub fn serve_turn(w: &mut Worker, mark: &mut u32) -> Turn {
+    if w.progress_mark() != *mark {
+        *mark = w.progress_mark();
+        return Turn::Busy;
+    }
     let n = w.serve();
+    *mark = w.progress_mark();
     if n > 0 && w.user_pending() {
         // A failed signal only delays the application until its next call.
         let _ = w.signal();
@@ -70,8 +81,8 @@ pub fn serve_turn(w: &mut Worker) -> Turn {
 }
 
 impl Serve for SharedWorker {
-    fn turn(&self) -> Turn {
-        match self.try_with(serve_turn) {
+    fn turn(&self, mark: &mut u32) -> Turn {
+        match self.try_with(|w| serve_turn(w, mark)) {
             Ok(Some(t)) => t,
             Ok(None) | Err(_) => Turn::Busy,
         }
@@ -147,8 +158,9 @@ impl Drop for ProgressThread {
 fn run(target: impl Serve, mut events: EventSet, stop: &AtomicBool, wake: &EventFd) {
     let mut spins = 0;
     let mut woke = false;
+    let mut mark = 0;
     while !stop.load(Ordering::Acquire) {
-        let timeout = match target.turn() {
+        let timeout = match target.turn(&mut mark) {
             Turn::Busy => {
                 // Sleeping on the descriptors would return at once while the
                 // application holds the worker and its messages wait unread.

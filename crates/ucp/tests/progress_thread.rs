@@ -337,11 +337,9 @@ fn callbacks_wait_for_the_application() {
                     ucp::AmData::Eager(d) => d.to_vec(),
                     ucp::AmData::Rndv { length } => panic!("rendezvous AM of {length} bytes"),
                 };
-                s2.lock().unwrap().push((
-                    std::thread::current().id(),
-                    m.header.to_vec(),
-                    data,
-                ));
+                s2.lock()
+                    .unwrap()
+                    .push((std::thread::current().id(), m.header.to_vec(), data));
                 ucp::AmAction::Done
             })),
         );
@@ -365,8 +363,14 @@ fn callbacks_wait_for_the_application() {
         // Not a single call into the worker so far, except this look at the request.
         let status = sw.with(|w| w.request_test(rr).unwrap()).unwrap();
         assert_eq!(status, Some(Status::Ok), "the thread did not receive");
-        assert!(called.lock().unwrap().is_none(), "callback ran before progress");
-        assert!(seen.lock().unwrap().is_empty(), "AM handler ran before progress");
+        assert!(
+            called.lock().unwrap().is_none(),
+            "callback ran before progress"
+        );
+        assert!(
+            seen.lock().unwrap().is_empty(),
+            "AM handler ran before progress"
+        );
         let deadline = Instant::now() + DEADLINE;
         while seen.lock().unwrap().len() < AMS || called.lock().unwrap().is_none() {
             sw.with(|w| w.progress()).unwrap();
@@ -386,7 +390,9 @@ fn callbacks_wait_for_the_application() {
     });
     let c = ctx(Transport::Tcp);
     let mut w = Worker::new(&c, ThreadMode::Single).unwrap();
-    let ep = w.ep_create(&info_rx.recv_timeout(DEADLINE).unwrap()).unwrap();
+    let ep = w
+        .ep_create(&info_rx.recv_timeout(DEADLINE).unwrap())
+        .unwrap();
     let _ = w.address();
     let payloads: Vec<Vec<u8>> = (0..AMS)
         .map(|i| pattern(am_size(i), 100 + i as u64))
@@ -432,7 +438,10 @@ fn callbacks_wait_for_the_application() {
         if w.progress() == 0 {
             w.wait(5).unwrap();
         }
-        assert!(Instant::now() < deadline, "initiator: the target never finished");
+        assert!(
+            Instant::now() < deadline,
+            "initiator: the target never finished"
+        );
     }
     target.join().unwrap();
 }

@@ -55,6 +55,13 @@ impl Worker {
         n
     }
 
+    /// A counter that moves with every [`Worker::progress`] (and when a turn of serving
+    /// holds active messages back): a progress thread that sees it move knows the
+    /// application is progressing by itself.
+    pub fn progress_mark(&self) -> u32 {
+        self.tick
+    }
+
     /// True when something waits for the application: completions, error or connection
     /// handlers, or held active messages.
     pub fn user_pending(&self) -> bool {
