@@ -12,9 +12,10 @@
 //! try-lock per back-off and its peers no wakeup syscalls.
 //!
 //! The thread runs no user code (see `worker::serve`): completions and held active
-//! messages wait for the application's next progress. When a turn leaves something for
-//! the application the thread signals the worker, so an application asleep in the
-//! worker's wait (or polling its event descriptor) wakes up to run them.
+//! messages wait for the application's next progress. A turn that handled anything
+//! signals the worker, so an application asleep in the worker's wait (or polling its
+//! event descriptor) wakes up for it: the thread consumed the readiness of the
+//! descriptors it would have woken on.
 //!
 //! Invariants: [`ProgressThread`] owns the thread; dropping it (or [`ProgressThread::stop`])
 //! stops and joins it, so the worker the thread reaches outlives it as long as the owner
@@ -70,8 +71,10 @@ pub fn serve_turn(w: &mut Worker, mark: &mut u32) -> Turn {
     }
     let n = w.serve();
     *mark = w.progress_mark();
-    if n > 0 && w.user_pending() {
-        // A failed signal only delays the application until its next call.
+    if n > 0 {
+        // Whatever arrived may be what the application sleeps for: a completion, but
+        // also a message it will probe for or stream bytes it will ask for. A failed
+        // signal only delays the application until its next call.
         let _ = w.signal();
     }
     match w.serve_arm() {

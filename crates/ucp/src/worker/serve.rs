@@ -62,17 +62,6 @@ impl Worker {
         self.tick
     }
 
-    /// True when something waits for the application: completions, error or connection
-    /// handlers, or held active messages.
-    pub fn user_pending(&self) -> bool {
-        !self.core.completed.is_empty()
-            || !self.core.words.is_empty()
-            || !self.core.failed_ops.is_empty()
-            || !self.core.ep_errors.is_empty()
-            || !self.p.am.held.is_empty()
-            || !self.cm.new_requests.is_empty()
-    }
-
     /// Prepares a progress thread to sleep on [`Worker::serve_events`]. `Busy` when work
     /// for peers is waiting now; what waits for the application does not count.
     pub fn serve_arm(&mut self) -> Result<()> {
