@@ -445,3 +445,21 @@ fn callbacks_wait_for_the_application() {
     }
     target.join().unwrap();
 }
+
+/// `ProgressThread::from_config` follows the context's configuration (the
+/// `UCX_RUCX_PROGRESS_THREAD` variable, when the configuration comes from the
+/// environment).
+#[test]
+fn from_config_follows_the_configuration() {
+    for on in [false, true] {
+        let cfg = Config {
+            transports: vec![Transport::Tcp],
+            progress_thread: on,
+            ..Config::default()
+        };
+        let c = Context::with_config(Features::TAG, cfg, uct::IfaceConfig::default()).unwrap();
+        let sw = SharedWorker::new(Worker::new(&c, ThreadMode::Multi).unwrap());
+        let pt = ProgressThread::from_config(&sw).unwrap();
+        assert_eq!(pt.is_some(), on);
+    }
+}
