@@ -12,6 +12,9 @@
 //! Endpoints connect lazily: creating one only decodes the address; the first operation
 //! picks the lane, creates the transport endpoint and queues a wireup message that tells
 //! the peer who we are (so it can answer synchronous sends and rendezvous).
+//!
+//! `serve.rs` holds the progress a progress thread takes on the application's behalf
+//! (`crate::progress_thread`): the same work as [`Worker::progress`] minus user code.
 
 mod am;
 mod listener;
