@@ -627,6 +627,8 @@ pub(crate) struct WkParts {
     pub features: u64,
     pub thread_mode: ucs_thread_mode_t,
     pub name: [c_char; UCP_ENTITY_NAME_MAX],
+    /// A progress thread will serve the worker (it then has a lock in every thread mode).
+    pub progress_thread: bool,
 }
 
 /// A worker handle's value.
@@ -648,6 +650,9 @@ pub(crate) struct Wk {
     pub name: [c_char; UCP_ENTITY_NAME_MAX],
     /// This worker's own handle and generation (set right after the handle is made).
     me: Cell<(*const Handle<Wk>, u64)>,
+    /// The progress thread (`UCX_RUCX_PROGRESS_THREAD`): started after the handle is
+    /// made, stopped before it dies.
+    pthread: Mutex<Option<ucp::ProgressThread>>,
 }
 
 handle_kind!(Wk, 0x7275_6378_776b_7231);
@@ -665,6 +670,15 @@ struct Unbusy<'a>(&'a Cell<bool>);
 impl Drop for Unbusy<'_> {
     fn drop(&mut self) {
         self.0.set(false);
+    }
+}
+
+/// A worker as its progress thread reaches it.
+struct Served(&'static Wk);
+
+impl ucp::progress_thread::Serve for Served {
+    fn turn(&self, mark: &mut u32) -> ucp::progress_thread::Turn {
+        self.0.serve_turn(mark)
     }
 }
 
@@ -868,7 +882,10 @@ impl Wk {
     /// A worker of these parts (its handle is made by [`Wk::publish`]).
     pub(crate) fn new(p: WkParts) -> Wk {
         Wk {
-            lock: (p.thread_mode == UCS_THREAD_MODE_MULTI).then(|| Mutex::new(())),
+            // The progress thread enters the worker on the application's behalf, so the
+            // worker needs its lock even in thread modes single and serialized.
+            lock: (p.thread_mode == UCS_THREAD_MODE_MULTI || p.progress_thread)
+                .then(|| Mutex::new(())),
             busy: Cell::new(false),
             inner: UnsafeCell::new(Inner {
                 w: p.w,
@@ -901,6 +918,7 @@ impl Wk {
             thread_mode: p.thread_mode,
             name: p.name,
             me: Cell::new((std::ptr::null(), 0)),
+            pthread: Mutex::new(None),
         }
     }
 
@@ -911,6 +929,47 @@ impl Wk {
         let wk = unsafe { Handle::get(h)? };
         wk.me.set((h, gen));
         Ok((h, wk))
+    }
+
+    /// Starts the worker's progress thread.
+    pub(crate) fn start_progress_thread(&'static self) -> Result<()> {
+        let events = self.with_try(|w, _| w.serve_events())?;
+        let t = ucp::ProgressThread::spawn(Served(self), events)?;
+        *self.pthread.lock().unwrap_or_else(|p| p.into_inner()) = Some(t);
+        Ok(())
+    }
+
+    /// Stops and joins the progress thread, if any (before the worker is destroyed).
+    pub(crate) fn stop_progress_thread(&self) {
+        let t = self
+            .pthread
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        drop(t);
+    }
+
+    /// A progress thread's turn: only if nobody is inside the worker (see
+    /// `ucp::progress_thread`). The thread runs no user code, so nothing is collected
+    /// for the C callbacks here: the application's next call does that.
+    fn serve_turn(&self, mark: &mut u32) -> ucp::progress_thread::Turn {
+        use ucp::progress_thread::Turn;
+        let _lock = match &self.lock {
+            // Without a lock the thread could not know the application is outside.
+            None => return Turn::Busy,
+            Some(m) => match m.try_lock() {
+                Ok(g) => g,
+                Err(std::sync::TryLockError::WouldBlock) => return Turn::Busy,
+                Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            },
+        };
+        if self.busy.replace(true) {
+            return Turn::Busy;
+        }
+        let _busy = Unbusy(&self.busy);
+        // SAFETY: as in `with`.
+        let inner = unsafe { &mut *self.inner.get() };
+        ucp::progress_thread::serve_turn(&mut inner.w, mark)
     }
 
     /// A pointer to the event queue, for Rust handlers.

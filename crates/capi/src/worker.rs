@@ -73,6 +73,7 @@ pub unsafe extern "C" fn ucp_worker_create(
             features: ctx.features,
             thread_mode: tm,
             name: wname,
+            progress_thread: ctx.ctx.config().progress_thread,
         })
         .publish()?;
         if let Some(fd) = event_fd {
@@ -89,6 +90,13 @@ pub unsafe extern "C" fn ucp_worker_create(
                 return Err(Status::InvalidParam);
             }
         }
+        if ctx.ctx.config().progress_thread {
+            if let Err(e) = wk.start_progress_thread() {
+                // SAFETY: the handle we just made, not yet given out.
+                drop(unsafe { Handle::destroy(h) });
+                return Err(e);
+            }
+        }
         tracing::debug!("rucx: worker {} created", text::name_str(&wk.name));
         // SAFETY: the caller's output pointer.
         unsafe { *worker_p = h };
@@ -99,6 +107,9 @@ pub unsafe extern "C" fn ucp_worker_create(
 #[no_mangle]
 pub unsafe extern "C" fn ucp_worker_destroy(worker: *mut Handle<Wk>) {
     guard::void("ucp_worker_destroy", || {
+        // The progress thread reaches the worker through its handle: it ends first.
+        // SAFETY: the caller's worker handle.
+        unsafe { core::get(worker)? }.stop_progress_thread();
         // SAFETY: the caller's worker handle, which it no longer uses.
         let wk = unsafe { Handle::destroy(worker)? };
         // Dropping the Rust worker cancels what is outstanding; the C requests still

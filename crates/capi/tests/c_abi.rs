@@ -171,6 +171,32 @@ fn blocking_wait_with_the_event_fd() {
     }
 }
 
+/// The same programs with a progress thread in every worker (`UCX_RUCX_PROGRESS_THREAD=y`),
+/// over shared memory and over tcp: blocking waits still wake up (the thread consumes the
+/// descriptors' readiness and signals the worker), active-message handlers and callbacks
+/// still run in the application's calls, every byte is still checked.
+#[test]
+fn progress_thread_keeps_the_programs_working() {
+    for tls in ["shm,self", "tcp"] {
+        let env = [("UCX_RUCX_PROGRESS_THREAD", "y"), ("UCX_TLS", tls)];
+        for out in build_and_run_on("wakeup.c", &env) {
+            assert!(out.contains("wakeup receiver passed"), "{tls}: {out}");
+        }
+        for out in build_and_run_on("am.c", &env) {
+            assert!(
+                out.contains("am sender passed") && out.contains("am receiver passed"),
+                "{tls}: {out}"
+            );
+        }
+        for out in build_and_run_on("stream.c", &env) {
+            assert!(
+                out.contains("stream sender passed") && out.contains("stream receiver passed"),
+                "{tls}: {out}"
+            );
+        }
+    }
+}
+
 #[test]
 fn generic_datatypes() {
     for out in build_and_run("generic.c", &[]) {

@@ -40,13 +40,27 @@ fn launch_with(
     tls: Option<&str>,
     expect: &str,
 ) {
+    launch_env(launcher, prog, args, np, tls, &[], expect)
+}
+
+/// `launch_with` with more environment (`UCX_*` variables reach every rank).
+fn launch_env(
+    launcher: &str,
+    prog: &std::path::Path,
+    args: &[&str],
+    np: u32,
+    tls: Option<&str>,
+    env: &[(&str, &str)],
+    expect: &str,
+) {
     let mut cmd = Command::new(common::root().join("scripts/ompi-rucx"));
     cmd.arg(launcher)
         .args(["-np", &np.to_string()])
         .arg(prog)
         .args(args)
         .env("RUCX_LIB_DIR", common::lib_dir())
-        .env_remove("UCX_TLS");
+        .env_remove("UCX_TLS")
+        .envs(env.iter().copied());
     if let Some(t) = tls {
         cmd.env("UCX_TLS", t);
     }
@@ -133,6 +147,29 @@ fn mpi_dynamic_windows() {
         Some("tcp"),
         "all passed on 2 ranks",
     );
+}
+
+/// Passive-target synchronisation while the window's owner sleeps outside MPI, over TCP
+/// (where osc ucx's lock and atomics are executed by the owner's CPU): with
+/// `UCX_RUCX_PROGRESS_THREAD=y` the origin's `MPI_Win_unlock` completes during the sleep,
+/// without it only after. The program checks the data and the time.
+#[test]
+fn mpi_passive_target_progress_thread() {
+    let Some(prog) = mpi_program("mpi_rma_passive.c") else {
+        return;
+    };
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    for (thread, expect) in [("y", "during"), ("n", "after")] {
+        launch_env(
+            "mpirun",
+            &prog,
+            &[expect],
+            2,
+            Some("tcp"),
+            &[("UCX_RUCX_PROGRESS_THREAD", thread)],
+            &format!("passive target ({expect}): all passed on 2 ranks"),
+        );
+    }
 }
 
 #[test]

@@ -35,6 +35,11 @@ pub static VARS: &[Var] = &[
         default: "1",
         doc: "Lanes used for eager messages (rucx uses one; kept for compatibility).",
     },
+    Var {
+        name: "RUCX_PROGRESS_THREAD",
+        default: "n",
+        doc: "Give every worker a progress thread that serves peers (emulated RMA, rendezvous fetches, acknowledgements) while the application is outside rucx; user callbacks still run in the application's own calls.",
+    },
 ];
 
 /// A threshold: automatic (from the cost model) or fixed.
@@ -67,6 +72,8 @@ pub struct Config {
     pub rma_path: RmaPath,
     /// Endpoints connected over tcp at most (the rest go over udp).
     pub tcp_max_eps: usize,
+    /// Workers get a progress thread (`UCX_RUCX_PROGRESS_THREAD`).
+    pub progress_thread: bool,
 }
 
 impl Default for Config {
@@ -77,6 +84,7 @@ impl Default for Config {
             zcopy_thresh: Thresh::Auto,
             rma_path: RmaPath::Auto,
             tcp_max_eps: usize::MAX,
+            progress_thread: false,
         }
     }
 }
@@ -162,6 +170,7 @@ impl Config {
             zcopy_thresh: thresh(&VARS[1])?,
             rma_path: rma_path(&VARS[2])?,
             tcp_max_eps: usize::try_from(config::size(&VARS[3])?).unwrap_or(usize::MAX),
+            progress_thread: config::boolean(&VARS[5])?,
         })
     }
 }

@@ -32,6 +32,7 @@ pub(crate) mod core;
 pub(crate) mod engine;
 pub mod matcher;
 pub mod mem;
+pub mod progress_thread;
 pub mod proto;
 pub mod rma;
 pub(crate) mod rndv;
@@ -51,6 +52,7 @@ pub use core::request::{
     Buf, Callback, Completed, GenericDt, OwnedBuf, RecvInfo, Request, SignalOp,
 };
 pub use mem::MemH;
+pub use progress_thread::ProgressThread;
 pub use rma::RemoteKey;
 pub use shared::SharedWorker;
 pub use stream::StreamRecv;

@@ -99,6 +99,10 @@ pub(crate) struct AmState {
     kept: HashMap<u64, Kept>,
     next_desc: u64,
     partial: HashMap<(u64, u64), PartialAm>,
+    /// Messages (id, bytes) a progress thread received and held back, oldest first: their
+    /// handlers are the application's, so they run in its next progress, before anything
+    /// newer is read from the transports.
+    pub(crate) held: std::collections::VecDeque<(u8, Vec<u8>)>,
 }
 
 impl AmState {

@@ -58,6 +58,29 @@ pub(crate) fn dispatch(core: &mut Core, p: &mut Protocols, id: u8, d: &[u8]) {
     }
 }
 
+/// [`dispatch`] for a progress thread: active messages, whose handlers are the
+/// application's, are held for its next progress ([`replay_held`]); the rest (tag
+/// matching, rendezvous, emulated RMA, acknowledgements) is handled now.
+pub(crate) fn dispatch_serving(core: &mut Core, p: &mut Protocols, id: u8, d: &[u8]) {
+    let user = matches!(
+        AmId::from_u8(id),
+        Some(AmId::AmEager | AmId::AmRts | AmId::AmFirst | AmId::AmMiddle)
+    );
+    if user {
+        p.am.held.push_back((id, d.to_vec()));
+    } else {
+        dispatch(core, p, id, d);
+    }
+}
+
+/// Handles the active messages a progress thread held back, in arrival order.
+#[cold]
+pub(crate) fn replay_held(core: &mut Core, p: &mut Protocols) {
+    while let Some((id, d)) = p.am.held.pop_front() {
+        dispatch(core, p, id, &d);
+    }
+}
+
 #[cold]
 fn dropped(core: &mut Core, id: u8, d: &[u8], s: Status) {
     core.dropped += 1;

@@ -12,11 +12,15 @@
 //! Endpoints connect lazily: creating one only decodes the address; the first operation
 //! picks the lane, creates the transport endpoint and queues a wireup message that tells
 //! the peer who we are (so it can answer synchronous sends and rendezvous).
+//!
+//! `serve.rs` holds the progress a progress thread takes on the application's behalf
+//! (`crate::progress_thread`): the same work as [`Worker::progress`] minus user code.
 
 mod am;
 mod listener;
 mod owned;
 mod rma;
+mod serve;
 mod stream;
 mod tag;
 
@@ -231,7 +235,12 @@ impl Worker {
         if idle_turn {
             // Every live interface, and the list of those to poll on every call: a
             // connection-based interface without connections only waits for new ones, so
-            // it is polled on these turns only.
+            // it is polled on these turns only. Active messages a progress thread held
+            // back are older than anything still in the transports: they go first (the
+            // thread makes the turn after it holds one a full turn).
+            if !p.am.held.is_empty() {
+                engine::replay_held(core, p);
+            }
             core.hot.clear();
             for (i, t) in self.tls.iter_mut().enumerate() {
                 if t.live {
@@ -641,6 +650,7 @@ impl Worker {
     /// Prepares to sleep on the event descriptor. `Busy` means there is work now.
     pub fn arm(&mut self) -> Result<()> {
         if !self.p.idle()
+            || !self.p.am.held.is_empty()
             || !self.core.completed.is_empty()
             || !self.core.active.is_empty()
             || !self.core.ep_errors.is_empty()
