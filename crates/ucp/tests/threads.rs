@@ -9,6 +9,8 @@
 //!   thread from sending to another peer, nor the worker from progressing.
 //! - Threads put with remote signal through one shared worker while target threads poll
 //!   their signal words: the data is never older than the signal (shm and tcp).
+//! - Threads post sends and preposted receives with completion queues instead of tickets
+//!   while other threads poll the queues: one entry per operation (shm and tcp).
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -357,4 +359,130 @@ fn put_signal_from_threads_shm() {
 #[test]
 fn put_signal_from_threads_tcp() {
     put_signal_threads(Transport::Tcp);
+}
+
+/// Completion queues under threads: four threads post sends through one shared worker
+/// with their completions reported into a Cq, the peer has 4 × 500 receives preposted
+/// (by four threads) into another Cq, and a fifth thread on each side only polls its
+/// queue. Every operation reports exactly one entry, every byte is checked.
+fn cq_threads(t: Transport) {
+    use std::sync::Mutex;
+    use ucp::shared::Op;
+    use ucp::{Callback, Cq, CqEntry, CqOp};
+    const T: usize = 4;
+    const N: usize = 500;
+    const LEN: usize = 600;
+    let ctx = ctx(t);
+    let mut a = Worker::new(&ctx, ThreadMode::Multi).unwrap();
+    let mut b = Worker::new(&ctx, ThreadMode::Multi).unwrap();
+    let ep = a.ep_create(&b.address()).unwrap();
+    let (a, b) = (SharedWorker::new(a), SharedWorker::new(b));
+    let (sq, rq) = (Cq::new(256).unwrap(), Cq::new(256).unwrap());
+    let byte = |tag: u64, k: usize| (tag as usize * 7 + k) as u8;
+    let bufs: Vec<Mutex<Vec<u8>>> = (0..T * N).map(|_| Mutex::new(vec![0u8; LEN])).collect();
+    // Each receive buffer's address, taken once (the receive writes through it).
+    let addrs: Vec<usize> = bufs
+        .iter()
+        .map(|m| m.lock().unwrap().as_mut_ptr() as usize)
+        .collect();
+    let sent: Vec<Vec<u8>> = (0..T * N)
+        .map(|n| (0..LEN).map(|k| byte(n as u64, k)).collect())
+        .collect();
+    std::thread::scope(|s| {
+        let posters: Vec<_> = (0..T)
+            .map(|i| {
+                let (b, rq, addrs) = (b.clone(), rq.clone(), &addrs);
+                s.spawn(move || {
+                    for k in 0..N {
+                        let n = i * N + k;
+                        let op = Op::TagRecv {
+                            buf: Buf::contig(addrs[n] as *mut u8, LEN),
+                            tag: n as u64,
+                            mask: u64::MAX,
+                        };
+                        // SAFETY: the buffer lives until the scope ends; its entry is
+                        // awaited below before it is read.
+                        unsafe { b.post_cq(op, Callback::cq(&rq, n as u64)) }.unwrap();
+                    }
+                })
+            })
+            .collect();
+        for p in posters {
+            p.join().unwrap();
+        }
+        let sent = &sent;
+        for i in 0..T {
+            let a = a.clone();
+            let sq = sq.clone();
+            s.spawn(move || {
+                for k in 0..N {
+                    let n = i * N + k;
+                    let op = Op::TagSend {
+                        ep,
+                        buf: Buf::contig(sent[n].as_ptr().cast_mut(), LEN),
+                        tag: n as u64,
+                        sync: false,
+                    };
+                    // SAFETY: `sent` outlives the scope, and is not written.
+                    unsafe { a.post_cq(op, Callback::cq(&sq, n as u64)) }.unwrap();
+                    a.progress().unwrap();
+                }
+            });
+        }
+        // The pollers: each entry once, with its kind, status, length and tag.
+        let poll = |w: &SharedWorker, q: &Cq, kind: CqOp, progress_other: &SharedWorker| {
+            let mut seen = vec![false; T * N];
+            let mut got = 0;
+            let mut es: Vec<CqEntry> = (0..64).map(|_| CqEntry::default()).collect();
+            let deadline = Instant::now() + TIMEOUT;
+            while got < T * N {
+                let n = q.poll(&mut es);
+                for e in &es[..n] {
+                    assert_eq!((e.op, e.status), (kind, Status::Ok), "{e:?}");
+                    assert_eq!(e.length, LEN);
+                    let u = e.user as usize;
+                    assert!(!seen[u], "entry {u} twice");
+                    seen[u] = true;
+                    if kind == CqOp::TagRecv {
+                        assert_eq!(e.tag, u as u64);
+                    }
+                }
+                got += n;
+                w.progress().unwrap();
+                progress_other.progress().unwrap();
+                assert!(Instant::now() < deadline, "{got} of {} entries", T * N);
+                if n == 0 {
+                    std::thread::yield_now();
+                }
+            }
+        };
+        let (a2, b2, sq2, rq2) = (a.clone(), b.clone(), sq.clone(), rq.clone());
+        let ps = s.spawn(move || poll(&a2, &sq2, CqOp::TagSend, &b2));
+        let pr = s.spawn(move || poll(&b, &rq2, CqOp::TagRecv, &a));
+        ps.join().unwrap();
+        pr.join().unwrap();
+    });
+    for (n, m) in bufs.iter().enumerate() {
+        let v = m.lock().unwrap();
+        assert!(
+            v.iter().enumerate().all(|(k, &x)| x == byte(n as u64, k)),
+            "message {n}"
+        );
+    }
+    let mut es = [CqEntry::default()];
+    assert_eq!(
+        sq.poll(&mut es) + rq.poll(&mut es),
+        0,
+        "no entry beyond one per operation"
+    );
+}
+
+#[test]
+fn completion_queues_from_threads_shm() {
+    cq_threads(Transport::Shm);
+}
+
+#[test]
+fn completion_queues_from_threads_tcp() {
+    cq_threads(Transport::Tcp);
 }

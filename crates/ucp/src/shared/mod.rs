@@ -27,12 +27,14 @@
 mod ops;
 mod slots;
 
+use crate::core::cq::CqTarget;
 use crate::core::ep::Ep;
-use crate::core::request::{AmSendFlags, Buf, SignalOp};
+use crate::core::request::{AmSendFlags, Buf, Callback, SignalOp};
 use crate::rma::RemoteKey;
 use crate::worker::Worker;
 use crossbeam_queue::SegQueue;
-use ops::{Issue, Op};
+use ops::Issue;
+pub use ops::Op;
 use slots::Slots;
 pub use slots::{Outcome, Ticket};
 use std::os::fd::{AsFd, OwnedFd};
@@ -54,6 +56,14 @@ pub enum Issued {
     Pending(Ticket),
 }
 
+/// Where a posted operation reports its completion.
+enum Report {
+    /// The slot named by this word.
+    Slot(u64),
+    /// A completion queue.
+    Queue(CqTarget),
+}
+
 /// A worker usable from several threads at once.
 #[derive(Clone)]
 pub struct SharedWorker {
@@ -62,7 +72,7 @@ pub struct SharedWorker {
 
 struct Inner {
     worker: Mutex<Worker>,
-    posted: SegQueue<(Op, u64)>,
+    posted: SegQueue<(Op, Report)>,
     slots: Slots,
     /// The worker's event descriptor, duplicated so that a thread can sleep on it without
     /// holding the worker.
@@ -122,22 +132,33 @@ impl SharedWorker {
     /// Runs the posted operations in order; returns how many.
     fn run_posted(&self, w: &mut Worker) -> usize {
         let mut n = 0;
-        while let Some((op, word)) = self.inner.posted.pop() {
+        while let Some((op, report)) = self.inner.posted.pop() {
             n += 1;
             let slots = &self.inner.slots;
-            match op.issue(w) {
-                Err(status) => slots.complete(
-                    word,
-                    Outcome {
-                        status,
-                        info: Default::default(),
+            match report {
+                Report::Slot(word) => match op.issue(w, None) {
+                    Err(status) => slots.complete(
+                        word,
+                        Outcome {
+                            status,
+                            info: Default::default(),
+                        },
+                    ),
+                    Ok(Issue::Done(o)) => slots.complete(word, o),
+                    Ok(Issue::Pending(r)) => match w.request_adopt(r, word) {
+                        Some(o) => slots.complete(word, o),
+                        None => slots.set_request(word, r),
                     },
-                ),
-                Ok(Issue::Done(o)) => slots.complete(word, o),
-                Ok(Issue::Pending(r)) => match w.request_adopt(r, word) {
-                    Some(o) => slots.complete(word, o),
-                    None => slots.set_request(word, r),
                 },
+                Report::Queue(t) => {
+                    let kind = op.cq_op();
+                    // The queue gets the entry when the operation completes; one that
+                    // could not start reports its error there, as its poster was told
+                    // that it was posted.
+                    if let Err(status) = op.issue(w, Some(Callback::Cq(t.clone()))) {
+                        w.report_now(Callback::Cq(t), kind, status);
+                    }
+                }
             }
         }
         n
@@ -331,7 +352,7 @@ impl SharedWorker {
         let t = slots.alloc()?;
         if let Some(mut g) = self.try_enter() {
             self.run_posted(&mut g);
-            let r = match op.issue(&mut g) {
+            let r = match op.issue(&mut g, None) {
                 Err(e) => {
                     slots.abandon_unused(t);
                     Err(e)
@@ -354,13 +375,49 @@ impl SharedWorker {
             self.leave(g);
             return r;
         }
-        self.inner.posted.push((op, t.word()));
+        self.inner.posted.push((op, Report::Slot(t.word())));
         fence(Ordering::SeqCst);
         if let Some(mut g) = self.try_enter() {
             self.run_posted(&mut g);
             self.leave(g);
         }
         Ok(Issued::Pending(t))
+    }
+
+    /// Runs `op` (now if the worker is free, else posted to the thread that holds it);
+    /// its outcome comes back as [`Issued`].
+    ///
+    /// # Safety
+    /// The buffers `op` names must stay valid (and, for what the operation reads,
+    /// unchanged; for what it writes, not otherwise accessed) until it completes.
+    pub unsafe fn post_op(&self, op: Op) -> Result<Issued> {
+        self.post(op)
+    }
+
+    /// Runs `op` with its completion reported into the completion queue of `cq` (a
+    /// [`Callback::cq`] or [`Callback::cq_attached`]) instead of a ticket: exactly one
+    /// entry, whether it completes in the call, later, or (when it was posted for another
+    /// thread) fails to start. An error returned here means no entry will come.
+    ///
+    /// # Safety
+    /// As for [`SharedWorker::post_op`].
+    pub unsafe fn post_cq(&self, op: Op, cq: Callback) -> Result<()> {
+        let Callback::Cq(t) = cq else {
+            return Err(Status::InvalidParam);
+        };
+        if let Some(mut g) = self.try_enter() {
+            self.run_posted(&mut g);
+            let r = op.issue(&mut g, Some(Callback::Cq(t))).map(drop);
+            self.leave(g);
+            return r;
+        }
+        self.inner.posted.push((op, Report::Queue(t)));
+        fence(Ordering::SeqCst);
+        if let Some(mut g) = self.try_enter() {
+            self.run_posted(&mut g);
+            self.leave(g);
+        }
+        Ok(())
     }
 
     /// Sends `buf` with `tag` on `ep` (synchronously with `sync`).

@@ -6,16 +6,19 @@
 //! completes, whichever thread runs it.
 
 use super::slots::Outcome;
+use crate::core::cq::CqOp;
 use crate::core::ep::Ep;
-use crate::core::request::{AmSendFlags, Buf, RecvInfo, Request, SignalOp};
+use crate::core::request::{AmSendFlags, Buf, Callback, RecvInfo, Request, SignalOp};
 use crate::rma::RemoteKey;
 use crate::stream::StreamRecv;
 use crate::worker::Worker;
 use ucs::{Result, Status};
 use uct::{AtomicOp, AtomicSize};
 
-/// One operation.
-pub(crate) enum Op {
+/// One operation, as [`crate::SharedWorker::post`] and
+/// [`crate::SharedWorker::post_cq`] take it: the arguments of the worker call of the same
+/// name (see [`Worker`]).
+pub enum Op {
     TagSend {
         ep: Ep,
         buf: Buf,
@@ -112,16 +115,16 @@ fn send_like(r: Option<Request>) -> Issue {
 
 impl Op {
     /// Runs the operation's nonblocking call on the locked worker.
-    pub(crate) fn issue(self, w: &mut Worker) -> Result<Issue> {
+    pub(crate) fn issue(self, w: &mut Worker, cb: Option<Callback>) -> Result<Issue> {
         // SAFETY: every call below gets buffers that stay valid until the operation
         // completes, as the posting call's contract requires of its caller.
         unsafe {
             Ok(match self {
                 Op::TagSend { ep, buf, tag, sync } => {
-                    send_like(w.tag_send_nb(ep, buf, tag, sync, None)?)
+                    send_like(w.tag_send_nb(ep, buf, tag, sync, cb)?)
                 }
                 Op::TagRecv { buf, tag, mask } => {
-                    Issue::Pending(w.tag_recv_nb(buf, tag, mask, None)?)
+                    Issue::Pending(w.tag_recv_nb(buf, tag, mask, cb)?)
                 }
                 Op::AmSend {
                     ep,
@@ -135,11 +138,11 @@ impl Op {
                     } else {
                         std::slice::from_raw_parts(header.0, header.1)
                     };
-                    send_like(w.am_send_nb(ep, id, header, buf, flags, None)?)
+                    send_like(w.am_send_nb(ep, id, header, buf, flags, cb)?)
                 }
-                Op::StreamSend { ep, buf } => send_like(w.stream_send_nb(ep, buf, None)?),
+                Op::StreamSend { ep, buf } => send_like(w.stream_send_nb(ep, buf, cb)?),
                 Op::StreamRecv { ep, buf, waitall } => {
-                    match w.stream_recv_nb(ep, buf, waitall, None)? {
+                    match w.stream_recv_nb(ep, buf, waitall, cb)? {
                         StreamRecv::Done(n) => Issue::Done(Outcome {
                             status: Status::Ok,
                             info: RecvInfo {
@@ -156,14 +159,14 @@ impl Op {
                     len,
                     addr,
                     rk,
-                } => send_like(w.put_nb(ep, src, len, addr, &rk, None)?),
+                } => send_like(w.put_nb(ep, src, len, addr, &rk, cb)?),
                 Op::Get {
                     ep,
                     dst,
                     len,
                     addr,
                     rk,
-                } => send_like(w.get_nb(ep, dst, len, addr, &rk, None)?),
+                } => send_like(w.get_nb(ep, dst, len, addr, &rk, cb)?),
                 Op::AtomicPost {
                     ep,
                     op,
@@ -173,6 +176,10 @@ impl Op {
                     rk,
                 } => {
                     w.atomic_post(ep, op, size, value, addr, &rk)?;
+                    if let Some(cb) = cb {
+                        // No request behind it: report its (local) completion now.
+                        w.report_now(cb, CqOp::Atomic, Status::Ok);
+                    }
                     Issue::Done(Outcome::ok())
                 }
                 Op::AtomicFetch {
@@ -185,7 +192,7 @@ impl Op {
                     addr,
                     rk,
                 } => send_like(
-                    w.atomic_fetch_nb(ep, op, size, value, compare, result, addr, &rk, None)?,
+                    w.atomic_fetch_nb(ep, op, size, value, compare, result, addr, &rk, cb)?,
                 ),
                 Op::PutSignal {
                     ep,
@@ -207,11 +214,26 @@ impl Op {
                     &signal_rk,
                     op,
                     value,
-                    None,
+                    cb,
                 )?),
-                Op::Flush { ep: Some(ep) } => send_like(w.ep_flush_nb(ep, None)?),
-                Op::Flush { ep: None } => send_like(w.flush_nb(None)?),
+                Op::Flush { ep: Some(ep) } => send_like(w.ep_flush_nb(ep, cb)?),
+                Op::Flush { ep: None } => send_like(w.flush_nb(cb)?),
             })
+        }
+    }
+
+    /// The kind of completion entry this operation reports.
+    pub(crate) fn cq_op(&self) -> CqOp {
+        match self {
+            Op::TagSend { .. } => CqOp::TagSend,
+            Op::TagRecv { .. } => CqOp::TagRecv,
+            Op::AmSend { .. } => CqOp::AmSend,
+            Op::StreamSend { .. } => CqOp::StreamSend,
+            Op::StreamRecv { .. } => CqOp::StreamRecv,
+            Op::Put { .. } | Op::PutSignal { .. } => CqOp::Put,
+            Op::Get { .. } => CqOp::Get,
+            Op::AtomicPost { .. } | Op::AtomicFetch { .. } => CqOp::Atomic,
+            Op::Flush { .. } => CqOp::Flush,
         }
     }
 }

@@ -482,6 +482,17 @@ impl Worker {
         Ok(Some((status, info)))
     }
 
+    /// Reports the completion of an operation that has no request (it completed, or failed
+    /// to start, where nobody could be told in the call) into its completion queue.
+    pub(crate) fn report_now(&mut self, cb: Callback, op: crate::core::cq::CqOp, status: Status) {
+        if let Callback::Cq(mut t) = cb {
+            if t.op == crate::core::cq::CqOp::None {
+                t.op = op;
+            }
+            t.report(&self.core.cqs, status, 0, 0, None);
+        }
+    }
+
     /// Hands request `r` (started without a callback) to the word-completion path: its
     /// completion is reported through [`Worker::drain_completed`] with `word` and the
     /// request freed then. If it already completed, it is freed now and its outcome
