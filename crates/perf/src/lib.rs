@@ -16,7 +16,8 @@
 //! - [`clock`]: the cheap clock of the timed loops (TSC, or `Instant`);
 //! - [`report`]: ucx_perftest's table and the JSON line;
 //! - [`mem`]: memory regions the peer reads or writes, and the data pattern;
-//! - [`affinity`]: CPU pinning.
+//! - [`affinity`]: CPU pinning;
+//! - [`collective`]: the collective benchmarks over a team of N processes (coll).
 //!
 //! The process model (who starts the peer, how the channel's descriptors are made) is the
 //! tool's business; this crate only needs a [`channel::Channel`].
@@ -28,6 +29,7 @@ pub mod channel;
 // rdtsc is an unsafe intrinsic.
 #[allow(unsafe_code)]
 pub mod clock;
+pub mod collective;
 pub mod handshake;
 // Aligned heap buffers, and regions registered with Md::mem_reg (unsafe) that the peer
 // writes: raw views of memory other processes change.
