@@ -628,3 +628,100 @@ fn loopback_suite_and_refusals() {
         assert!(!run.stderr.contains("panicked"), "{args:?}: {}", run.stderr);
     }
 }
+
+/// Checks one collective result line: the fields and consistent, positive times. The
+/// data were checked by every rank (a wrong byte makes the run exit 1).
+fn check_coll(v: &serde_json::Value, test: &str, ranks: u64, size: u64, iterations: u64) {
+    assert_eq!(v["test"], test, "{v}");
+    assert_eq!(v["ranks"], ranks, "{v}");
+    assert_eq!(v["size"], size, "{v}");
+    assert_eq!(v["iterations"], iterations, "{v}");
+    assert!(v["alg"].as_str().is_some_and(|a| !a.is_empty()), "{v}");
+    let num = |k: &str| v[k].as_f64().unwrap_or_else(|| panic!("{k}: {v}"));
+    assert!(num("min_us") > 0.0, "{v}");
+    assert!(num("min_us") <= num("avg_us") * 1.000_001, "{v}");
+    assert!(num("avg_us") <= num("max_us") * 1.000_001, "{v}");
+}
+
+/// Every collective test over 3 processes (shm): sizes that do not divide by the team.
+#[test]
+fn collective_tests_over_three_processes() {
+    for (test, _) in perf::collective::TESTS {
+        let run = perftest(&[
+            "-t", test, "-N", "3", "--sizes", "4,52,4k", "-n", "20", "--json",
+        ]);
+        assert_eq!(run.code, Some(0), "{test}: {}", run.stderr);
+        let res = json_results(&run);
+        let sizes: &[u64] = if *test == "barrier" {
+            &[0, 0, 0]
+        } else {
+            &[4, 52, 4096]
+        };
+        assert_eq!(res.len(), 3, "{test}: {}", run.stdout);
+        for (v, &s) in res.iter().zip(sizes) {
+            check_coll(v, test, 3, s, 20);
+        }
+    }
+}
+
+/// Every alltoall and allreduce algorithm over tcp, 4 processes, forced with -A.
+#[test]
+fn collective_algorithms_over_tcp() {
+    for (test, algs) in [
+        ("alltoall", &["bruck", "direct", "pairwise", "rma"][..]),
+        ("allreduce", &["recursive_doubling", "rabenseifner", "ring"]),
+    ] {
+        for alg in algs {
+            let run = perftest_env(
+                &[
+                    "-t", test, "-N", "4", "-A", alg, "--sizes", "8,20000", "-n", "5", "--json",
+                ],
+                &[("UCX_TLS", "tcp")],
+            );
+            assert_eq!(run.code, Some(0), "{test} {alg}: {}", run.stderr);
+            let res = json_results(&run);
+            assert_eq!(res.len(), 2, "{test} {alg}: {}", run.stdout);
+            for (v, s) in res.iter().zip([8, 20000]) {
+                check_coll(v, test, 4, s, 5);
+                assert_eq!(v["alg"], *alg, "{v}");
+            }
+        }
+    }
+}
+
+/// The table form, and a one-rank team.
+#[test]
+fn collective_table_and_single_rank() {
+    let run = perftest(&["-t", "bcast", "-N", "1", "-s", "1k", "-n", "10"]);
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    let lines: Vec<_> = run.stdout.lines().collect();
+    assert_eq!(lines.len(), 2, "{}", run.stdout);
+    assert!(lines[0].starts_with("# test"), "{}", run.stdout);
+    let f: Vec<_> = lines[1].split_whitespace().collect();
+    assert_eq!(
+        &f[..5],
+        &["bcast", "knomial", "1", "1024", "10"],
+        "{}",
+        run.stdout
+    );
+}
+
+#[test]
+fn collective_command_lines_that_fail() {
+    for (args, code) in [
+        (&["-t", "allreduce", "-A", "bruck"][..], 2),
+        (&["-t", "allreduce", "-N", "0"], 2),
+        (&["-t", "allreduce", "-l"], 2),
+        (&["-t", "allreduce", "-x", "shm"], 2),
+        (&["-t", "allreduce", "--sizes", "8,x"], 2),
+        (&["-t", "allreduce", "-N", "2", "-c", "0"], 2),
+        (&["-t", "tag_lat", "-N", "2"], 2),
+        // Reductions are of 4-byte integers.
+        (&["-t", "allreduce", "-N", "2", "-s", "6", "-n", "2"], 1),
+    ] {
+        let run = perftest(args);
+        assert_eq!(run.code, Some(code), "{args:?}: {}", run.stderr);
+        assert!(!run.stderr.trim().is_empty(), "{args:?}: no message");
+        assert!(!run.stderr.contains("panicked"), "{args:?}: {}", run.stderr);
+    }
+}

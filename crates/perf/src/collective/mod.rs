@@ -291,3 +291,32 @@ pub fn table_line(r: &CollResult) -> String {
 pub fn json_line(r: &CollResult) -> String {
     serde_json::to_string(r).unwrap_or_default()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn check_finds_a_wrong_or_missing_byte() {
+        let c = data::case(CollType::Allgather, 1, 3, 5).unwrap();
+        let args = |d: Option<Vec<u8>>| {
+            let a = Args::new(CollType::Allgather);
+            match d {
+                Some(d) => a.dst(Buffer::from_vec(d)),
+                None => a,
+            }
+        };
+        let good = c.expect.clone().unwrap();
+        assert_eq!(check(args(Some(good.clone())), &c), None);
+        let mut bad = good.clone();
+        bad[7] ^= 1;
+        let msg = check(args(Some(bad)), &c).unwrap();
+        assert!(msg.starts_with("byte 7 of 15"), "{msg}");
+        // The destination as posted (never written) fails too.
+        assert!(check(args(c.dst.clone()), &c).is_some());
+        assert!(check(args(None), &c).is_some());
+        assert_eq!(lookup("reduce_scatter"), Some(CollType::ReduceScatter));
+        assert_eq!(name(CollType::Barrier), "barrier");
+        assert_eq!(lookup("allgatherv"), None);
+    }
+}
