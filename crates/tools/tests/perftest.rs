@@ -23,14 +23,24 @@ fn perftest(args: &[&str]) -> Run {
 
 /// [`perftest`] with extra environment variables.
 fn perftest_env(args: &[&str], env: &[(&str, &str)]) -> Run {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_rucx-perftest"))
+    run_limited(env!("CARGO_BIN_EXE_rucx-perftest"), args, env)
+}
+
+/// Runs `program` (a launcher of rucx-perftest) with `args`, within [`LIMIT`].
+#[cfg(feature = "pmix")]
+fn perftest_cmd(program: &str, args: &[&str]) -> Run {
+    run_limited(program, args, &[])
+}
+
+fn run_limited(program: &str, args: &[&str], env: &[(&str, &str)]) -> Run {
+    let mut child = Command::new(program)
         .args(args)
         .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("start rucx-perftest");
+        .unwrap_or_else(|e| panic!("start {program}: {e}"));
     // Drain both pipes in threads so a chatty child cannot block on a full pipe.
     let mut out = child.stdout.take().unwrap();
     let mut err = child.stderr.take().unwrap();
@@ -52,7 +62,7 @@ fn perftest_env(args: &[&str], env: &[(&str, &str)]) -> Run {
         if start.elapsed() > LIMIT {
             let _ = child.kill();
             let _ = child.wait();
-            panic!("rucx-perftest {args:?} ran longer than {LIMIT:?}; killed");
+            panic!("{program} {args:?} ran longer than {LIMIT:?}; killed");
         }
         std::thread::sleep(Duration::from_millis(20));
     };
@@ -723,5 +733,71 @@ fn collective_command_lines_that_fail() {
         assert_eq!(run.code, Some(code), "{args:?}: {}", run.stderr);
         assert!(!run.stderr.trim().is_empty(), "{args:?}: no message");
         assert!(!run.stderr.contains("panicked"), "{args:?}: {}", run.stderr);
+    }
+}
+
+/// Started by a PMIx launcher that is not there: a clear failure, at once.
+#[test]
+fn collective_pmix_without_a_server_fails_cleanly() {
+    let run = perftest_env(&["-t", "allreduce", "-n", "2"], &[("PMIX_RANK", "0")]);
+    assert_eq!(run.code, Some(1), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("PMIx") || run.stderr.contains("pmix"),
+        "{}",
+        run.stderr
+    );
+    assert!(!run.stderr.contains("panicked"), "{}", run.stderr);
+}
+
+/// Under Open MPI's mpirun (PMIx), with no MPI in the process: the ranks trade addresses
+/// through PMIx and run checked collectives; only rank 0 prints.
+#[cfg(feature = "pmix")]
+#[test]
+fn collectives_under_mpirun() {
+    let have = Command::new("mpirun")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !have {
+        testkit::require::skip(
+            "mpi",
+            "mpirun not found (apt-get install openmpi-bin): skipped",
+        );
+        return;
+    }
+    let exe = env!("CARGO_BIN_EXE_rucx-perftest");
+    for (np, test, tls) in [
+        ("3", "alltoall", "shm"),
+        ("4", "allreduce", "tcp"),
+        ("2", "bcast", "shm"),
+    ] {
+        let run = perftest_cmd(
+            "mpirun",
+            &[
+                "--allow-run-as-root",
+                "--oversubscribe",
+                "-np",
+                np,
+                "-x",
+                &format!("UCX_TLS={tls}"),
+                exe,
+                "-t",
+                test,
+                "--sizes",
+                "8,52,64k",
+                "-n",
+                "10",
+                "--json",
+            ],
+        );
+        assert_eq!(run.code, Some(0), "np {np} {test}: {}", run.stderr);
+        let res = json_results(&run);
+        assert_eq!(res.len(), 3, "np {np} {test}: {}", run.stdout);
+        let np: u64 = np.parse().unwrap();
+        for (v, s) in res.iter().zip([8, 52, 65536]) {
+            check_coll(v, test, np, s, 10);
+        }
     }
 }
