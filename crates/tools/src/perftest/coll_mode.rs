@@ -189,7 +189,7 @@ pub fn launch(plan: &Plan) -> Result<(), Failure> {
         std::thread::spawn(move || {
             let mut line = String::new();
             let got = out.map(|o| BufReader::new(o).read_line(&mut line));
-            let _ = tx.send((r, got.map_or(false, |g| g.is_ok_and(|n| n > 0)), line));
+            let _ = tx.send((r, got.is_some_and(|g| g.is_ok_and(|n| n > 0)), line));
         });
     }
     drop(tx);
@@ -309,9 +309,7 @@ fn run_plan(
 /// launched by PMIx (or built without the `pmix` feature).
 #[cfg(feature = "pmix")]
 fn pmix_launch(plan: &Plan) -> Option<Result<(), Failure>> {
-    if std::env::var_os("PMIX_RANK").is_none() {
-        return None;
-    }
+    std::env::var_os("PMIX_RANK")?;
     Some((|| {
         let px = perf::pmix::Pmix::init().map_err(|e| Failure::Run(format!("PMIx_Init: {e}")))?;
         // The launcher places and binds the processes (its --bind-to); no pinning here.
