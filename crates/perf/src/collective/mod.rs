@@ -11,7 +11,8 @@
 //!   result, so a post that wrote nothing fails);
 //! - the numbers: each rank's mean time per collective, combined over the team with the
 //!   team's own allreduces (mean, min and max over ranks), and whether any rank saw wrong
-//!   data, so that all ranks agree on the verdict and none waits for a rank that stopped.
+//!   data, so that all ranks agree on the verdict and none waits for a rank that stopped;
+//!   and the largest peak resident set over the ranks (memory per process).
 //!
 //! Invariant: all ranks call [`run`] with the same parameters in the same order (the
 //! ordering rule of collectives).
@@ -90,6 +91,9 @@ pub struct CollResult {
     /// Smallest and largest rank mean, in µs.
     pub min_us: f64,
     pub max_us: f64,
+    /// Largest peak resident set over the ranks (`VmHWM`, KiB: the peak of each process
+    /// so far, earlier runs included; 0 where /proc does not say).
+    pub peak_rss_kib: u64,
 }
 
 /// Why a run failed.
@@ -255,6 +259,7 @@ pub fn run(cx: &mut Context, team: Team, p: &CollParams) -> Result<CollResult, C
     let sum = allreduce_f64(cx, team, mean, Op::Sum)?;
     let min_us = allreduce_f64(cx, team, mean, Op::Min)?;
     let max_us = allreduce_f64(cx, team, mean, Op::Max)?;
+    let rss = allreduce_f64(cx, team, peak_rss_kib() as f64, Op::Max)?;
     Ok(CollResult {
         test: name(p.coll),
         alg: alg.name(),
@@ -268,22 +273,33 @@ pub fn run(cx: &mut Context, team: Team, p: &CollParams) -> Result<CollResult, C
         avg_us: sum / size as f64,
         min_us,
         max_us,
+        peak_rss_kib: rss as u64,
     })
+}
+
+/// This process's peak resident set in KiB (`VmHWM` of /proc/self/status), or 0.
+fn peak_rss_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
 }
 
 /// The header of [`table_line`]'s table.
 pub fn table_header() -> String {
     format!(
-        "{:<15} {:<22} {:>5} {:>10} {:>8} {:>11} {:>11} {:>11}\n",
-        "# test", "algorithm", "np", "bytes", "iters", "avg_us", "min_us", "max_us"
+        "{:<15} {:<22} {:>5} {:>10} {:>8} {:>11} {:>11} {:>11} {:>9}\n",
+        "# test", "algorithm", "np", "bytes", "iters", "avg_us", "min_us", "max_us", "rss_kib"
     )
 }
 
 /// One result as a table line.
 pub fn table_line(r: &CollResult) -> String {
     format!(
-        "{:<15} {:<22} {:>5} {:>10} {:>8} {:>11.3} {:>11.3} {:>11.3}\n",
-        r.test, r.alg, r.ranks, r.size, r.iterations, r.avg_us, r.min_us, r.max_us
+        "{:<15} {:<22} {:>5} {:>10} {:>8} {:>11.3} {:>11.3} {:>11.3} {:>9}\n",
+        r.test, r.alg, r.ranks, r.size, r.iterations, r.avg_us, r.min_us, r.max_us, r.peak_rss_kib
     )
 }
 

@@ -139,6 +139,10 @@ struct Cli {
     /// (allgather, gather, scatter, reduce_scatter), of one block per peer (alltoall).
     #[arg(long = "sizes", value_name = "LIST", conflicts_with = "size")]
     sizes: Option<String>,
+    /// Collective tests: network namespaces to spread the ranks over, in blocks (rank r
+    /// in the (r x count / N)-th); rank 0 must already run in the first (`ip netns exec`).
+    #[arg(long = "netns", value_name = "LIST")]
+    netns: Option<String>,
     /// Internal: the rank of a collective-test process started by rank 0.
     #[arg(long, hide = true, value_name = "RANK")]
     coll_rank: Option<usize>,
@@ -509,8 +513,8 @@ fn run_tests(cli: &Cli, plan: &Plan, chan: LineChannel, peer: &str) -> Result<()
 /// The plan of a collective test, or `None` when `-t` names no collective.
 fn coll_plan(cli: &Cli) -> Result<Option<coll_mode::Plan>, Failure> {
     let Some(c) = cli.test.as_deref().and_then(perf::collective::lookup) else {
-        if cli.ranks.is_some() || cli.alg.is_some() || cli.sizes.is_some() {
-            return usage("-N, -A and --sizes apply to the collective tests only");
+        if cli.ranks.is_some() || cli.alg.is_some() || cli.sizes.is_some() || cli.netns.is_some() {
+            return usage("-N, -A, --sizes and --netns apply to the collective tests only");
         }
         return Ok(None);
     };
@@ -542,12 +546,16 @@ fn coll_plan(cli: &Cli) -> Result<Option<coll_mode::Plan>, Failure> {
         cli.cpus.as_deref(),
         Duration::from_secs_f64(cli.timeout),
         cli.json,
+        cli.netns.as_deref(),
     )
     .map(Some)
 }
 
 fn initiator(cli: &Cli) -> Result<(), Failure> {
     if let Some(p) = coll_plan(cli)? {
+        // The UCX_COLL_* variables are known too (coll registers them with its contexts,
+        // which come after this check).
+        ucs::config::register(::coll::COLL_VARS);
         check_config()?;
         return coll_mode::launch(&p);
     }

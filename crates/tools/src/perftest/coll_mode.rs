@@ -7,7 +7,9 @@
 //!   its worker address to its stdout as one hex line; rank 0 answers every child with the
 //!   whole list, in rank order, on its stdin. Children die with rank 0 (parent-death
 //!   signal); rank 0 kills and reaps them when anything fails; every wait is bounded by
-//!   `--timeout`;
+//!   `--timeout`. With `--netns A,B,...` the ranks run in those network namespaces, in
+//!   blocks (the seed's experiment: 8 ranks, 2 per namespace), started through
+//!   `ip netns exec`;
 //! - under a PMIx launcher (`mpirun`, `srun --mpi=pmix`: `PMIX_RANK` is set) and with the
 //!   `pmix` feature, every process is started by the launcher and the addresses travel
 //!   through PMIx put, commit, fence and get (`perf::pmix`).
@@ -33,6 +35,9 @@ pub struct Plan {
     pub json: bool,
     /// CPU of each rank, by rank (empty: no pinning).
     pub cpus: Vec<usize>,
+    /// Network namespaces the ranks are spread over in blocks (rank r in
+    /// `netns[r * len / ranks]`; rank 0 must run in the first already). Empty: none.
+    pub netns: Vec<String>,
 }
 
 /// The sizes of a comma-separated list (`8,4k,1m`).
@@ -54,6 +59,7 @@ pub fn plan(
     cpus: Option<&str>,
     timeout: Duration,
     json: bool,
+    netns: Option<&str>,
 ) -> Result<Plan, Failure> {
     let alg = match alg {
         None => None,
@@ -109,12 +115,21 @@ pub fn plan(
         None if ranks <= allowed.len() => allowed[..ranks].to_vec(),
         None => Vec::new(),
     };
+    let netns: Vec<String> = netns
+        .map(|l| l.split(',').map(|n| n.trim().to_string()).collect())
+        .unwrap_or_default();
+    if netns.iter().any(|n| n.is_empty() || n.contains('/')) || netns.len() > ranks {
+        return Err(Failure::Usage(format!(
+            "--netns: at most {ranks} namespace names, comma-separated"
+        )));
+    }
     Ok(Plan {
         tests,
         ranks,
         timeout,
         json,
         cpus,
+        netns,
     })
 }
 
@@ -174,7 +189,16 @@ pub fn launch(plan: &Plan) -> Result<(), Failure> {
     let mut children = Children(Vec::new());
     let (tx, rx) = mpsc::channel();
     for r in 1..plan.ranks {
-        let mut child = Command::new(&exe)
+        let mut cmd = match plan.netns.get(r * plan.netns.len() / plan.ranks) {
+            Some(ns) => {
+                // ip(8) enters the namespace and execs the rank: still our child.
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns]).arg(&exe);
+                c
+            }
+            None => Command::new(&exe),
+        };
+        let mut child = cmd
             .args(&args)
             .args(["--peer-role", "coll", "--coll-rank", &r.to_string()])
             .stdin(Stdio::piped())
