@@ -170,6 +170,8 @@ impl Children {
 
 /// A coll context over a worker configured from the environment (`UCX_TLS`, ...).
 fn context() -> Result<coll::Context, Failure> {
+    // Before ucp reads the environment, so that UCX_COLL_* are not reported as unknown.
+    ucs::config::register(coll::COLL_VARS);
     let ctx = ucp::Context::new(ucp::Features::TAG | ucp::Features::RMA)
         .map_err(|e| Failure::Run(format!("cannot create a ucp context: {e}")))?;
     let worker = ucp::Worker::new(&ctx, ucp::ThreadMode::Single)
