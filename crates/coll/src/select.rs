@@ -247,19 +247,30 @@ impl Forced {
 
 /// The selection table: the algorithm for `c` over `p` ranks moving `bytes` (the vector
 /// of reductions and bcast, the total of the gathers, one block of alltoall), where
-/// `uniform` says all blocks have one size.
+/// `uniform` says all blocks have one size. The crossovers up to 8 ranks were measured
+/// (`scripts/bench-coll-algs`, docs/collectives.md); beyond 8 ranks, and where the
+/// measurements disagreed, they come from the cost model.
 pub fn select(c: CollType, p: usize, bytes: usize, uniform: bool) -> Alg {
     use Alg::*;
     match c {
         CollType::Barrier => Dissemination,
-        CollType::Bcast if p > 2 && bytes >= 32 << 10 => ScatterAllgather,
+        // Measured up to 8 ranks: the tree won at every size.
+        CollType::Bcast if p > 8 && bytes >= 32 << 10 => ScatterAllgather,
         CollType::Bcast => Knomial,
-        CollType::Reduce if p > 2 && bytes >= 64 << 10 => ReduceScatterGather,
+        CollType::Reduce if p > 8 && bytes >= 64 << 10 => ReduceScatterGather,
         CollType::Reduce => Knomial,
-        CollType::Allreduce if bytes < 8 << 10 || p == 2 && bytes < 64 << 10 => RecursiveDoubling,
+        CollType::Allreduce if p == 2 => {
+            if bytes < 1 << 20 {
+                RecursiveDoubling
+            } else {
+                Ring
+            }
+        }
+        CollType::Allreduce if bytes < 16 << 10 => RecursiveDoubling,
+        CollType::Allreduce if bytes < 128 << 10 => Ring,
         CollType::Allreduce if bytes < 1 << 20 => Rabenseifner,
         CollType::Allreduce => Ring,
-        CollType::Allgather | CollType::Allgatherv if bytes < 16 << 10 => {
+        CollType::Allgather | CollType::Allgatherv if p > 4 && bytes < 16 << 10 => {
             if p.is_power_of_two() {
                 RecursiveDoubling
             } else {
@@ -267,7 +278,7 @@ pub fn select(c: CollType, p: usize, bytes: usize, uniform: bool) -> Alg {
             }
         }
         CollType::Allgather | CollType::Allgatherv => Ring,
-        CollType::Alltoall if uniform && p >= 8 && bytes <= 256 => Bruck,
+        CollType::Alltoall if uniform && p >= 4 && bytes <= 512 => Bruck,
         CollType::Alltoall | CollType::Alltoallv if bytes < 8 << 10 => Direct,
         CollType::Alltoall | CollType::Alltoallv => Pairwise,
         CollType::ReduceScatter | CollType::ReduceScatterv => Ring,

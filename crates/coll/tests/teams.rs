@@ -156,6 +156,30 @@ fn table_and_names() {
     assert_eq!(select(CollType::Allreduce, 8, 4 << 20, true), Alg::Ring);
     assert_eq!(select(CollType::Alltoall, 8, 8, true), Alg::Bruck);
     assert_eq!(select(CollType::Alltoall, 8, 1 << 20, true), Alg::Pairwise);
+    // The measured crossovers (docs/collectives.md, scripts/bench-coll-algs).
+    assert_eq!(select(CollType::Alltoall, 4, 512, true), Alg::Bruck);
+    assert_eq!(select(CollType::Alltoall, 4, 513, true), Alg::Direct);
+    assert_eq!(select(CollType::Alltoall, 3, 8, true), Alg::Direct);
+    assert_eq!(
+        select(CollType::Allreduce, 2, 512 << 10, true),
+        Alg::RecursiveDoubling
+    );
+    assert_eq!(select(CollType::Allreduce, 4, 32 << 10, true), Alg::Ring);
+    assert_eq!(
+        select(CollType::Allreduce, 4, 256 << 10, true),
+        Alg::Rabenseifner
+    );
+    assert_eq!(select(CollType::Bcast, 8, 1 << 20, true), Alg::Knomial);
+    assert_eq!(
+        select(CollType::Bcast, 9, 1 << 20, true),
+        Alg::ScatterAllgather
+    );
+    assert_eq!(select(CollType::Reduce, 8, 1 << 20, true), Alg::Knomial);
+    assert_eq!(select(CollType::Allgather, 4, 64, true), Alg::Ring);
+    assert_eq!(
+        select(CollType::Allgather, 8, 64, true),
+        Alg::RecursiveDoubling
+    );
 }
 
 /// Bad arguments are errors, not panics: short buffers, roots out of range, ops a type

@@ -16,7 +16,9 @@
 //! - [`clock`]: the cheap clock of the timed loops (TSC, or `Instant`);
 //! - [`report`]: ucx_perftest's table and the JSON line;
 //! - [`mem`]: memory regions the peer reads or writes, and the data pattern;
-//! - [`affinity`]: CPU pinning.
+//! - [`affinity`]: CPU pinning;
+//! - [`collective`]: the collective benchmarks over a team of N processes (coll);
+//! - `pmix` (feature `pmix`): the PMIx client that forms such a team under mpirun.
 //!
 //! The process model (who starts the peer, how the channel's descriptors are made) is the
 //! tool's business; this crate only needs a [`channel::Channel`].
@@ -28,6 +30,7 @@ pub mod channel;
 // rdtsc is an unsafe intrinsic.
 #[allow(unsafe_code)]
 pub mod clock;
+pub mod collective;
 pub mod handshake;
 // Aligned heap buffers, and regions registered with Md::mem_reg (unsafe) that the peer
 // writes: raw views of memory other processes change.
@@ -35,6 +38,10 @@ pub mod handshake;
 pub mod mem;
 pub mod net;
 pub mod params;
+// FFI to libpmix (behind the pmix feature).
+#[cfg(feature = "pmix")]
+#[allow(unsafe_code)]
+pub mod pmix;
 // The ucp tests post through ucp's nonblocking calls (tag_send_nb, put_nb, ...), which
 // are unsafe (a raw Buf the caller keeps valid); they stay so until ucp has an
 // owned-buffer nonblocking API (issue 12). Most of perf's unsafe blocks are these.

@@ -23,14 +23,24 @@ fn perftest(args: &[&str]) -> Run {
 
 /// [`perftest`] with extra environment variables.
 fn perftest_env(args: &[&str], env: &[(&str, &str)]) -> Run {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_rucx-perftest"))
+    run_limited(env!("CARGO_BIN_EXE_rucx-perftest"), args, env)
+}
+
+/// Runs `program` (a launcher of rucx-perftest) with `args`, within [`LIMIT`].
+#[cfg(feature = "pmix")]
+fn perftest_cmd(program: &str, args: &[&str]) -> Run {
+    run_limited(program, args, &[])
+}
+
+fn run_limited(program: &str, args: &[&str], env: &[(&str, &str)]) -> Run {
+    let mut child = Command::new(program)
         .args(args)
         .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("start rucx-perftest");
+        .unwrap_or_else(|e| panic!("start {program}: {e}"));
     // Drain both pipes in threads so a chatty child cannot block on a full pipe.
     let mut out = child.stdout.take().unwrap();
     let mut err = child.stderr.take().unwrap();
@@ -52,7 +62,7 @@ fn perftest_env(args: &[&str], env: &[(&str, &str)]) -> Run {
         if start.elapsed() > LIMIT {
             let _ = child.kill();
             let _ = child.wait();
-            panic!("rucx-perftest {args:?} ran longer than {LIMIT:?}; killed");
+            panic!("{program} {args:?} ran longer than {LIMIT:?}; killed");
         }
         std::thread::sleep(Duration::from_millis(20));
     };
@@ -677,4 +687,167 @@ fn threads_json() {
 
 fn run_failed(r: &Run) -> bool {
     r.code != Some(0)
+}
+
+/// Checks one collective result line: the fields and consistent, positive times. The
+/// data were checked by every rank (a wrong byte makes the run exit 1).
+fn check_coll(v: &serde_json::Value, test: &str, ranks: u64, size: u64, iterations: u64) {
+    assert_eq!(v["test"], test, "{v}");
+    assert_eq!(v["ranks"], ranks, "{v}");
+    assert_eq!(v["size"], size, "{v}");
+    assert_eq!(v["iterations"], iterations, "{v}");
+    assert!(v["alg"].as_str().is_some_and(|a| !a.is_empty()), "{v}");
+    let num = |k: &str| v[k].as_f64().unwrap_or_else(|| panic!("{k}: {v}"));
+    assert!(num("min_us") > 0.0, "{v}");
+    assert!(num("min_us") <= num("avg_us") * 1.000_001, "{v}");
+    assert!(num("avg_us") <= num("max_us") * 1.000_001, "{v}");
+}
+
+/// Every collective test over 3 processes (shm): sizes that do not divide by the team.
+#[test]
+fn collective_tests_over_three_processes() {
+    for (test, _) in perf::collective::TESTS {
+        let run = perftest(&[
+            "-t", test, "-N", "3", "--sizes", "4,52,4k", "-n", "20", "--json",
+        ]);
+        assert_eq!(run.code, Some(0), "{test}: {}", run.stderr);
+        let res = json_results(&run);
+        let sizes: &[u64] = if *test == "barrier" {
+            &[0, 0, 0]
+        } else {
+            &[4, 52, 4096]
+        };
+        assert_eq!(res.len(), 3, "{test}: {}", run.stdout);
+        for (v, &s) in res.iter().zip(sizes) {
+            check_coll(v, test, 3, s, 20);
+        }
+    }
+}
+
+/// Every alltoall and allreduce algorithm over tcp, 4 processes, forced with -A.
+#[test]
+fn collective_algorithms_over_tcp() {
+    for (test, algs) in [
+        ("alltoall", &["bruck", "direct", "pairwise", "rma"][..]),
+        ("allreduce", &["recursive_doubling", "rabenseifner", "ring"]),
+    ] {
+        for alg in algs {
+            let run = perftest_env(
+                &[
+                    "-t", test, "-N", "4", "-A", alg, "--sizes", "8,20000", "-n", "5", "--json",
+                ],
+                &[("UCX_TLS", "tcp")],
+            );
+            assert_eq!(run.code, Some(0), "{test} {alg}: {}", run.stderr);
+            let res = json_results(&run);
+            assert_eq!(res.len(), 2, "{test} {alg}: {}", run.stdout);
+            for (v, s) in res.iter().zip([8, 20000]) {
+                check_coll(v, test, 4, s, 5);
+                assert_eq!(v["alg"], *alg, "{v}");
+            }
+        }
+    }
+}
+
+/// The table form, and a one-rank team.
+#[test]
+fn collective_table_and_single_rank() {
+    let run = perftest(&["-t", "bcast", "-N", "1", "-s", "1k", "-n", "10"]);
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    let lines: Vec<_> = run.stdout.lines().collect();
+    assert_eq!(lines.len(), 2, "{}", run.stdout);
+    assert!(lines[0].starts_with("# test"), "{}", run.stdout);
+    let f: Vec<_> = lines[1].split_whitespace().collect();
+    assert_eq!(
+        &f[..5],
+        &["bcast", "knomial", "1", "1024", "10"],
+        "{}",
+        run.stdout
+    );
+}
+
+#[test]
+fn collective_command_lines_that_fail() {
+    for (args, code) in [
+        (&["-t", "allreduce", "-A", "bruck"][..], 2),
+        (&["-t", "allreduce", "-N", "0"], 2),
+        (&["-t", "allreduce", "-l"], 2),
+        (&["-t", "allreduce", "-x", "shm"], 2),
+        (&["-t", "allreduce", "--sizes", "8,x"], 2),
+        (&["-t", "allreduce", "-N", "2", "-c", "0"], 2),
+        (&["-t", "tag_lat", "-N", "2"], 2),
+        // Reductions are of 4-byte integers.
+        (&["-t", "allreduce", "-N", "2", "-s", "6", "-n", "2"], 1),
+    ] {
+        let run = perftest(args);
+        assert_eq!(run.code, Some(code), "{args:?}: {}", run.stderr);
+        assert!(!run.stderr.trim().is_empty(), "{args:?}: no message");
+        assert!(!run.stderr.contains("panicked"), "{args:?}: {}", run.stderr);
+    }
+}
+
+/// Started by a PMIx launcher that is not there: a clear failure, at once.
+#[test]
+fn collective_pmix_without_a_server_fails_cleanly() {
+    let run = perftest_env(&["-t", "allreduce", "-n", "2"], &[("PMIX_RANK", "0")]);
+    assert_eq!(run.code, Some(1), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("PMIx") || run.stderr.contains("pmix"),
+        "{}",
+        run.stderr
+    );
+    assert!(!run.stderr.contains("panicked"), "{}", run.stderr);
+}
+
+/// Under Open MPI's mpirun (PMIx), with no MPI in the process: the ranks trade addresses
+/// through PMIx and run checked collectives; only rank 0 prints.
+#[cfg(feature = "pmix")]
+#[test]
+fn collectives_under_mpirun() {
+    let have = Command::new("mpirun")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !have {
+        testkit::require::skip(
+            "mpi",
+            "mpirun not found (apt-get install openmpi-bin): skipped",
+        );
+        return;
+    }
+    let exe = env!("CARGO_BIN_EXE_rucx-perftest");
+    for (np, test, tls) in [
+        ("3", "alltoall", "shm"),
+        ("4", "allreduce", "tcp"),
+        ("2", "bcast", "shm"),
+    ] {
+        let run = perftest_cmd(
+            "mpirun",
+            &[
+                "--allow-run-as-root",
+                "--oversubscribe",
+                "-np",
+                np,
+                "-x",
+                &format!("UCX_TLS={tls}"),
+                exe,
+                "-t",
+                test,
+                "--sizes",
+                "8,52,64k",
+                "-n",
+                "10",
+                "--json",
+            ],
+        );
+        assert_eq!(run.code, Some(0), "np {np} {test}: {}", run.stderr);
+        let res = json_results(&run);
+        assert_eq!(res.len(), 3, "np {np} {test}: {}", run.stdout);
+        let np: u64 = np.parse().unwrap();
+        for (v, s) in res.iter().zip([8, 52, 65536]) {
+            check_coll(v, test, np, s, 10);
+        }
+    }
 }

@@ -184,6 +184,12 @@ fn main() -> ExitCode {
         eprintln!("rucx-info: invalid configuration: {e}");
         return ExitCode::from(1);
     }
+    // The collectives' variables (UCX_COLL_<NAME>_ALG, ...), checked as coll checks them.
+    ucs::config::register(coll::COLL_VARS);
+    if let Err(e) = coll::Options::from_env() {
+        eprintln!("rucx-info: invalid configuration: {e}");
+        return ExitCode::from(1);
+    }
     ucs::config::warn_unknown();
     let mut out = String::new();
     let mut ok = true;

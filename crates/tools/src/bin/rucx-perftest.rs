@@ -21,6 +21,9 @@
 //!
 //! Every wait for the peer is bounded by `--timeout`.
 //!
+//! Collective tests (`-t allreduce`, ... with `-N RANKS`, `-A ALG`, `--sizes LIST`) run
+//! over a team of processes instead; see the `coll_mode` module.
+//!
 //! Exit status: 0 on success, 1 when a test fails, 2 for a bad command line.
 
 #![forbid(unsafe_code)]
@@ -33,7 +36,9 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
-#[path = "../perftest_mt.rs"]
+#[path = "../perftest/coll_mode.rs"]
+mod coll_mode;
+#[path = "../perftest/mt.rs"]
 mod mt;
 
 /// Command line, with ucx_perftest's option letters where it has them.
@@ -142,6 +147,26 @@ struct Cli {
     progress_thread: bool,
     #[arg(value_name = "HOST")]
     host: Option<String>,
+    /// Collective tests: processes in the team [default: 2]. Under a PMIx launcher
+    /// (mpirun, srun --mpi=pmix) the launcher's count applies.
+    #[arg(short = 'N', long = "ranks", value_name = "N")]
+    ranks: Option<usize>,
+    /// Collective tests: the algorithm (see docs/collectives.md) [default: the selection
+    /// table, or UCX_COLL_<NAME>_ALG].
+    #[arg(short = 'A', long = "alg", value_name = "ALG")]
+    alg: Option<String>,
+    /// Collective tests: message sizes, comma-separated (e.g. 8,4k,64k,1m) [default: -s,
+    /// or 8]. Bytes of the vector (allreduce, reduce, bcast), of one rank's block
+    /// (allgather, gather, scatter, reduce_scatter), of one block per peer (alltoall).
+    #[arg(long = "sizes", value_name = "LIST", conflicts_with = "size")]
+    sizes: Option<String>,
+    /// Collective tests: network namespaces to spread the ranks over, in blocks (rank r
+    /// in the (r x count / N)-th); rank 0 must already run in the first (`ip netns exec`).
+    #[arg(long = "netns", value_name = "LIST")]
+    netns: Option<String>,
+    /// Internal: the rank of a collective-test process started by rank 0.
+    #[arg(long, hide = true, value_name = "RANK")]
+    coll_rank: Option<usize>,
     /// Internal: the role of a peer process started by rucx-perftest itself.
     #[arg(long, hide = true, value_name = "ROLE")]
     peer_role: Option<String>,
@@ -519,7 +544,55 @@ fn run_tests(cli: &Cli, plan: &Plan, chan: LineChannel, peer: &str) -> Result<()
         .map_err(|e| Failure::Run(format!("cannot stop the {peer}: {e}")))
 }
 
+/// The plan of a collective test, or `None` when `-t` names no collective.
+fn coll_plan(cli: &Cli) -> Result<Option<coll_mode::Plan>, Failure> {
+    let Some(c) = cli.test.as_deref().and_then(perf::collective::lookup) else {
+        if cli.ranks.is_some() || cli.alg.is_some() || cli.sizes.is_some() || cli.netns.is_some() {
+            return usage("-N, -A, --sizes and --netns apply to the collective tests only");
+        }
+        return Ok(None);
+    };
+    if cli.server || cli.connect.is_some() || cli.host.is_some() || cli.loopback {
+        return usage(
+            "collective tests start their ranks themselves (-N), or run under a PMIx launcher",
+        );
+    }
+    if cli.transport.is_some() || cli.layout.is_some() {
+        return usage(
+            "-x and -D do not apply to collective tests (UCX_TLS restricts the transports)",
+        );
+    }
+    let sizes = match (&cli.sizes, cli.size) {
+        (Some(l), _) => coll_mode::parse_sizes(l).map_err(Failure::Usage)?,
+        (None, Some(s)) => vec![s],
+        (None, None) => vec![8],
+    };
+    if !(cli.timeout > 0.0 && cli.timeout <= 86_400.0) {
+        return usage("--timeout must be between 0 and 86400 seconds");
+    }
+    coll_mode::plan(
+        c,
+        cli.alg.as_deref(),
+        sizes,
+        cli.iterations,
+        cli.warmup,
+        cli.ranks,
+        cli.cpus.as_deref(),
+        Duration::from_secs_f64(cli.timeout),
+        cli.json,
+        cli.netns.as_deref(),
+    )
+    .map(Some)
+}
+
 fn initiator(cli: &Cli) -> Result<(), Failure> {
+    if let Some(p) = coll_plan(cli)? {
+        // The UCX_COLL_* variables are known too (coll registers them with its contexts,
+        // which come after this check).
+        ucs::config::register(::coll::COLL_VARS);
+        check_config()?;
+        return coll_mode::launch(&p);
+    }
     if cli.threads.is_some() || cli.thread_mode.is_some() || cli.progress_thread {
         return mt::initiator(cli);
     }
@@ -640,10 +713,13 @@ fn test_help() -> String {
             .collect::<Vec<_>>()
             .join(", ")
     };
+    let colls: Vec<_> = perf::collective::TESTS.iter().map(|t| t.0).collect();
     format!(
-        "Test. Protocol layer: {}. Transport layer (with -x; \"get\" also without): {}",
+        "Test. Protocol layer: {}. Transport layer (with -x; \"get\" also without): {}. \
+         Collectives (with -N, -A, --sizes): {}",
         names(Api::Ucp),
-        names(Api::Uct)
+        names(Api::Uct),
+        colls.join(", ")
     )
 }
 
@@ -660,6 +736,13 @@ fn main() -> ExitCode {
         None => initiator(&cli),
         Some("responder") => responder(&cli),
         Some("mt-responder") => mt::responder(&cli),
+        Some("coll") => match coll_plan(&cli) {
+            Ok(Some(p)) => coll_mode::child(&p, cli.coll_rank.unwrap_or(0)),
+            Ok(None) => Err(Failure::Usage(
+                "a collective rank needs a collective test".into(),
+            )),
+            Err(e) => Err(e),
+        },
         Some(other) => Err(Failure::Usage(format!("unknown peer role '{other}'"))),
     };
     match r {
