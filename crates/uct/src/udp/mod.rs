@@ -117,6 +117,7 @@
 //! All processes must use the same `UCX_UDP_SEG_SIZE`: it is part of the interface
 //! address, and an interface with another size is not reachable.
 
+mod addr_index;
 pub mod wire;
 
 use crate::am::AmTable;
@@ -124,7 +125,8 @@ use crate::slab::Slab;
 use crate::tcp::IfaceEvent;
 use crate::types::*;
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
-use std::collections::{HashMap, VecDeque};
+use addr_index::AddrIndex;
+use std::collections::VecDeque;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::time::Duration;
@@ -428,7 +430,8 @@ pub struct UdpIface {
     /// the interface enum should not grow by it.
     engine: Box<Engine>,
     peers: Vec<PeerEntry>,
-    by_addr: HashMap<SocketAddr, u32>,
+    /// Peer numbers by address (of `peers`).
+    by_addr: AddrIndex,
     /// Peers no endpoint refers to.
     unref_peers: u32,
     eps: Slab<UdpEp>,
@@ -614,7 +617,7 @@ impl UdpIface {
             timer,
             engine,
             peers: Vec::new(),
-            by_addr: HashMap::new(),
+            by_addr: AddrIndex::default(),
             unref_peers: 0,
             eps: Slab::default(),
             handlers: AmTable::default(),
@@ -722,6 +725,11 @@ impl UdpIface {
             && (!a.ip().is_loopback() || same_host)
     }
 
+    #[inline]
+    fn find_peer(&self, addr: &SocketAddr) -> Option<u32> {
+        self.by_addr.find(addr, |p| self.peers[p as usize].addr)
+    }
+
     /// Adds a peer at `addr` that no endpoint refers to yet.
     fn add_peer(&mut self, addr: SocketAddr, now: u64) -> Result<u32> {
         let id = u32::try_from(self.peers.len()).map_err(|_| Status::NoResource)?;
@@ -733,7 +741,8 @@ impl UdpIface {
             eps: 0,
             failed: false,
         });
-        self.by_addr.insert(addr, id);
+        let peers = &self.peers;
+        self.by_addr.insert(&addr, id, |p| peers[p as usize].addr);
         self.unref_peers += 1;
         Ok(id)
     }
@@ -746,8 +755,8 @@ impl UdpIface {
         }
         let addr = key(addr);
         let now = ucs::now_ns();
-        let peer = match self.by_addr.get(&addr) {
-            Some(&p) => {
+        let peer = match self.find_peer(&addr) {
+            Some(p) => {
                 let pe = &mut self.peers[p as usize];
                 if pe.failed {
                     // A new endpoint to a peer that failed starts afresh.
@@ -1018,8 +1027,8 @@ impl UdpIface {
                 let parts = m.data.chunks(seg).filter(|_| m.seg.is_some());
                 for d in whole.chain(parts) {
                     got += 1;
-                    let peer = match self.by_addr.get(&from) {
-                        Some(&p) => p,
+                    let peer = match self.find_peer(&from) {
+                        Some(p) => p,
                         None => match self.implicit_peer(from, d, now) {
                             Some(p) => p,
                             None => continue,
