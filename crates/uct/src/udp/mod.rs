@@ -8,7 +8,8 @@
 //! adds the remote address to the interface's peer table and to the engine (a fixed-size
 //! record, [`uct_rel::Engine::IDLE_PEER_BYTES`]); it opens no socket, starts no thread,
 //! allocates no buffer and sends nothing. Peers are numbered densely ([`PeerId`] = index
-//! in the table); a hash map finds the peer of an arriving datagram's source address.
+//! in the table); an index of peer numbers hashed by address (`addr_index`) finds the
+//! peer of an arriving datagram's source address.
 //! Several endpoints to the same address share its peer (and so its ordering). A datagram
 //! from an unknown address that is a well-formed data packet creates an *implicit* peer,
 //! so that a process can receive from peers it never created an endpoint to (the protocol
@@ -93,8 +94,9 @@
 //! # Memory
 //!
 //! Per peer: the engine's record ([`uct_rel::Engine::IDLE_PEER_BYTES`], 148 bytes), a
-//! 40-byte table entry, a hash-map entry (about 48 bytes) and per endpoint a 12-byte slot:
-//! about 250 bytes, no descriptor, no buffer. Shared by all peers: the socket, the
+//! 40-byte table entry, a 4-byte slot of the address index (`addr_index`: the peer's
+//! number only, the address stays in the table; about 10 bytes with the index's empty
+//! slots) and per endpoint a 12-byte slot: about 210 bytes, no descriptor, no buffer. Shared by all peers: the socket, the
 //! receive batch (up to 1 MiB: 64 datagrams, or 16 GRO buffers of 64 KiB), the send
 //! batch's headers, and the engine's packet pools, which grow with the
 //! messages in flight up to [`UdpConfig::tx_queue`] datagrams each (by default 8192, and
