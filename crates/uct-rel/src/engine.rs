@@ -45,9 +45,11 @@
 //!   [`Config::initial_rto`] and the measured round trip plus four deviations (RFC 6298's
 //!   smoothing, sampled only from packets sent once), doubles on each expiry up to
 //!   [`Config::max_rto`], and resets when the acknowledgement moves.
-//! - At most [`Config::window`] messages per peer are unacknowledged, and at most one
-//!   send window (below) of messages waits behind those in flight; beyond that, and when
-//!   the shared send pool is empty, [`Engine::send`] returns [`SendError::WindowFull`].
+//! - At most [`Config::window`] messages per peer are unacknowledged, and at most 64 KiB
+//!   of messages (less if the send window, below, is smaller; at least one packet) wait
+//!   behind those in flight; beyond that, and when the shared send pool is empty,
+//!   [`Engine::send`] returns [`SendError::WindowFull`]. Packing far ahead of the wire
+//!   would only let the packed bytes leave the CPU's cache before the kernel reads them.
 //! - A peer we have unacknowledged data for (or an unanswered keepalive probe, if
 //!   [`Config::keepalive`] is set) that sends nothing valid for [`Config::peer_timeout`] is
 //!   declared failed: [`Event::PeerFailed`] is queued after the messages already received

@@ -30,8 +30,8 @@
 //! straight into its slot of the engine's send pool ([`uct_rel::Engine::send_with`]),
 //! where it stays for retransmission: the only other copy is the kernel's. A message to
 //! an idle peer is handed to the socket at once; one queued behind others waits for the
-//! next progress call or until [`TX_DEFER`] have gathered, so that they go to the kernel
-//! together. When the peer's window (or the interface's send pool) is full, the send
+//! next progress call or until [`TX_DEFER`] messages or [`TX_DEFER_BYTES`] have
+//! gathered, so that they go to the kernel together while still in the CPU's cache. When the peer's window (or the interface's send pool) is full, the send
 //! returns `NoResource`, and `pending_add` queues until acknowledgements make room.
 //!
 //! # Kernel path
