@@ -451,6 +451,8 @@ pub struct UdpIface {
     deferred: u32,
     /// Their bytes.
     deferred_bytes: usize,
+    /// The last time read (by a progress call or a transmit), in `ucs::now_ns` units.
+    clock: u64,
     /// The kernel has UDP GSO (and this interface's datagrams are small enough to gain).
     gso: bool,
     /// The socket has UDP GRO on.
@@ -633,6 +635,7 @@ impl UdpIface {
             stalled: VecDeque::new(),
             deferred: 0,
             deferred_bytes: 0,
+            clock: ucs::now_ns(),
             gso,
             gro,
             cfg,
@@ -846,11 +849,14 @@ impl UdpIface {
     /// what can go. This is the one copy of the message before the kernel's.
     #[inline]
     fn push(&mut self, peer: u32, pack: impl FnOnce(&mut [u8]) -> usize) -> Result<Outcome> {
-        let now = ucs::now_ns();
         let idle = matches!(
             self.engine.peer_status(PeerId(peer)),
             PeerStatus::Active { unacked: 0 }
         );
+        // The engine reads the time of a send only for a peer's first unacknowledged
+        // message (it starts the peer's timers); behind others the last time read will
+        // do, and the clock is read again only if the batch goes out now.
+        let now = if idle { ucs::now_ns() } else { self.clock };
         let mut len = 0;
         let pack = |b: &mut [u8]| {
             len = pack(b);
@@ -864,8 +870,10 @@ impl UdpIface {
                 // sendmmsg, one GSO send).
                 self.deferred += 1;
                 self.deferred_bytes += len;
-                if idle || self.deferred >= TX_DEFER || self.deferred_bytes >= TX_DEFER_BYTES {
+                if idle {
                     self.transmit(now);
+                } else if self.deferred >= TX_DEFER || self.deferred_bytes >= TX_DEFER_BYTES {
+                    self.transmit(ucs::now_ns());
                 }
                 Ok(Outcome::Done(()))
             }
@@ -1124,6 +1132,7 @@ impl UdpIface {
     /// consecutive datagrams go to one peer) until it has none or the socket's send buffer
     /// is full (what is at hand is then kept for the next call).
     fn transmit(&mut self, now: u64) {
+        self.clock = now;
         self.deferred = 0;
         self.deferred_bytes = 0;
         if !self.stalled.is_empty() && !self.send_stalled() {
