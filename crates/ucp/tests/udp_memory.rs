@@ -6,7 +6,7 @@
 //! memory does not count. Each endpoint is flushed after its message, so that what is
 //! measured is the state kept per peer rather than messages in flight. Prints bytes per
 //! peer and descriptors per peer; asserts that a
-//! udp peer costs a small constant (no descriptor, well under 4 KiB) and less than a tcp
+//! udp peer costs a small constant (no descriptor, under 1 KiB) and less than a tcp
 //! one.
 //!
 //! The peers' worker addresses are made here (ucp's address format with one interface
@@ -250,7 +250,9 @@ fn memory_per_peer_udp_vs_tcp() {
     }
     let (udp, tcp) = (per_peer[0], per_peer[1]);
     assert_eq!(udp.1, 0, "udp: no descriptor per peer");
-    assert!(udp.0 < 4096, "udp: {} B per peer", udp.0);
+    // About 600 B measured (issue 15: stay within ~700 B); RSS moves in pages, so the
+    // bound leaves room for noise but not for a per-peer buffer.
+    assert!(udp.0 < 1024, "udp: {} B per peer", udp.0);
     assert!(tcp.1 >= 4000, "tcp: a socket per peer");
     assert!(
         udp.0 < tcp.0,

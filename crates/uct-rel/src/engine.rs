@@ -45,9 +45,11 @@
 //!   [`Config::initial_rto`] and the measured round trip plus four deviations (RFC 6298's
 //!   smoothing, sampled only from packets sent once), doubles on each expiry up to
 //!   [`Config::max_rto`], and resets when the acknowledgement moves.
-//! - At most [`Config::window`] messages per peer are unacknowledged, and at most one
-//!   send window (below) of messages waits behind those in flight; beyond that, and when
-//!   the shared send pool is empty, [`Engine::send`] returns [`SendError::WindowFull`].
+//! - At most [`Config::window`] messages per peer are unacknowledged, and at most 64 KiB
+//!   of messages (less if the send window, below, is smaller; at least one packet) wait
+//!   behind those in flight; beyond that, and when the shared send pool is empty,
+//!   [`Engine::send`] returns [`SendError::WindowFull`]. Packing far ahead of the wire
+//!   would only let the packed bytes leave the CPU's cache before the kernel reads them.
 //! - A peer we have unacknowledged data for (or an unanswered keepalive probe, if
 //!   [`Config::keepalive`] is set) that sends nothing valid for [`Config::peer_timeout`] is
 //!   declared failed: [`Event::PeerFailed`] is queued after the messages already received
@@ -601,12 +603,13 @@ impl Peer {
     }
 
     /// Whether [`Engine::send`] takes another message: fewer than `window` unacknowledged,
-    /// and less than one send window of bytes waiting behind those in flight, so that a
-    /// slow receiver pushes back on the sender's caller instead of filling the shared
-    /// send pool with data that cannot go yet.
+    /// and less than [`QUEUE_AHEAD`] bytes (at most a send window, at least a packet)
+    /// waiting behind those in flight, so that a slow receiver pushes back on the
+    /// sender's caller instead of filling the shared send pool with data that cannot go
+    /// yet, and a message is packed shortly before the kernel copies it again.
     fn has_room(&self, cfg: &Config) -> bool {
         let queued = self.unacked_bytes.saturating_sub(self.flight_bytes);
-        self.unacked() < cfg.window && queued < self.wnd().max(mss(cfg))
+        self.unacked() < cfg.window && queued < QUEUE_AHEAD.min(self.wnd()).max(mss(cfg))
     }
 
     /// The send window: the smaller of the congestion window and the peer's credit.
@@ -787,6 +790,12 @@ const LOSS_BACKOFF_MIN: u32 = 4;
 const MIN_CWND_PACKETS: u32 = 16;
 
 /// Bytes of the largest packet: the unit of the congestion window.
+/// Bytes a peer's queue may hold beyond what its windows let go (see `has_room`): about
+/// one batch of the owner's. More would be packed long before it leaves: on a fast host
+/// path the packed bytes are out of the CPU's cache by the time the kernel reads them,
+/// which costs more than the caller's retry.
+const QUEUE_AHEAD: u32 = 64 << 10;
+
 fn mss(cfg: &Config) -> u32 {
     (HEADER_LEN + cfg.max_payload) as u32
 }
@@ -2450,6 +2459,40 @@ mod recovery_tests {
         let second = out(&mut a, 5 + MS);
         assert!(!second.is_empty() && data_bytes(&second) <= 10_000);
         assert!(a.can_send(B));
+    }
+
+    #[test]
+    fn bytes_queued_behind_the_flight_stay_within_queue_ahead() {
+        let c = Config {
+            window: 4096,
+            max_payload: 1000,
+            initial_window: 100,
+            ..cfg()
+        };
+        let (mut a, mut b) = pair(c.clone());
+        // A credit far above QUEUE_AHEAD: the queue, not the credit, pushes back.
+        b.set_rcv_buf(1 << 20);
+        b.send(A, b"hello", 0).unwrap();
+        for p in out(&mut b, 0) {
+            a.on_packet(B, &p, 1);
+        }
+        let msg = vec![7u8; 1000];
+        let mut queued = 0u32;
+        while a.send(B, &msg, 2).is_ok() {
+            queued += 1;
+        }
+        let pkt = (HEADER_LEN + 1000) as u32;
+        // Nothing has been transmitted yet: every message waits, up to QUEUE_AHEAD.
+        assert_eq!(queued, QUEUE_AHEAD.div_ceil(pkt), "{queued}");
+        assert_eq!(a.send(B, &msg, 2), Err(SendError::WindowFull));
+        // Once they leave, the queue takes about QUEUE_AHEAD more.
+        let first = out(&mut a, 2);
+        assert_eq!(first.len() as u32, queued);
+        let mut more = 0u32;
+        while a.send(B, &msg, 3).is_ok() {
+            more += 1;
+        }
+        assert_eq!(more, QUEUE_AHEAD.div_ceil(pkt), "{more}");
     }
 
     #[test]

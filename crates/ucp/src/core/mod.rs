@@ -399,6 +399,26 @@ impl Core {
         }
     }
 
+    /// Frees the storage of the queue of `ep` (of every endpoint with `None`) if it is
+    /// empty, so that a flushed idle endpoint keeps no heap memory for it (memory per
+    /// peer is what lets a job grow to many peers); it grows again when an operation has
+    /// to wait. Called when a flush finds the endpoint drained, never per operation.
+    pub(crate) fn release_idle_queues(&mut self, ep: Option<u32>) {
+        let trim = |e: &mut EpState| {
+            if e.queue.is_empty() && e.queue.capacity() > 0 {
+                e.queue = VecDeque::new();
+            }
+        };
+        match ep {
+            Some(i) => {
+                if let Ok(e) = self.ep_mut(i) {
+                    trim(e);
+                }
+            }
+            None => self.eps.iter_mut().flatten().for_each(trim),
+        }
+    }
+
     /// Completes, with `status`, the sends and accesses of `ep` still in progress
     /// (queued or waiting for the peer).
     pub(crate) fn fail_waiting(&mut self, ep: u32, status: Status) {

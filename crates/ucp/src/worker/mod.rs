@@ -367,6 +367,7 @@ impl Worker {
             };
             if self.drained(target.0) && self.lanes_flushed(target.0) {
                 self.core.flushes.swap_remove(i);
+                self.core.release_idle_queues(target.0);
                 if let (Some(e), true) = target {
                     destroy_ep(
                         &mut self.tls,
@@ -591,6 +592,7 @@ impl Worker {
         self.core.stamp(&mut cb, crate::core::cq::CqOp::Flush)?;
         self.progress();
         if self.drained(target) && self.lanes_flushed(target) {
+            self.core.release_idle_queues(target);
             if let Some(Callback::Cq(t)) = cb {
                 let ep = target.map(|e| self.core.handle(e));
                 t.report(&self.core.cqs, Status::Ok, 0, 0, ep);
@@ -780,4 +782,39 @@ fn posted(
 pub(crate) struct Imm {
     pub length: usize,
     pub tag: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_flushed_endpoint_keeps_no_queue_storage() {
+        let ctx = crate::Context::with_config(
+            crate::Features::TAG,
+            crate::Config {
+                transports: vec![Transport::SelfTl],
+                ..crate::Config::from_env().unwrap()
+            },
+            uct::IfaceConfig::from_env().unwrap(),
+        )
+        .unwrap();
+        let mut w = Worker::new(&ctx, crate::ThreadMode::Single).unwrap();
+        let addr = w.address();
+        let ep = w.ep_create(&addr).unwrap();
+        let msg = *b"queued behind the wireup";
+        w.tag_send(ep, &msg, 5).unwrap();
+        let mut got = [0u8; 24];
+        let info = w.tag_recv(&mut got, 5, u64::MAX).unwrap();
+        assert_eq!((info.length, got), (msg.len(), msg));
+        // Connecting queued the wireup: the queue has storage until a flush finds it
+        // empty.
+        assert!(w.core.ep(ep.0).unwrap().queue.capacity() > 0);
+        w.flush_ep_blocking(ep).unwrap();
+        assert_eq!(w.core.ep(ep.0).unwrap().queue.capacity(), 0);
+        // It still sends.
+        w.tag_send(ep, &msg[..4], 6).unwrap();
+        let info = w.tag_recv(&mut got, 6, u64::MAX).unwrap();
+        assert_eq!((info.length, &got[..4]), (4, &msg[..4]));
+    }
 }

@@ -203,6 +203,23 @@ fn ip(args: &[&str]) -> bool {
         .is_ok_and(|s| s.success())
 }
 
+/// Waits (at most `TIMEOUT`) until `dev` of namespace `ns` is running (operational
+/// state up).
+fn wait_running(ns: &str, dev: &str) {
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        let out = Command::new("ip")
+            .args(["-n", ns, "-o", "link", "show", "dev", dev])
+            .output()
+            .expect("ip link show");
+        if String::from_utf8_lossy(&out.stdout).contains("state UP") {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{dev} in {ns} is not running");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 impl Hosts {
     /// `None` (with the reason printed) when this process may not make namespaces; a
     /// failure instead when `RUCX_REQUIRE` names netns.
@@ -248,6 +265,13 @@ impl Hosts {
             ]));
             assert!(ip(&["-n", &ns, "link", "set", &dev, "up"]));
             assert!(ip(&["-n", &ns, "link", "set", "lo", "up"]));
+        }
+        // A worker uses only running devices, and the kernel reports a veth running some
+        // time after both ends are up (up to a second, longer on a loaded machine): a
+        // worker started before then has no interface on it, and its peers find it
+        // unreachable.
+        for i in 0..n {
+            wait_running(&h.names[i], &format!("rh{i}"));
         }
         Some(h)
     }

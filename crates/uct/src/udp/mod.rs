@@ -8,7 +8,8 @@
 //! adds the remote address to the interface's peer table and to the engine (a fixed-size
 //! record, [`uct_rel::Engine::IDLE_PEER_BYTES`]); it opens no socket, starts no thread,
 //! allocates no buffer and sends nothing. Peers are numbered densely ([`PeerId`] = index
-//! in the table); a hash map finds the peer of an arriving datagram's source address.
+//! in the table); an index of peer numbers hashed by address (`addr_index`) finds the
+//! peer of an arriving datagram's source address.
 //! Several endpoints to the same address share its peer (and so its ordering). A datagram
 //! from an unknown address that is a well-formed data packet creates an *implicit* peer,
 //! so that a process can receive from peers it never created an endpoint to (the protocol
@@ -29,8 +30,8 @@
 //! straight into its slot of the engine's send pool ([`uct_rel::Engine::send_with`]),
 //! where it stays for retransmission: the only other copy is the kernel's. A message to
 //! an idle peer is handed to the socket at once; one queued behind others waits for the
-//! next progress call or until [`TX_DEFER`] have gathered, so that they go to the kernel
-//! together. When the peer's window (or the interface's send pool) is full, the send
+//! next progress call or until [`TX_DEFER`] messages or [`TX_DEFER_BYTES`] have
+//! gathered, so that they go to the kernel together while still in the CPU's cache. When the peer's window (or the interface's send pool) is full, the send
 //! returns `NoResource`, and `pending_add` queues until acknowledgements make room.
 //!
 //! # Kernel path
@@ -93,8 +94,9 @@
 //! # Memory
 //!
 //! Per peer: the engine's record ([`uct_rel::Engine::IDLE_PEER_BYTES`], 148 bytes), a
-//! 40-byte table entry, a hash-map entry (about 48 bytes) and per endpoint a 12-byte slot:
-//! about 250 bytes, no descriptor, no buffer. Shared by all peers: the socket, the
+//! 40-byte table entry, a 4-byte slot of the address index (`addr_index`: the peer's
+//! number only, the address stays in the table; about 10 bytes with the index's empty
+//! slots) and per endpoint a 12-byte slot: about 210 bytes, no descriptor, no buffer. Shared by all peers: the socket, the
 //! receive batch (up to 1 MiB: 64 datagrams, or 16 GRO buffers of 64 KiB), the send
 //! batch's headers, and the engine's packet pools, which grow with the
 //! messages in flight up to [`UdpConfig::tx_queue`] datagrams each (by default 8192, and
@@ -117,14 +119,16 @@
 //! All processes must use the same `UCX_UDP_SEG_SIZE`: it is part of the interface
 //! address, and an interface with another size is not reachable.
 
+mod addr_index;
 pub mod wire;
 
 use crate::am::AmTable;
 use crate::slab::Slab;
 use crate::tcp::IfaceEvent;
 use crate::types::*;
+use addr_index::AddrIndex;
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::time::Duration;
@@ -428,7 +432,8 @@ pub struct UdpIface {
     /// the interface enum should not grow by it.
     engine: Box<Engine>,
     peers: Vec<PeerEntry>,
-    by_addr: HashMap<SocketAddr, u32>,
+    /// Peer numbers by address (of `peers`).
+    by_addr: AddrIndex,
     /// Peers no endpoint refers to.
     unref_peers: u32,
     eps: Slab<UdpEp>,
@@ -444,6 +449,10 @@ pub struct UdpIface {
     stalled: VecDeque<(u32, Vec<u8>)>,
     /// Messages queued since the last transmit (see `push`).
     deferred: u32,
+    /// Their bytes.
+    deferred_bytes: usize,
+    /// The last time read (by a progress call or a transmit), in `ucs::now_ns` units.
+    clock: u64,
     /// The kernel has UDP GSO (and this interface's datagrams are small enough to gain).
     gso: bool,
     /// The socket has UDP GRO on.
@@ -485,6 +494,11 @@ fn warn_if_capped(asked: usize, rcv: usize, snd: usize) {
 pub const TX_BATCH: usize = 128;
 /// Messages queued behind others that may wait for the next progress call.
 pub const TX_DEFER: u32 = 32;
+/// Bytes of messages queued behind others that may wait for the next progress call: a
+/// GSO send's worth. Beyond it they go at once, while the packed bytes are still in the
+/// CPU's cache (the kernel's copy reads them again; 32 large datagrams, 2 MB, would have
+/// left it).
+pub const TX_DEFER_BYTES: usize = udp_batch::GSO_MAX_BYTES;
 
 /// The form of an address used as a map key: no IPv6 flow label.
 fn key(a: SocketAddr) -> SocketAddr {
@@ -565,9 +579,14 @@ impl UdpIface {
         engine.set_rcv_buf(u32::try_from(usable.max(seg_size)).unwrap_or(u32::MAX));
         let max_msg = seg_size - HEADER_LEN;
         let max_am = max_msg - FRAME_HDR;
+        // A loopback interface reaches only this host's peers, over a path with large
+        // datagrams; it is the cheaper way to them, so that the protocol layer, which
+        // takes the cheapest interface that reaches a peer, sends to a same-host peer
+        // through it rather than through a network device's (1472-byte datagrams, ten to
+        // forty times the per-datagram work for the same bytes).
         let cost = CostModel {
             overhead: 2e-6,
-            latency: 12e-6,
+            latency: if ip.is_loopback() { 10e-6 } else { 12e-6 },
             bandwidth: 1e9,
         };
         let attr = IfaceAttr {
@@ -602,7 +621,7 @@ impl UdpIface {
             timer,
             engine,
             peers: Vec::new(),
-            by_addr: HashMap::new(),
+            by_addr: AddrIndex::default(),
             unref_peers: 0,
             eps: Slab::default(),
             handlers: AmTable::default(),
@@ -615,6 +634,8 @@ impl UdpIface {
             }),
             stalled: VecDeque::new(),
             deferred: 0,
+            deferred_bytes: 0,
+            clock: ucs::now_ns(),
             gso,
             gro,
             cfg,
@@ -709,6 +730,11 @@ impl UdpIface {
             && (!a.ip().is_loopback() || same_host)
     }
 
+    #[inline]
+    fn find_peer(&self, addr: &SocketAddr) -> Option<u32> {
+        self.by_addr.find(addr, |p| self.peers[p as usize].addr)
+    }
+
     /// Adds a peer at `addr` that no endpoint refers to yet.
     fn add_peer(&mut self, addr: SocketAddr, now: u64) -> Result<u32> {
         let id = u32::try_from(self.peers.len()).map_err(|_| Status::NoResource)?;
@@ -720,7 +746,8 @@ impl UdpIface {
             eps: 0,
             failed: false,
         });
-        self.by_addr.insert(addr, id);
+        let peers = &self.peers;
+        self.by_addr.insert(&addr, id, |p| peers[p as usize].addr);
         self.unref_peers += 1;
         Ok(id)
     }
@@ -733,8 +760,8 @@ impl UdpIface {
         }
         let addr = key(addr);
         let now = ucs::now_ns();
-        let peer = match self.by_addr.get(&addr) {
-            Some(&p) => {
+        let peer = match self.find_peer(&addr) {
+            Some(p) => {
                 let pe = &mut self.peers[p as usize];
                 if pe.failed {
                     // A new endpoint to a peer that failed starts afresh.
@@ -822,19 +849,31 @@ impl UdpIface {
     /// what can go. This is the one copy of the message before the kernel's.
     #[inline]
     fn push(&mut self, peer: u32, pack: impl FnOnce(&mut [u8]) -> usize) -> Result<Outcome> {
-        let now = ucs::now_ns();
         let idle = matches!(
             self.engine.peer_status(PeerId(peer)),
             PeerStatus::Active { unacked: 0 }
         );
+        // The engine reads the time of a send only for a peer's first unacknowledged
+        // message (it starts the peer's timers); behind others the last time read will
+        // do, and the clock is read again only if the batch goes out now.
+        let now = if idle { ucs::now_ns() } else { self.clock };
+        let mut len = 0;
+        let pack = |b: &mut [u8]| {
+            len = pack(b);
+            len
+        };
         match self.engine.send_with(PeerId(peer), now, pack) {
             Ok(()) => {
                 // A message to an idle peer goes at once (latency); behind others, up to
-                // TX_DEFER wait for the next progress or for the batch to fill, so that
-                // they reach the kernel together (one sendmmsg, one GSO send).
+                // TX_DEFER messages or TX_DEFER_BYTES wait for the next progress or for
+                // the batch to fill, so that they reach the kernel together (one
+                // sendmmsg, one GSO send).
                 self.deferred += 1;
-                if idle || self.deferred >= TX_DEFER {
+                self.deferred_bytes += len;
+                if idle {
                     self.transmit(now);
+                } else if self.deferred >= TX_DEFER || self.deferred_bytes >= TX_DEFER_BYTES {
+                    self.transmit(ucs::now_ns());
                 }
                 Ok(Outcome::Done(()))
             }
@@ -998,8 +1037,8 @@ impl UdpIface {
                 let parts = m.data.chunks(seg).filter(|_| m.seg.is_some());
                 for d in whole.chain(parts) {
                     got += 1;
-                    let peer = match self.by_addr.get(&from) {
-                        Some(&p) => p,
+                    let peer = match self.find_peer(&from) {
+                        Some(p) => p,
                         None => match self.implicit_peer(from, d, now) {
                             Some(p) => p,
                             None => continue,
@@ -1093,7 +1132,9 @@ impl UdpIface {
     /// consecutive datagrams go to one peer) until it has none or the socket's send buffer
     /// is full (what is at hand is then kept for the next call).
     fn transmit(&mut self, now: u64) {
+        self.clock = now;
         self.deferred = 0;
+        self.deferred_bytes = 0;
         if !self.stalled.is_empty() && !self.send_stalled() {
             return;
         }

@@ -1,0 +1,72 @@
+//! udp between two workers of one process: a peer on this host is reached through the
+//! loopback interface (its 65000-byte datagrams), not through a network device's
+//! (1472-byte datagrams on a 1500-byte MTU), even when the worker has both; every byte
+//! of a multi-fragment message is checked.
+
+use std::time::{Duration, Instant};
+use ucp::{Buf, Context, Features, ThreadMode, Worker};
+use ucs::Status;
+use uct::{IfaceConfig, Transport};
+
+fn udp_worker() -> Worker {
+    let ctx = Context::with_config(
+        Features::TAG,
+        ucp::Config {
+            transports: vec![Transport::Udp],
+            ..ucp::Config::from_env().unwrap()
+        },
+        IfaceConfig::from_env().unwrap(),
+    )
+    .unwrap();
+    Worker::new(&ctx, ThreadMode::Single).unwrap()
+}
+
+#[test]
+fn same_host_peer_goes_through_the_loopback_interface() {
+    let mut a = udp_worker();
+    let mut b = udp_worker();
+    let b_addr = b.address();
+    let ep = a.ep_create(&b_addr).unwrap();
+    let len = 300_000;
+    let data: Vec<u8> = (0..len).map(|i| (i * 7 + i / 251) as u8).collect();
+    let mut out = vec![0u8; len];
+    // SAFETY: `out` and `data` outlive both requests, which complete (or the test fails)
+    // before they are dropped.
+    let rr = unsafe {
+        b.tag_recv_nb(Buf::contig(out.as_mut_ptr(), len), 9, u64::MAX, None)
+            .unwrap()
+    };
+    // SAFETY: as above.
+    let sr = unsafe {
+        a.tag_send_nb(
+            ep,
+            Buf::contig(data.as_ptr().cast_mut(), len),
+            9,
+            false,
+            None,
+        )
+        .unwrap()
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        a.progress();
+        b.progress();
+        let s_done = sr.map_or(true, |r| a.request_test(r).unwrap().is_some());
+        if s_done && b.request_test(rr).unwrap().is_some() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the message did not arrive");
+    }
+    if let Some(r) = sr {
+        assert_eq!(a.request_test(r).unwrap(), Some(Status::Ok));
+        a.request_free(r).unwrap();
+    }
+    assert_eq!(b.request_test(rr).unwrap(), Some(Status::Ok));
+    assert_eq!(b.request_info(rr).unwrap().length, len);
+    b.request_free(rr).unwrap();
+    assert!(out == data, "the bytes differ");
+    assert_eq!(a.ep_transport(ep).unwrap(), Some(Transport::Udp));
+    let th = a.ep_thresholds(ep).unwrap().unwrap();
+    // A network device's datagrams carry at most 1472 bytes; the loopback's ~65000.
+    assert!(th.mid_frag > 60_000, "fragments of {} bytes", th.mid_frag);
+}
