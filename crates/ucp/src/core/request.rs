@@ -256,6 +256,7 @@ impl Buf {
     ///
     /// # Safety
     /// The buffer's memory must be valid for writes (the caller's contract).
+    #[inline]
     pub unsafe fn write_at(&self, off: usize, data: &[u8]) -> usize {
         if let Some((ptr, len)) = self.raw() {
             let n = data.len().min(len.saturating_sub(off));
@@ -265,6 +266,17 @@ impl Buf {
             }
             return n;
         }
+        // SAFETY: forwarded contract.
+        unsafe { self.write_at_scattered(off, data) }
+    }
+
+    /// [`Buf::write_at`] for the buffers that are not one contiguous piece.
+    ///
+    /// # Safety
+    /// As for [`Buf::write_at`].
+    #[cold]
+    #[inline(never)]
+    unsafe fn write_at_scattered(&self, off: usize, data: &[u8]) -> usize {
         match self {
             Buf::Contig { .. } | Buf::Owned(_) => 0,
             Buf::Iov(segs) => {
@@ -305,6 +317,7 @@ impl Buf {
     ///
     /// # Safety
     /// The buffer's memory must be valid for reads (the caller's contract).
+    #[inline]
     pub unsafe fn read_at(&self, off: usize, dst: &mut [u8]) -> usize {
         if let Some((ptr, len)) = self.raw() {
             let n = dst.len().min(len.saturating_sub(off));
@@ -314,6 +327,17 @@ impl Buf {
             }
             return n;
         }
+        // SAFETY: forwarded contract.
+        unsafe { self.read_at_scattered(off, dst) }
+    }
+
+    /// [`Buf::read_at`] for the buffers that are not one contiguous piece.
+    ///
+    /// # Safety
+    /// As for [`Buf::read_at`].
+    #[cold]
+    #[inline(never)]
+    unsafe fn read_at_scattered(&self, off: usize, dst: &mut [u8]) -> usize {
         match self {
             Buf::Contig { .. } | Buf::Owned(_) => 0,
             Buf::Iov(segs) => {

@@ -161,6 +161,7 @@ pub(crate) fn rts(core: &mut Core, st: &mut TagState, rndv: &mut RndvState, h: R
 }
 
 /// Hands an unexpected message to the receive `r` that matched it.
+#[inline]
 pub(crate) fn consume_unexp(
     core: &mut Core,
     st: &mut TagState,

@@ -757,11 +757,9 @@ fn posted(
     imm: Imm,
 ) -> Result<Option<Request>> {
     match post {
-        Post::Done(cb) => {
-            if let Some(Callback::Cq(t)) = cb {
-                let ep = Some(core.handle(ep));
-                t.report(&core.cqs, Status::Ok, imm.length, imm.tag, ep);
-            }
+        Post::Done(None) => Ok(None),
+        Post::Done(Some(cb)) => {
+            done_in_call(core, ep, cb, imm);
             Ok(None)
         }
         Post::Started(r) => Ok(Some(r)),
@@ -774,6 +772,17 @@ fn posted(
             engine::enqueue(tls, core, ep, q)?;
             Ok(Some(r))
         }
+    }
+}
+
+/// An operation with a callback completed in the call: a completion queue gets its entry
+/// (a closure is not called, as in UCX). Off the common path (no callback).
+#[cold]
+#[inline(never)]
+fn done_in_call(core: &mut Core, ep: u32, cb: Callback, imm: Imm) {
+    if let Callback::Cq(t) = cb {
+        let ep = Some(core.handle(ep));
+        t.report(&core.cqs, Status::Ok, imm.length, imm.tag, ep);
     }
 }
 
