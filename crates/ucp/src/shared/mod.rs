@@ -146,7 +146,7 @@ impl SharedWorker {
                     ),
                     Ok(Issue::Done(o)) => slots.complete(word, o),
                     Ok(Issue::Pending(r)) => match w.request_adopt(r, word) {
-                        Some(o) => slots.complete(word, o),
+                        Some((status, info)) => slots.complete(word, Outcome { status, info }),
                         None => slots.set_request(word, r),
                     },
                 },
@@ -362,9 +362,9 @@ impl SharedWorker {
                     Ok(Issued::Done(o))
                 }
                 Ok(Issue::Pending(r)) => match g.request_adopt(r, t.word()) {
-                    Some(o) => {
+                    Some((status, info)) => {
                         slots.abandon_unused(t);
-                        Ok(Issued::Done(o))
+                        Ok(Issued::Done(Outcome { status, info }))
                     }
                     None => {
                         slots.set_request(t.word(), r);

@@ -498,22 +498,15 @@ impl Worker {
     /// completion is reported through [`Worker::drain_completed`] with `word` and the
     /// request freed then. If it already completed, it is freed now and its outcome
     /// returned instead.
-    pub(crate) fn request_adopt(
-        &mut self,
-        r: Request,
-        word: u64,
-    ) -> Option<crate::shared::Outcome> {
+    pub(crate) fn request_adopt(&mut self, r: Request, word: u64) -> Option<(Status, RecvInfo)> {
         let Some(q) = self.core.reqs.get_mut(r.0) else {
             // Not a live request: nothing will ever report it.
-            return Some(crate::shared::Outcome {
-                status: Status::NoElem,
-                info: RecvInfo::default(),
-            });
+            return Some((Status::NoElem, RecvInfo::default()));
         };
         if let Some(status) = q.status {
             let info = q.info;
             self.core.reqs.remove(r.0);
-            return Some(crate::shared::Outcome { status, info });
+            return Some((status, info));
         }
         q.cb = Some(Callback::Word(word));
         q.released = true;
