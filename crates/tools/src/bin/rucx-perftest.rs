@@ -671,7 +671,9 @@ fn server(plan: &Plan, port: u16) -> Result<(), Failure> {
     }
 }
 
-fn responder(cli: &Cli) -> Result<(), Failure> {
+/// What every peer process does first: die with the initiator, pin itself, and take its
+/// channel (stdin and stdout).
+fn peer_setup(cli: &Cli) -> Result<LineChannel, Failure> {
     // Die with the parent: a stray responder must not outlive a killed initiator. The
     // parent may have died before this line; then we were re-parented already.
     let parent = rustix::process::getppid();
@@ -691,8 +693,13 @@ fn responder(cli: &Cli) -> Result<(), Failure> {
         (Ok(r), Ok(w)) => (r, w),
         _ => return Err(Failure::Run("peer: no stdin/stdout channel".into())),
     };
+    Ok(LineChannel::new(rd, wr))
+}
+
+fn responder(cli: &Cli) -> Result<(), Failure> {
+    let chan = peer_setup(cli)?;
     let timeout = Duration::from_secs_f64(cli.timeout.clamp(0.001, 86_400.0));
-    match perf::respond(LineChannel::new(rd, wr), timeout) {
+    match perf::respond(chan, timeout) {
         Ok(()) => Ok(()),
         // The initiator reports its own failure; the responder only follows it out.
         Err(ucs::Status::ConnectionReset) => Ok(()),

@@ -5,7 +5,6 @@
 use super::{Cli, Failure, PeerProcess};
 use perf::channel::LineChannel;
 use perf::threads::{MtOptions, MtTest};
-use std::os::fd::AsFd;
 use std::time::Duration;
 use ucp::ThreadMode;
 
@@ -138,21 +137,9 @@ pub(super) fn initiator(cli: &Cli) -> Result<(), Failure> {
 
 pub(super) fn responder(cli: &Cli) -> Result<(), Failure> {
     let o = options(cli)?;
-    if let Some(cpu) = cli.peer_cpu {
-        perf::affinity::pin_to_cpu(cpu)
-            .map_err(|e| Failure::Run(format!("peer: cannot pin to cpu {cpu}: {e}")))?;
-    }
-    let _ = rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::Kill));
-    let dup = |fd: std::os::fd::BorrowedFd<'_>| fd.try_clone_to_owned();
-    let (rd, wr) = match (
-        dup(std::io::stdin().as_fd()),
-        dup(std::io::stdout().as_fd()),
-    ) {
-        (Ok(r), Ok(w)) => (r, w),
-        _ => return Err(Failure::Run("peer: no stdin/stdout channel".into())),
-    };
+    let mut chan = super::peer_setup(cli)?;
     let timeout = Duration::from_secs_f64(cli.timeout.clamp(0.001, 86_400.0));
-    match perf::threads::responder(&mut LineChannel::new(rd, wr), &o, timeout) {
+    match perf::threads::responder(&mut chan, &o, timeout) {
         Ok(()) | Err(ucs::Status::ConnectionReset) => Ok(()),
         Err(e) => Err(Failure::Run(format!("peer: {e}"))),
     }
