@@ -204,7 +204,9 @@ impl SharedWorker {
     /// Runs `f` with the worker held, waiting for it if another thread has it (for the
     /// slow paths: endpoints, handlers, keys, close). Operations posted before run first.
     /// Completions of requests started inside `f` with [`crate::Callback::Word`] are
-    /// taken by this type: use closures or [`crate::Worker::request_take`] there.
+    /// taken by this type: use closures or [`crate::Worker::request_take`] there. Do not
+    /// sleep in `f` (such as in [`Worker::wait`]): operations other threads post meanwhile
+    /// wait for `f` to return; sleep with [`SharedWorker::wait`] instead.
     pub fn with<T>(&self, f: impl FnOnce(&mut Worker) -> T) -> Result<T> {
         let mut g = self.enter();
         self.run_posted(&mut g);
