@@ -43,7 +43,7 @@ pub enum Callback {
     /// Reported through [`crate::Worker::drain_completed`] with this word (a layer above,
     /// such as the C ABI, keeps its own request there and needs no closure per request).
     Word(u64),
-    /// Reported as an entry of a completion queue (see [`crate::core::cq`]); the request
+    /// Reported as an entry of a completion queue (see [`crate::Cq`]); the request
     /// is freed when its entry is pushed, so its handle is stale from then on.
     Cq(super::cq::CqTarget),
 }

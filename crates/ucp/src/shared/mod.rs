@@ -6,7 +6,7 @@
 //! lock-free FIFO and returns at once with a [`Ticket`]. Whoever holds the worker runs
 //! the posted operations, in order, before its own work and again after releasing it
 //! (see `leave`), so every posted operation runs without its poster waiting. Completions
-//! are written into lock-free slots ([`slots`]) that the poster reads without the lock.
+//! are written into lock-free slots (`slots.rs`) that the poster reads without the lock.
 //!
 //! Locking map:
 //! - `worker` (mutex): the worker's whole state (interfaces, endpoints, requests, tag

@@ -15,7 +15,7 @@ use crate::worker::Worker;
 use ucs::{Result, Status};
 use uct::{AtomicOp, AtomicSize};
 
-/// One operation, as [`crate::SharedWorker::post`] and
+/// One operation, as [`crate::SharedWorker::post_op`] and
 /// [`crate::SharedWorker::post_cq`] take it: the arguments of the worker call of the same
 /// name (see [`Worker`]).
 pub enum Op {
