@@ -159,7 +159,7 @@ fn side<C: Channel>(chan: &mut C, o: &MtOptions, timeout: Duration) -> Result<Si
         .ep_transport(eps[0])?
         .map_or_else(|| "?".into(), |t| t.name().to_string());
     Ok(Side {
-        w: SharedWorker::new(w),
+        w: SharedWorker::new(w)?,
         eps,
         transport,
     })
@@ -396,9 +396,9 @@ pub fn responder<C: Channel>(chan: &mut C, o: &MtOptions, timeout: Duration) -> 
                 MtTest::Rate => {
                     let window = o.window.max(1) as u64;
                     let mut bufs = vec![vec![0u8; o.size]; window as usize];
+                    let mut pending = Vec::with_capacity(window as usize);
                     let mut it = 0;
                     while it < total {
-                        let mut pending = Vec::with_capacity(window as usize);
                         for b in bufs.iter_mut() {
                             // SAFETY: `bufs` lives until every receive completes (below).
                             pending.push(unsafe {
@@ -409,7 +409,7 @@ pub fn responder<C: Channel>(chan: &mut C, o: &MtOptions, timeout: Duration) -> 
                                 )?
                             });
                         }
-                        for (k, r) in pending.into_iter().enumerate() {
+                        for (k, r) in pending.drain(..).enumerate() {
                             let got = wt.finish(r)?;
                             check(&bufs[k], t, k as u64, got)?;
                         }

@@ -88,7 +88,7 @@ fn scenario(t: Transport, thread: bool, rma: bool) -> Vec<(&'static str, Duratio
             w.tag_recv_nb(Buf::contig(inbox.as_mut_ptr(), MSG), TAG, u64::MAX, None)
                 .unwrap()
         };
-        let sw = SharedWorker::new(w);
+        let sw = SharedWorker::new(w).unwrap();
         let pt = thread.then(|| ProgressThread::start(&sw).unwrap());
         info_tx
             .send(Target {
@@ -355,7 +355,7 @@ fn callbacks_wait_for_the_application() {
                 .unwrap()
         };
         info_tx.send(w.address()).unwrap();
-        let sw = SharedWorker::new(w);
+        let sw = SharedWorker::new(w).unwrap();
         let pt = ProgressThread::start(&sw).unwrap();
         // Everything is sent once this returns; the thread has all the time of the sleep.
         sent_rx.recv_timeout(DEADLINE).unwrap();
@@ -458,7 +458,7 @@ fn from_config_follows_the_configuration() {
             ..Config::default()
         };
         let c = Context::with_config(Features::TAG, cfg, uct::IfaceConfig::default()).unwrap();
-        let sw = SharedWorker::new(Worker::new(&c, ThreadMode::Multi).unwrap());
+        let sw = SharedWorker::new(Worker::new(&c, ThreadMode::Multi).unwrap()).unwrap();
         let pt = ProgressThread::from_config(&sw).unwrap();
         assert_eq!(pt.is_some(), on);
     }

@@ -54,7 +54,7 @@ fn senders_and_receivers(t: Transport) {
     let eps: Vec<_> = (0..THREADS)
         .map(|_| a.ep_create(&b_addr).unwrap())
         .collect();
-    let (a, b) = (SharedWorker::new(a), SharedWorker::new(b));
+    let (a, b) = (SharedWorker::new(a).unwrap(), SharedWorker::new(b).unwrap());
     let senders = &AtomicUsize::new(THREADS as usize);
     std::thread::scope(|s| {
         for (t, &ep) in eps.iter().enumerate() {
@@ -152,7 +152,7 @@ fn a_blocked_sender_does_not_stop_others() {
     let mut reader = Worker::new(&ctx, ThreadMode::Single).unwrap();
     let ep_silent = a.ep_create(&silent.address()).unwrap();
     let ep_reader = a.ep_create(&reader.address()).unwrap();
-    let a = SharedWorker::new(a);
+    let a = SharedWorker::new(a).unwrap();
     const BIG: usize = 1 << 20;
     const SMALL: u64 = 500;
     let big: Vec<u8> = (0..BIG).map(|i| (i * 7 + 3) as u8).collect();
@@ -269,7 +269,7 @@ fn put_signal_threads(t: Transport) {
     let base = region.address() as usize;
     let ep = a.ep_create(&b.address()).unwrap();
     let rk = a.rkey_unpack(ep, &region.rkey_pack()).unwrap();
-    let (a, b) = (SharedWorker::new(a), SharedWorker::new(b));
+    let (a, b) = (SharedWorker::new(a).unwrap(), SharedWorker::new(b).unwrap());
     let word = |i: usize| (base + i * (SLOT + 64) + SLOT) as u64;
     let slot = |i: usize| (base + i * (SLOT + 64)) as u64;
     let byte = |i: usize, round: u64, k: usize| (k as u64 ^ (round * 7) ^ (i as u64 * 131)) as u8;
@@ -376,7 +376,7 @@ fn cq_threads(t: Transport) {
     let mut a = Worker::new(&ctx, ThreadMode::Multi).unwrap();
     let mut b = Worker::new(&ctx, ThreadMode::Multi).unwrap();
     let ep = a.ep_create(&b.address()).unwrap();
-    let (a, b) = (SharedWorker::new(a), SharedWorker::new(b));
+    let (a, b) = (SharedWorker::new(a).unwrap(), SharedWorker::new(b).unwrap());
     let (sq, rq) = (Cq::new(256).unwrap(), Cq::new(256).unwrap());
     let byte = |tag: u64, k: usize| (tag as usize * 7 + k) as u8;
     let bufs: Vec<Mutex<Vec<u8>>> = (0..T * N).map(|_| Mutex::new(vec![0u8; LEN])).collect();

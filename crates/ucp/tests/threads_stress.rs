@@ -615,7 +615,10 @@ fn stress(tr: Transport) {
         // SAFETY: the mapping is REGION bytes and nobody else uses it yet.
         unsafe { std::ptr::write_bytes(m.address(), 0, REGION) };
     }
-    let (sa, sb) = (SharedWorker::new(wa), SharedWorker::new(wb));
+    let (sa, sb) = (
+        SharedWorker::new(wa).unwrap(),
+        SharedWorker::new(wb).unwrap(),
+    );
     let (seen_a, seen_b) = (Arc::new(Seen::new(iters)), Arc::new(Seen::new(iters)));
     sa.with(|w| w.am_set_handler(AM_ID, Some(am_handler(seen_a.clone(), 1, iters))))
         .unwrap();

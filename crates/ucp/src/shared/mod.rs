@@ -91,9 +91,10 @@ impl Drop for Inner {
 }
 
 impl SharedWorker {
-    pub fn new(w: Worker) -> SharedWorker {
+    /// A shared worker that tracks up to [`DEFAULT_SLOTS`] pending operations. Fails when
+    /// the worker's descriptors cannot be duplicated (the process is out of them).
+    pub fn new(w: Worker) -> Result<SharedWorker> {
         SharedWorker::with_slots(w, DEFAULT_SLOTS)
-            .expect("duplicating the worker's descriptors failed")
     }
 
     /// A shared worker that can track `slots` pending operations at once (posting more
