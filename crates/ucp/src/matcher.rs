@@ -442,11 +442,30 @@ impl<R, U> Matcher<R, U> {
     /// If an unexpected message matches, the oldest such one is removed and returned with
     /// `r`; otherwise the receive is queued behind all earlier ones.
     pub fn post(&mut self, tag: Tag, mask: Tag, r: R) -> Posted<R, U> {
+        match self.post_with(tag, mask, r, |r, id| (r, id)) {
+            Ok(id) => Posted::Queued(id),
+            Err((m, u, r)) => Posted::Matched(m, u, r),
+        }
+    }
+
+    /// [`Matcher::post`] for a caller that builds the receive's payload only when it is
+    /// queued: `make(t, id)` runs only if no unexpected message matches, and gives the
+    /// payload to store and a value to return. A match hands `t` back with the message,
+    /// so a receive that completes at once costs no payload (for the worker: no request).
+    #[inline]
+    pub fn post_with<T, X>(
+        &mut self,
+        tag: Tag,
+        mask: Tag,
+        t: T,
+        make: impl FnOnce(T, RecvId) -> (R, X),
+    ) -> Result<X, (MsgId, U, T)> {
         if mask != FULL_MASK {
-            return self.post_wild(tag, mask, r);
+            return self.post_wild(tag, mask, t, make);
         }
         let seq = self.next_recv;
-        match self.buckets.entry(tag) {
+        let id = RecvId { seq, tag };
+        let x = match self.buckets.entry(tag) {
             Entry::Occupied(e) => {
                 let b = e.into_mut();
                 // The oldest message with this tag is the oldest one this receive matches.
@@ -456,43 +475,54 @@ impl<R, U> Matcher<R, U> {
                     if emptied {
                         self.emptied();
                     }
-                    return Posted::Matched(MsgId { seq: m, tag }, u, r);
+                    return Err((MsgId { seq: m, tag }, u, t));
                 }
                 if b.is_empty() {
                     self.empty -= 1;
                 }
+                let (r, x) = make(t, id);
                 b.recvs.push_back((seq, r));
+                x
             }
             Entry::Vacant(e) => {
+                let (r, x) = make(t, id);
                 let mut b = Bucket::new();
                 b.recvs.push_back((seq, r));
                 e.insert(b);
+                x
             }
-        }
+        };
         self.next_recv += 1;
         self.posted += 1;
-        Posted::Queued(RecvId { seq, tag })
+        Ok(x)
     }
 
-    /// [`Matcher::post`] with a mask other than the full one.
-    fn post_wild(&mut self, want: Tag, mask: Tag, r: R) -> Posted<R, U> {
+    /// [`Matcher::post_with`] with a mask other than the full one.
+    fn post_wild<T, X>(
+        &mut self,
+        want: Tag,
+        mask: Tag,
+        t: T,
+        make: impl FnOnce(T, RecvId) -> (R, X),
+    ) -> Result<X, (MsgId, U, T)> {
         if let Some((i, seq, tag)) = self.arrivals.find(want, mask) {
             let u = self.take_msg(tag, seq, Some(i));
             debug_assert!(u.is_some(), "arrival entry without its message");
             if let Some(u) = u {
-                return Posted::Matched(MsgId { seq, tag }, u, r);
+                return Err((MsgId { seq, tag }, u, t));
             }
         }
         let seq = self.next_recv;
+        let (payload, x) = make(t, RecvId { seq, tag: want });
         self.next_recv += 1;
         self.posted += 1;
         self.wild.push_back(WildRecv {
             seq,
             want,
             mask,
-            payload: r,
+            payload,
         });
-        Posted::Queued(RecvId { seq, tag: want })
+        Ok(x)
     }
 
     /// A message with `tag` arrives.

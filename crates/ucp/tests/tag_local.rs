@@ -532,3 +532,98 @@ fn stale_endpoint_handle_is_refused() {
     assert_eq!(&got, b"to b");
     assert!(b.tag_probe(2, u64::MAX, false).is_none());
 }
+
+/// `tag_recv_nbx` receives a whole message that is already here in the call, with no
+/// request: the data, the length, the sender's tag, truncation, and a completion queue's
+/// entry; a receive that must wait, or a large (rendezvous) message, gets a request.
+#[test]
+fn receive_completed_in_the_call() {
+    use ucp::{Callback, Cq, CqOp, RecvPosted};
+    let c = ctx();
+    let mut w = Worker::new(&c, ThreadMode::Single).unwrap();
+    let addr = w.address();
+    let ep = w.ep_create(&addr).unwrap();
+    let cq = Cq::new(8).unwrap();
+    for (round, len) in [0usize, 1, 8, 100, 3000].into_iter().enumerate() {
+        let tag = 40 + round as u64;
+        let data = pattern(len, tag);
+        w.tag_send(ep, &data, tag).unwrap();
+        // Arrived (self delivers in the send call, or at the latest in progress).
+        for _ in 0..10 {
+            w.progress();
+        }
+        let mut out = vec![0xA5u8; len + 4];
+        // SAFETY: `out` outlives the receive, which completes in the call (asserted).
+        let got = unsafe {
+            w.tag_recv_nbx(
+                Buf::contig(out.as_mut_ptr(), out.len()),
+                tag,
+                u64::MAX,
+                None,
+            )
+            .unwrap()
+        };
+        let RecvPosted::Done(status, info) = got else {
+            panic!("size {len}: a message that is here must complete in the call: {got:?}");
+        };
+        assert_eq!(status, Status::Ok, "size {len}");
+        assert_eq!((info.length, info.sender_tag), (len, tag), "size {len}");
+        assert_eq!(&out[..len], &data[..], "size {len}");
+        assert!(
+            out[len..].iter().all(|&b| b == 0xA5),
+            "size {len}: wrote past the message"
+        );
+    }
+
+    // Truncated: the status says so and only the buffer's length is written.
+    let data = pattern(64, 3);
+    w.tag_send(ep, &data, 60).unwrap();
+    let mut small = [0u8; 16];
+    // SAFETY: as above.
+    let got = unsafe {
+        w.tag_recv_nbx(Buf::contig(small.as_mut_ptr(), 16), 60, u64::MAX, None)
+            .unwrap()
+    };
+    assert!(matches!(got, RecvPosted::Done(Status::MessageTruncated, i) if i.length == 64));
+    assert_eq!(&small[..], &data[..16]);
+
+    // A completion queue named instead of a callback gets its entry.
+    let data = pattern(8, 4);
+    w.tag_send(ep, &data, 61).unwrap();
+    let mut out = [0u8; 8];
+    // SAFETY: as above.
+    let got = unsafe {
+        w.tag_recv_nbx(
+            Buf::contig(out.as_mut_ptr(), 8),
+            61,
+            u64::MAX,
+            Some(Callback::cq(&cq, 77)),
+        )
+        .unwrap()
+    };
+    assert!(matches!(got, RecvPosted::Done(Status::Ok, _)));
+    assert_eq!(out, data[..]);
+    let mut entries: Vec<ucp::CqEntry> = (0..4).map(|_| Default::default()).collect();
+    assert_eq!(cq.poll(&mut entries), 1);
+    let e = &entries[0];
+    assert_eq!(
+        (e.user, e.op, e.status, e.length, e.tag),
+        (77, CqOp::TagRecv, Status::Ok, 8, 61)
+    );
+
+    // Nothing here yet: a request, completed by the later send.
+    let mut out = vec![0u8; 8];
+    // SAFETY: `out` outlives the request, waited for below.
+    let got = unsafe {
+        w.tag_recv_nbx(Buf::contig(out.as_mut_ptr(), 8), 62, u64::MAX, None)
+            .unwrap()
+    };
+    let RecvPosted::Pending(r) = got else {
+        panic!("nothing was sent yet: {got:?}");
+    };
+    let data = pattern(8, 5);
+    w.tag_send(ep, &data, 62).unwrap();
+    assert_eq!(w.wait_done(r, Duration::from_secs(30)).unwrap(), Status::Ok);
+    w.request_free(r).unwrap();
+    assert_eq!(out, data);
+}

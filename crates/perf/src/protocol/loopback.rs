@@ -140,7 +140,7 @@ impl<C: Channel> UcpPeer<C> {
             let (s, r) = unsafe {
                 (
                     w.tag_send_nb(ep, sb.ucp(), TAG, sync, None)?,
-                    w.tag_recv_nb(rb.ucp(), TAG, MASK, None)?,
+                    w.tag_recv_nbx(rb.ucp(), TAG, MASK, None)?,
                 )
             };
             wait_pair(w, chan, t, "the message", s, r)

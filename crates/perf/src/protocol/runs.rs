@@ -32,7 +32,7 @@ use crate::registry::TestId;
 use crate::stats::{stride_of, Stamps, Timing};
 use crate::transport::wait::{check_stall, SPINS};
 use std::collections::VecDeque;
-use ucp::{Ep, RecvInfo, Request, Worker};
+use ucp::{Ep, RecvInfo, RecvPosted, Request, Worker};
 use ucs::{Result, Status};
 
 /// One send of the test message.
@@ -57,9 +57,9 @@ unsafe fn send(
 /// `buf` must stay valid until the returned request completes, and this side must not
 /// read or write it meanwhile.
 #[inline]
-unsafe fn recv(w: &mut Worker, buf: &MsgBuf, tag: u64) -> Result<Request> {
+unsafe fn recv(w: &mut Worker, buf: &MsgBuf, tag: u64) -> Result<RecvPosted> {
     // SAFETY: passed on to the caller.
-    unsafe { w.tag_recv_nb(buf.ucp(), tag, MASK, None) }
+    unsafe { w.tag_recv_nbx(buf.ucp(), tag, MASK, None) }
 }
 
 impl<C: Channel> UcpPeer<C> {
@@ -302,7 +302,7 @@ impl<C: Channel> UcpPeer<C> {
                     // ucx_perftest's do: ucp writes it only inside progress on this thread,
                     // one message at a time, and this side never reads it; the one message
                     // checked has cb to itself.
-                    posted.push_back(unsafe { recv(w, b, TAG)? });
+                    posted.push_back(unsafe { w.tag_recv_nb(b.ucp(), TAG, MASK, None)? });
                     next += 1;
                 }
                 if !ready_sent {

@@ -22,7 +22,7 @@ use crate::stats::{stride_of, Stamps, Timing};
 use std::collections::VecDeque;
 use std::time::Duration;
 use ucp::stream::StreamRecv;
-use ucp::{Ep, Request, Worker};
+use ucp::{Ep, RecvPosted, Request, Worker};
 use ucs::{Result, Status};
 
 /// Sends `buf` on the stream, then receives exactly `rb.len` bytes into `rb`; waits for
@@ -51,7 +51,9 @@ pub(super) unsafe fn exchange<C: Channel>(
             wait_one(w, chan, timeout, "a stream send", s)?;
             Ok(n)
         }
-        StreamRecv::Pending(r) => Ok(wait_pair(w, chan, timeout, "stream data", s, r)?.length),
+        StreamRecv::Pending(r) => {
+            Ok(wait_pair(w, chan, timeout, "stream data", s, RecvPosted::Pending(r))?.length)
+        }
     }
 }
 

@@ -10,7 +10,7 @@ use crate::registry::TestId;
 use crate::transport::wait::{check_stall, SPINS};
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
-use ucp::{Ep, RecvInfo, Request, Worker};
+use ucp::{Ep, RecvInfo, RecvPosted, Request, Worker};
 use ucs::{Result, Status};
 
 /// True when `r` completed successfully; an error when it completed otherwise.
@@ -75,7 +75,7 @@ pub(super) fn wait_pair<C: Channel>(
     timeout: Duration,
     what: &str,
     mut send: Option<Request>,
-    recv: Request,
+    recv: RecvPosted,
 ) -> Result<RecvInfo> {
     let mut n: u32 = 0;
     let mut since = None;
@@ -86,8 +86,17 @@ pub(super) fn wait_pair<C: Channel>(
             }
         }
         if send.is_none() {
-            if let Some(info) = taken(w, recv, what)? {
-                return Ok(info);
+            match recv {
+                RecvPosted::Done(Status::Ok, info) => return Ok(info),
+                RecvPosted::Done(s, _) => {
+                    tracing::error!("{what}: the receive completed with {s}");
+                    return Err(s);
+                }
+                RecvPosted::Pending(r) => {
+                    if let Some(info) = taken(w, r, what)? {
+                        return Ok(info);
+                    }
+                }
             }
         }
         if w.progress() > 0 {

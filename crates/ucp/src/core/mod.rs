@@ -331,6 +331,28 @@ impl Core {
         );
     }
 
+    /// A receive request that is complete already, with `status` and `info`, and no buffer.
+    #[cold]
+    pub(crate) fn finished_recv(&mut self, status: Status, info: RecvInfo) -> Request {
+        let buf = Buf::Contig {
+            ptr: std::ptr::null_mut(),
+            len: 0,
+        };
+        let kind = ReqKind::Recv(RecvState {
+            buf,
+            recv_id: None,
+            received: 0,
+            truncated: false,
+            waitall: false,
+        });
+        let r = self.new_req(kind, None);
+        if let Some(q) = self.reqs.get_mut(r.0) {
+            q.info = info;
+            q.status = Some(status);
+        }
+        r
+    }
+
     /// Delivers a whole message to receive `r` and completes it, with one look at the
     /// request: its information, the data, and its completion.
     #[inline]

@@ -190,6 +190,15 @@ impl std::fmt::Debug for Buf {
 unsafe impl Send for Buf {}
 
 impl Buf {
+    /// Drops the buffer, with the test for the one kind that owns nothing inline, so that
+    /// the fast paths (which know it is contiguous) skip the out-of-line drop.
+    #[inline(always)]
+    pub(crate) fn release(self) {
+        if let Buf::Contig { .. } = self {
+            std::mem::forget(self);
+        }
+    }
+
     /// A contiguous buffer.
     pub fn contig(ptr: *mut u8, len: usize) -> Buf {
         Buf::Contig { ptr, len }

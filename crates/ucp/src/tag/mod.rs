@@ -13,7 +13,7 @@ pub(crate) mod send;
 
 use crate::core::request::*;
 use crate::core::Core;
-use crate::matcher::{Matcher, MsgId, Posted};
+use crate::matcher::{Matcher, MsgId};
 use crate::rndv::RndvState;
 use std::collections::{HashMap, VecDeque};
 use ucs::{Result, Status};
@@ -123,6 +123,17 @@ impl Default for TagState {
     }
 }
 
+/// What posting a receive gave.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RecvPosted {
+    /// The receive took a whole unexpected message in the call: its status and
+    /// information. No request exists, and no callback runs (a completion queue named
+    /// instead of a callback gets its entry).
+    Done(Status, RecvInfo),
+    /// The receive waits for its message (or for the rest of it): its request.
+    Pending(Request),
+}
+
 /// A receive's state with nothing received yet.
 #[inline]
 pub(crate) fn recv_state(buf: Buf, waitall: bool) -> ReqKind {
@@ -135,12 +146,15 @@ pub(crate) fn recv_state(buf: Buf, waitall: bool) -> ReqKind {
     })
 }
 
-/// Posts a receive for a message whose tag matches `tag` under `mask`.
+/// Posts a receive for a message whose tag matches `tag` under `mask`. With `imm`, a
+/// whole unexpected message that matches is copied out in the call and no request is
+/// made ([`RecvPosted::Done`]); without it the result is always a request.
 ///
 /// # Safety
 /// `buf` must stay valid for writes, and not otherwise accessed, until the receive
 /// completes (or is canceled and its completion seen).
 #[inline]
+#[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn recv_nb(
     core: &mut Core,
     st: &mut TagState,
@@ -149,21 +163,49 @@ pub(crate) unsafe fn recv_nb(
     tag: u64,
     mask: u64,
     cb: Option<Callback>,
-) -> Request {
-    let r = core.new_req(recv_state(buf, false), cb);
-    match st.matcher.post(tag, mask, r) {
-        Posted::Queued(id) => {
-            if let Some(Req {
-                kind: ReqKind::Recv(rs),
-                ..
-            }) = core.reqs.get_mut(r.0)
-            {
-                rs.recv_id = Some(id);
-            }
+    imm: bool,
+) -> RecvPosted {
+    let posted = st.matcher.post_with(tag, mask, (buf, cb), |(buf, cb), id| {
+        let mut kind = recv_state(buf, false);
+        if let ReqKind::Recv(rs) = &mut kind {
+            rs.recv_id = Some(id);
         }
-        Posted::Matched(_, (mtag, u), r) => recv::consume_unexp(core, st, rndv, r, mtag, u),
+        let r = core.new_req(kind, cb);
+        (r, r)
+    });
+    match posted {
+        Ok(r) => RecvPosted::Pending(r),
+        Err((_, (mtag, u), (buf, cb))) => match u {
+            // An owned buffer goes back through its request, so it always gets one.
+            Unexp::Eager { data, sync } if imm && !matches!(buf, Buf::Owned(_)) => {
+                // SAFETY: forwarded contract: buf is writable now.
+                let n = unsafe { buf.write_at(0, &data) };
+                let info = RecvInfo {
+                    sender_tag: mtag,
+                    length: data.len(),
+                };
+                let status = if n < data.len() {
+                    Status::MessageTruncated
+                } else {
+                    Status::Ok
+                };
+                st.recycle(data);
+                buf.release();
+                if let Some(ack) = sync {
+                    st.acks.push_back(ack);
+                }
+                if let Some(cb) = cb {
+                    recv::done_in_call(core, cb, status, info);
+                }
+                RecvPosted::Done(status, info)
+            }
+            u => {
+                let r = core.new_req(recv_state(buf, false), cb);
+                recv::consume_unexp(core, st, rndv, r, mtag, u);
+                RecvPosted::Pending(r)
+            }
+        },
     }
-    r
 }
 
 /// Looks for an unexpected message matching `tag`/`mask`. With `remove`, the message

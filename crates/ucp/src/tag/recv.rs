@@ -160,6 +160,16 @@ pub(crate) fn rts(core: &mut Core, st: &mut TagState, rndv: &mut RndvState, h: R
     }
 }
 
+/// A receive completed in the call with a callback: a completion queue gets its entry (a
+/// closure is not called, as for sends). Off the common path.
+#[cold]
+#[inline(never)]
+pub(crate) fn done_in_call(core: &Core, cb: Callback, status: Status, info: RecvInfo) {
+    if let Callback::Cq(t) = cb {
+        t.report(&core.cqs, status, info.length, info.sender_tag, None);
+    }
+}
+
 /// Hands an unexpected message to the receive `r` that matched it.
 #[inline]
 pub(crate) fn consume_unexp(

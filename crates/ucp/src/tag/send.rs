@@ -58,6 +58,7 @@ pub(crate) unsafe fn send_nb(
                 // To this very worker with nothing queued before it: the receive side
                 // takes the message now (it never calls a transport, so this is safe).
                 super::recv::eager(core, st, tag, data, None);
+                buf.release();
                 return Ok(Post::Done(cb));
             }
             let done = match proto {
@@ -76,6 +77,7 @@ pub(crate) unsafe fn send_nb(
                 Proto::Multi | Proto::Rndv => false,
             };
             if done {
+                buf.release();
                 return Ok(Post::Done(cb));
             }
         }

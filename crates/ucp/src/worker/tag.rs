@@ -5,7 +5,7 @@ use crate::core::cq::CqOp;
 use crate::core::ep::Ep;
 use crate::core::request::*;
 use crate::engine;
-use crate::tag::{self, Message};
+use crate::tag::{self, Message, RecvPosted};
 use std::time::Duration;
 use ucs::{Result, Status};
 
@@ -60,13 +60,62 @@ impl Worker {
         buf: Buf,
         tag: u64,
         mask: u64,
-        mut cb: Option<Callback>,
+        cb: Option<Callback>,
     ) -> Result<Request> {
+        // SAFETY: forwarded contract.
+        match unsafe { self.recv_post(buf, tag, mask, cb, false)? } {
+            RecvPosted::Pending(r) => Ok(r),
+            // Not made without `imm`; a finished request keeps the contract all the same.
+            RecvPosted::Done(status, info) => Ok(self.core.finished_recv(status, info)),
+        }
+    }
+
+    /// Posts a receive as [`Worker::tag_recv_nb`] does, but a whole message that is
+    /// already here is received in the call: [`RecvPosted::Done`] gives its status and
+    /// information, and no request is made (UCX's `ucp_tag_recv_nbx` returning NULL with
+    /// its receive information filled in). A callback is then not called; a completion
+    /// queue named instead gets its entry.
+    ///
+    /// # Safety
+    /// As for [`Worker::tag_recv_nb`] (until the call returns, for `Done`).
+    #[inline]
+    pub unsafe fn tag_recv_nbx(
+        &mut self,
+        buf: Buf,
+        tag: u64,
+        mask: u64,
+        cb: Option<Callback>,
+    ) -> Result<RecvPosted> {
+        // SAFETY: forwarded contract.
+        unsafe { self.recv_post(buf, tag, mask, cb, true) }
+    }
+
+    /// # Safety
+    /// As for [`Worker::tag_recv_nb`].
+    #[inline]
+    unsafe fn recv_post(
+        &mut self,
+        buf: Buf,
+        tag: u64,
+        mask: u64,
+        mut cb: Option<Callback>,
+        imm: bool,
+    ) -> Result<RecvPosted> {
         self.core.stamp(&mut cb, CqOp::TagRecv)?;
         let p = &mut self.p;
         // SAFETY: forwarded contract.
-        let r =
-            unsafe { tag::recv_nb(&mut self.core, &mut p.tag, &mut p.rndv, buf, tag, mask, cb) };
+        let r = unsafe {
+            tag::recv_nb(
+                &mut self.core,
+                &mut p.tag,
+                &mut p.rndv,
+                buf,
+                tag,
+                mask,
+                cb,
+                imm,
+            )
+        };
         // A match with an unexpected message may have work (an acknowledgement, a
         // rendezvous read) that goes now; a completion's callback waits for progress.
         if !p.idle() {
