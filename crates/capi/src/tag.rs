@@ -14,6 +14,7 @@ use crate::ffi::*;
 use crate::guard;
 use crate::handle::Handle;
 use std::ffi::{c_int, c_void};
+use ucp::RecvPosted;
 use ucs::{Result, Status};
 
 #[inline(always)]
@@ -151,8 +152,18 @@ unsafe fn recv(
     let buf = unsafe { dt::buf(buffer, count, op.datatype, Dir::Recv)? };
     run_try(wk, |w, side| {
         let hdr = wk.begin(side, &op, F_RECV)?;
+        let cb = op.callback(hdr);
         // SAFETY: the API's contract: the buffer stays valid until the receive completes.
-        let out = unsafe { w.tag_recv_nb(buf, tag, tag_mask, op.callback(hdr)) }.map(Outcome::Req);
+        let out = if op.no_imm() {
+            unsafe { w.tag_recv_nb(buf, tag, tag_mask, cb) }.map(Outcome::Req)
+        } else {
+            // A message that is already here is received in the call, with no request:
+            // the call returns NULL (or the error), as UCX's does.
+            unsafe { w.tag_recv_nbx(buf, tag, tag_mask, cb) }.map(|p| match p {
+                RecvPosted::Done(s, info) => Outcome::Done(s, info),
+                RecvPosted::Pending(r) => Outcome::Req(r),
+            })
+        };
         wk.conclude(w, side, &op, hdr, out, RecvOut::Tag)
     })
 }

@@ -49,6 +49,18 @@ pub enum Callback {
 }
 
 impl Callback {
+    /// Drops a callback whose operation completed in the call: a completion queue gets
+    /// its entry through `report`; a word needs nothing (and skips the out-of-line drop);
+    /// a closure is dropped uncalled, as UCX calls no callback then.
+    #[inline(always)]
+    pub(crate) fn done_in_call(self, report: impl FnOnce(super::cq::CqTarget)) {
+        match self {
+            Callback::Word(_) => std::mem::forget(self),
+            Callback::Cq(t) => report(t),
+            Callback::Fn(_) => drop(self),
+        }
+    }
+
     /// Completion reported into `cq` with the context `user`.
     pub fn cq(cq: &super::cq::Cq, user: u64) -> Callback {
         Callback::Cq(super::cq::CqTarget {

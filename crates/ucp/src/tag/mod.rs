@@ -195,7 +195,7 @@ pub(crate) unsafe fn recv_nb(
                     st.acks.push_back(ack);
                 }
                 if let Some(cb) = cb {
-                    recv::done_in_call(core, cb, status, info);
+                    cb.done_in_call(|t| recv::report_in_call(core, t, status, info));
                 }
                 RecvPosted::Done(status, info)
             }

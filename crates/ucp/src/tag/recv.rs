@@ -2,6 +2,7 @@
 //! (or kept as unexpected) and delivered; matched rendezvous announcements go to `rndv`.
 
 use super::{FragDest, TagState, Unexp};
+use crate::core::cq::CqTarget;
 use crate::core::request::*;
 use crate::core::Core;
 use crate::matcher::Arrived;
@@ -160,14 +161,12 @@ pub(crate) fn rts(core: &mut Core, st: &mut TagState, rndv: &mut RndvState, h: R
     }
 }
 
-/// A receive completed in the call with a callback: a completion queue gets its entry (a
-/// closure is not called, as for sends). Off the common path.
+/// A receive that names a completion queue completed in the call: the queue gets its
+/// entry. Off the common path.
 #[cold]
 #[inline(never)]
-pub(crate) fn done_in_call(core: &Core, cb: Callback, status: Status, info: RecvInfo) {
-    if let Callback::Cq(t) = cb {
-        t.report(&core.cqs, status, info.length, info.sender_tag, None);
-    }
+pub(crate) fn report_in_call(core: &Core, t: CqTarget, status: Status, info: RecvInfo) {
+    t.report(&core.cqs, status, info.length, info.sender_tag, None);
 }
 
 /// Hands an unexpected message to the receive `r` that matched it.

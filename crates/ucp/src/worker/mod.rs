@@ -752,7 +752,7 @@ fn posted(
     match post {
         Post::Done(None) => Ok(None),
         Post::Done(Some(cb)) => {
-            done_in_call(core, ep, cb, imm);
+            cb.done_in_call(|t| report_in_call(core, ep, t, imm));
             Ok(None)
         }
         Post::Started(r) => Ok(Some(r)),
@@ -768,15 +768,13 @@ fn posted(
     }
 }
 
-/// An operation with a callback completed in the call: a completion queue gets its entry
-/// (a closure is not called, as in UCX). Off the common path (no callback).
+/// An operation that names a completion queue completed in the call: the queue gets its
+/// entry. Off the common path.
 #[cold]
 #[inline(never)]
-fn done_in_call(core: &mut Core, ep: u32, cb: Callback, imm: Imm) {
-    if let Callback::Cq(t) = cb {
-        let ep = Some(core.handle(ep));
-        t.report(&core.cqs, Status::Ok, imm.length, imm.tag, ep);
-    }
+fn report_in_call(core: &mut Core, ep: u32, t: crate::core::cq::CqTarget, imm: Imm) {
+    let ep = Some(core.handle(ep));
+    t.report(&core.cqs, Status::Ok, imm.length, imm.tag, ep);
 }
 
 /// What a completion-queue entry of an operation that completed in the call reports.
