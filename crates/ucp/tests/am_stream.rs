@@ -252,3 +252,63 @@ fn stream_bytes_arrive_in_order() {
     p.send("bye");
     p.finish();
 }
+
+/// Stream receives on a worker's endpoint to itself: bytes already received are taken in
+/// the call (`Done`) when the first piece satisfies the receive, and otherwise through a
+/// request that spans pieces; every byte in order.
+#[test]
+fn stream_receive_in_the_call_and_across_pieces() {
+    use std::time::Duration;
+    use ucp::stream::StreamRecv;
+    use ucp::{Buf, Context, Features, ThreadMode};
+    use ucs::Status;
+    let c = Context::new(Features::STREAM).unwrap();
+    let mut w = Worker::new(&c, ThreadMode::Single).unwrap();
+    let addr = w.address();
+    let ep = w.ep_create(&addr).unwrap();
+    let sent: Vec<u8> = (0..64u8).collect();
+    // Two pieces of 16 bytes, then one of 32.
+    w.stream_send(ep, &sent[..16]).unwrap();
+    w.stream_send(ep, &sent[16..32]).unwrap();
+    w.stream_send(ep, &sent[32..]).unwrap();
+    for _ in 0..10 {
+        w.progress();
+    }
+    let mut got = Vec::new();
+    // 8 of the first piece's 16: in the call.
+    let mut b = [0u8; 8];
+    // SAFETY: `b` outlives the receive, which completes in the call (asserted).
+    let r = unsafe { w.stream_recv_nb(ep, Buf::contig(b.as_mut_ptr(), 8), true, None) }.unwrap();
+    assert!(matches!(r, StreamRecv::Done(8)), "{r:?}");
+    got.extend_from_slice(&b);
+    // 20 with waitall: the rest of the first piece is 8, so it spans pieces (a request).
+    let mut b = [0u8; 20];
+    // SAFETY: as above; waited for below.
+    let r = unsafe { w.stream_recv_nb(ep, Buf::contig(b.as_mut_ptr(), 20), true, None) }.unwrap();
+    match r {
+        StreamRecv::Done(n) => assert_eq!(n, 20),
+        StreamRecv::Pending(q) => {
+            assert_eq!(w.wait_done(q, Duration::from_secs(30)).unwrap(), Status::Ok);
+            assert_eq!(w.request_info(q).unwrap().length, 20);
+            w.request_free(q).unwrap();
+        }
+    }
+    got.extend_from_slice(&b);
+    // Without waitall, 100 bytes of room: 4 left of the second piece plus the 32 of the
+    // third (both here): everything there is, 36 bytes.
+    let mut b = [0u8; 100];
+    // SAFETY: as above.
+    let r = unsafe { w.stream_recv_nb(ep, Buf::contig(b.as_mut_ptr(), 100), false, None) }.unwrap();
+    let n = match r {
+        StreamRecv::Done(n) => n,
+        StreamRecv::Pending(q) => {
+            assert_eq!(w.wait_done(q, Duration::from_secs(30)).unwrap(), Status::Ok);
+            let n = w.request_info(q).unwrap().length;
+            w.request_free(q).unwrap();
+            n
+        }
+    };
+    assert_eq!(n, 36);
+    got.extend_from_slice(&b[..n]);
+    assert_eq!(got, sent);
+}

@@ -271,9 +271,9 @@ pub(crate) unsafe fn send_nb(
             return Ok(Post::Started(r));
         }
     };
-    let th = tls[lane.tl].th;
-    let len = data.len();
-    let proto = am_proto(&th, header.len(), &data, flags)?;
+    let th = &tls[lane.tl].th;
+    let (max_short, len) = (th.max_short, data.len());
+    let proto = am_proto(th, header.len(), &data, flags)?;
     let (rndv, multi) = (proto == Proto::Rndv, proto == Proto::Multi);
     let f = Fields {
         id,
@@ -283,7 +283,20 @@ pub(crate) unsafe fn send_nb(
     };
     let total = EAGER_HDR + header.len() + len;
     let idle = core.ep(ep)?.queue.is_empty();
-    if !rndv && idle && total <= (th.max_short + 8).min(SHORT_MAX) {
+    if !rndv && idle && total <= (max_short + 8).min(SHORT_MAX) {
+        if let (true, Some(p)) = (tls[lane.tl].iface.loopback_idle(), data.contig_ptr()) {
+            // To this very worker with nothing queued before it: the handler runs now, as
+            // it would in progress, on the caller's bytes (nothing encoded or copied).
+            let d: &[u8] = if len == 0 {
+                &[]
+            } else {
+                // SAFETY: the caller promised `data` is readable until completion.
+                unsafe { std::slice::from_raw_parts(p, len) }
+            };
+            deliver(core, st, &f, header, d);
+            data.release();
+            return Ok(Post::Done(cb));
+        }
         // Small enough for the transport's inline path: the first 8 header bytes are
         // its header word, the rest its payload.
         let mut b = [0u8; SHORT_MAX];
@@ -449,6 +462,14 @@ fn reply_ep(core: &Core, flags: u16, uuid: u64) -> Option<Ep> {
 /// An AmEager arrived: its handler runs.
 pub(crate) fn on_eager(core: &Core, st: &mut AmState, d: &[u8]) -> Result<()> {
     let (f, header, data) = decode_eager(d)?;
+    deliver(core, st, &f, header, data);
+    Ok(())
+}
+
+/// A whole eager message (decoded, or straight from a sender in this worker): its handler
+/// runs; data it keeps is copied.
+#[inline]
+fn deliver(core: &Core, st: &mut AmState, f: &Fields, header: &[u8], data: &[u8]) {
     let desc = st.next_desc();
     let msg = AmMsg {
         id: f.id,
@@ -460,7 +481,6 @@ pub(crate) fn on_eager(core: &Core, st: &mut AmState, d: &[u8]) -> Result<()> {
     if st.call(&msg) == AmAction::Keep {
         st.kept.insert(desc.0, Kept::Data(data.to_vec()));
     }
-    Ok(())
 }
 
 /// An AmRts arrived: its handler runs; a message it does not keep is declined.

@@ -188,6 +188,12 @@ pub(crate) unsafe fn recv_nb(
     if buf.is_empty() {
         return Err(Status::InvalidParam);
     }
+    if cb.is_none() {
+        if let Some(n) = take_now(st, ep, &buf, waitall) {
+            buf.release();
+            return Ok(StreamRecv::Done(n));
+        }
+    }
     let r = core.new_req(
         ReqKind::Recv(RecvState {
             buf,
@@ -211,6 +217,42 @@ pub(crate) unsafe fn recv_nb(
         return Ok(StreamRecv::Done(n));
     }
     Ok(StreamRecv::Pending(r))
+}
+
+/// A receive with no callback and no receive before it, that the first piece of received
+/// bytes satisfies: copied into `buf` in the call, with no request. The count, or `None`
+/// when it has to wait (or span pieces).
+#[inline]
+fn take_now(st: &mut StreamState, ep: u32, buf: &Buf, waitall: bool) -> Option<usize> {
+    let StreamState { eps, spare } = st;
+    let e = eps.get_mut(ep as usize)?;
+    if !e.reqs.is_empty() {
+        return None;
+    }
+    let front = e.rx.front()?;
+    let avail = front.len() - e.off;
+    if avail < buf.len() && (waitall || e.rx.len() > 1) {
+        return None;
+    }
+    // SAFETY: the receiver promised the buffer is writable (the caller's contract).
+    let n = unsafe { buf.write_at(0, &front[e.off..]) };
+    e.off += n;
+    if e.off == front.len() {
+        consumed_front(e, spare);
+    }
+    Some(n)
+}
+
+/// The front piece of `e`'s received bytes is used up: it goes (its buffer back to the
+/// spares when it is one of them).
+#[inline]
+fn consumed_front(e: &mut StreamEp, spare: &mut Vec<Vec<u8>>) {
+    if let Some(v) = e.rx.pop_front() {
+        if v.capacity() == CHUNK && spare.len() < SPARE_MAX {
+            spare.push(v);
+        }
+    }
+    e.off = 0;
 }
 
 /// Takes whatever stream bytes `ep` has received (in one piece as they arrived), if any;
@@ -350,12 +392,7 @@ pub(crate) fn satisfy(core: &mut Core, st: &mut StreamState, ep: u32) {
             rs.received += n;
             e.off += n;
             if e.off == front.len() {
-                if let Some(v) = e.rx.pop_front() {
-                    if v.capacity() == CHUNK && spare.len() < SPARE_MAX {
-                        spare.push(v);
-                    }
-                }
-                e.off = 0;
+                consumed_front(e, spare);
             }
         }
         let done = rs.received == want || (!rs.waitall && rs.received > 0);
