@@ -153,12 +153,14 @@ unsafe fn recv(
     run_try(wk, |w, side| {
         let hdr = wk.begin(side, &op, F_RECV)?;
         let cb = op.callback(hdr);
-        // SAFETY: the API's contract: the buffer stays valid until the receive completes.
         let out = if op.no_imm() {
+            // SAFETY: the API's contract: the buffer stays valid until the receive
+            // completes.
             unsafe { w.tag_recv_nb(buf, tag, tag_mask, cb) }.map(Outcome::Req)
         } else {
             // A message that is already here is received in the call, with no request:
             // the call returns NULL (or the error), as UCX's does.
+            // SAFETY: as above.
             unsafe { w.tag_recv_nbx(buf, tag, tag_mask, cb) }.map(|p| match p {
                 RecvPosted::Done(s, info) => Outcome::Done(s, info),
                 RecvPosted::Pending(r) => Outcome::Req(r),
