@@ -402,7 +402,7 @@ impl Buf {
 /// # Safety
 /// As `copy_nonoverlapping`: `src..src+n` readable, `dst..dst+n` writable, no overlap.
 #[inline(always)]
-unsafe fn copy_small(src: *const u8, dst: *mut u8, n: usize) {
+pub(crate) unsafe fn copy_small(src: *const u8, dst: *mut u8, n: usize) {
     // SAFETY: the caller's contract; the unaligned reads and writes stay
     // inside the n bytes (two possibly overlapping words cover 8 < n <= 16).
     unsafe {

@@ -23,33 +23,67 @@ use ucs::{Result, Status};
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Message(pub(crate) u64);
 
-/// An unexpected message (arrived before its receive was posted).
+/// An unexpected message (arrived before its receive was posted). Small so that storing
+/// and taking it moves little: the rare kinds are boxed.
 pub(crate) enum Unexp {
+    /// A whole message of at most [`INLINE`] bytes, not synchronous, kept in place.
+    Small { len: u8, bytes: [u8; INLINE] },
+    /// A whole message, and the synchronous send to acknowledge, if any.
     Eager {
         data: Vec<u8>,
         sync: Option<(u64, u64)>,
     },
-    /// A fragmented message still arriving: `data` has room for all of it.
-    Partial {
-        data: Vec<u8>,
-        received: usize,
-        sync: Option<(u64, u64)>,
-        key: (u64, u64),
-    },
-    Rts {
-        uuid: u64,
-        sreq: u64,
-        len: u64,
-        addr: u64,
-        rkey: Vec<u8>,
-    },
+    /// A fragmented message still arriving.
+    Partial(Box<Partial>),
+    /// A rendezvous announcement.
+    Rts(Box<RtsHeld>),
+}
+
+/// Messages up to this size wait inline in the matcher (no buffer to take or give back).
+pub(crate) const INLINE: usize = 40;
+
+/// A fragmented unexpected message still arriving: `data` has room for all of it.
+pub(crate) struct Partial {
+    pub data: Vec<u8>,
+    pub received: usize,
+    pub sync: Option<(u64, u64)>,
+    pub key: (u64, u64),
+}
+
+/// An unexpected rendezvous announcement.
+pub(crate) struct RtsHeld {
+    pub uuid: u64,
+    pub sreq: u64,
+    pub len: u64,
+    pub addr: u64,
+    pub rkey: Vec<u8>,
 }
 
 impl Unexp {
     pub(crate) fn length(&self) -> usize {
         match self {
-            Unexp::Eager { data, .. } | Unexp::Partial { data, .. } => data.len(),
-            Unexp::Rts { len, .. } => *len as usize,
+            Unexp::Small { len, .. } => usize::from(*len),
+            Unexp::Eager { data, .. } => data.len(),
+            Unexp::Partial(p) => p.data.len(),
+            Unexp::Rts(r) => r.len as usize,
+        }
+    }
+
+    /// A whole message that is not synchronous: inline when it fits.
+    #[inline]
+    pub(crate) fn whole(st: &mut TagState, p: &[u8], sync: Option<(u64, u64)>) -> Unexp {
+        if sync.is_none() && p.len() <= INLINE {
+            let mut bytes = [0u8; INLINE];
+            // SAFETY: p.len() <= INLINE bytes, read from p and written into `bytes`.
+            unsafe { copy_small(p.as_ptr(), bytes.as_mut_ptr(), p.len()) };
+            return Unexp::Small {
+                len: p.len() as u8,
+                bytes,
+            };
+        }
+        Unexp::Eager {
+            data: st.keep(p),
+            sync,
         }
     }
 }
@@ -175,19 +209,28 @@ pub(crate) unsafe fn recv_nb(
     });
     match posted {
         Ok(r) => RecvPosted::Pending(r),
+        // An owned buffer goes back through its request, so it always gets one.
         Err((_, (mtag, u), (buf, cb))) => match u {
-            // An owned buffer goes back through its request, so it always gets one.
-            Unexp::Eager { data, sync } if imm && !matches!(buf, Buf::Owned(_)) => {
+            Unexp::Small { len, bytes } if imm && !matches!(buf, Buf::Owned(_)) => {
+                let data = &bytes[..usize::from(len)];
                 // SAFETY: forwarded contract: buf is writable now.
-                let n = unsafe { buf.write_at(0, &data) };
+                let status = unsafe { take_whole(&buf, data) };
+                buf.release();
                 let info = RecvInfo {
                     sender_tag: mtag,
                     length: data.len(),
                 };
-                let status = if n < data.len() {
-                    Status::MessageTruncated
-                } else {
-                    Status::Ok
+                if let Some(cb) = cb {
+                    cb.done_in_call(|t| recv::report_in_call(core, t, status, info));
+                }
+                RecvPosted::Done(status, info)
+            }
+            Unexp::Eager { data, sync } if imm && !matches!(buf, Buf::Owned(_)) => {
+                // SAFETY: forwarded contract: buf is writable now.
+                let status = unsafe { take_whole(&buf, &data) };
+                let info = RecvInfo {
+                    sender_tag: mtag,
+                    length: data.len(),
                 };
                 st.recycle(data);
                 buf.release();
@@ -205,6 +248,21 @@ pub(crate) unsafe fn recv_nb(
                 RecvPosted::Pending(r)
             }
         },
+    }
+}
+
+/// Copies a whole message into a receive buffer: `MessageTruncated` when it does not fit.
+///
+/// # Safety
+/// `buf` must be valid for writes.
+#[inline]
+unsafe fn take_whole(buf: &Buf, data: &[u8]) -> Status {
+    // SAFETY: the caller's contract.
+    let n = unsafe { buf.write_at(0, data) };
+    if n < data.len() {
+        Status::MessageTruncated
+    } else {
+        Status::Ok
     }
 }
 
@@ -234,8 +292,8 @@ pub(crate) fn probe(
     };
     let id = st.next_probed;
     st.next_probed += 1;
-    if let Unexp::Partial { key, .. } = &u {
-        st.frags.insert(*key, FragDest::Probed(id));
+    if let Unexp::Partial(p) = &u {
+        st.frags.insert(p.key, FragDest::Probed(id));
     }
     st.probed.insert(id, (t, u));
     Some((info, Some(Message(id))))

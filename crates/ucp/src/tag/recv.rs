@@ -1,7 +1,7 @@
 //! The receiving side of the tag protocols: each arriving protocol message is matched
 //! (or kept as unexpected) and delivered; matched rendezvous announcements go to `rndv`.
 
-use super::{FragDest, TagState, Unexp};
+use super::{FragDest, Partial, RtsHeld, TagState, Unexp};
 use crate::core::cq::CqTarget;
 use crate::core::request::*;
 use crate::core::Core;
@@ -27,10 +27,7 @@ pub(crate) fn eager(
             }
         }
         None => {
-            let u = Unexp::Eager {
-                data: st.keep(p),
-                sync,
-            };
+            let u = Unexp::whole(st, p, sync);
             st.matcher.add_unexpected(tag, (tag, u));
         }
     }
@@ -45,12 +42,12 @@ pub(crate) fn first(core: &mut Core, st: &mut TagState, h: EagerFirst, p: &[u8])
     }
     let key = (h.uuid, h.msg_id);
     let sync = (h.sreq != 0).then_some((h.uuid, h.sreq));
-    let u = Unexp::Partial {
+    let u = Unexp::Partial(Box::new(Partial {
         data: Vec::new(),
         received: 0,
         sync,
         key,
-    };
+    }));
     match st.matcher.arrive(h.tag, (h.tag, u)) {
         Arrived::Matched(_, r, _) => {
             core.recv_set_info(r, h.tag, total);
@@ -65,13 +62,14 @@ pub(crate) fn first(core: &mut Core, st: &mut TagState, h: EagerFirst, p: &[u8])
             }
         }
         Arrived::Unexpected(m) => {
-            if let Some((_, Unexp::Partial { data, received, .. })) = st.matcher.unexpected_mut(m) {
+            if let Some((_, Unexp::Partial(u))) = st.matcher.unexpected_mut(m) {
                 // The whole message is kept, so bound what a header may make us reserve.
-                data.try_reserve_exact(total)
+                u.data
+                    .try_reserve_exact(total)
                     .map_err(|_| Status::NoMemory)?;
-                data.resize(total, 0);
-                data[..p.len()].copy_from_slice(p);
-                *received = p.len();
+                u.data.resize(total, 0);
+                u.data[..p.len()].copy_from_slice(p);
+                u.received = p.len();
             }
             if p.len() == total {
                 settle_partial(st, FragDest::Unexp(m));
@@ -107,15 +105,15 @@ pub(crate) fn middle(core: &mut Core, st: &mut TagState, h: EagerMiddle, p: &[u8
                 FragDest::Probed(id) => st.probed.get_mut(&id).map(|x| &mut x.1),
                 FragDest::Req(_) => None,
             };
-            let Some(Unexp::Partial { data, received, .. }) = u else {
+            let Some(Unexp::Partial(u)) = u else {
                 return Err(Status::InvalidParam);
             };
-            if off != *received || off + p.len() > data.len() {
+            if off != u.received || off + p.len() > u.data.len() {
                 return Err(Status::InvalidParam);
             }
-            data[off..off + p.len()].copy_from_slice(p);
-            *received += p.len();
-            if *received == data.len() {
+            u.data[off..off + p.len()].copy_from_slice(p);
+            u.received += p.len();
+            if u.received == u.data.len() {
                 st.frags.remove(&key);
                 settle_partial(st, dest);
             }
@@ -132,30 +130,31 @@ fn settle_partial(st: &mut TagState, dest: FragDest) {
         FragDest::Req(_) => None,
     };
     if let Some(u) = u {
-        if let Unexp::Partial { data, sync, .. } = u {
-            let data = std::mem::take(data);
-            *u = Unexp::Eager { data, sync: *sync };
+        if let Unexp::Partial(p) = u {
+            let data = std::mem::take(&mut p.data);
+            let sync = p.sync;
+            *u = Unexp::Eager { data, sync };
         }
     }
 }
 
 /// A rendezvous announcement.
 pub(crate) fn rts(core: &mut Core, st: &mut TagState, rndv: &mut RndvState, h: Rts<'_>) {
-    let u = Unexp::Rts {
+    let u = Unexp::Rts(Box::new(RtsHeld {
         uuid: h.uuid,
         sreq: h.sreq,
         len: h.len,
         addr: h.addr,
         rkey: Vec::new(),
-    };
+    }));
     match st.matcher.arrive(h.tag, (h.tag, u)) {
         Arrived::Matched(_, r, _) => {
             core.recv_set_info(r, h.tag, h.len as usize);
             rndv.accept(r, h.uuid, h.sreq, h.len, h.addr, h.rkey.to_vec());
         }
         Arrived::Unexpected(m) => {
-            if let Some((_, Unexp::Rts { rkey, .. })) = st.matcher.unexpected_mut(m) {
-                rkey.extend_from_slice(h.rkey);
+            if let Some((_, Unexp::Rts(r))) = st.matcher.unexpected_mut(m) {
+                r.rkey.extend_from_slice(h.rkey);
             }
         }
     }
@@ -180,6 +179,7 @@ pub(crate) fn consume_unexp(
     u: Unexp,
 ) {
     match u {
+        Unexp::Small { len, bytes } => core.recv_whole(r, tag, &bytes[..usize::from(len)]),
         Unexp::Eager { data, sync } => {
             core.recv_whole(r, tag, &data);
             st.recycle(data);
@@ -187,26 +187,22 @@ pub(crate) fn consume_unexp(
                 st.acks.push_back(ack);
             }
         }
-        Unexp::Partial {
-            data,
-            received,
-            sync,
-            key,
-        } => {
-            core.recv_set_info(r, tag, data.len());
-            core.recv_write(r, 0, &data[..received]);
-            st.frags.insert(key, FragDest::Req(r));
-            if let Some(ack) = sync {
+        Unexp::Partial(p) => {
+            core.recv_set_info(r, tag, p.data.len());
+            core.recv_write(r, 0, &p.data[..p.received]);
+            st.frags.insert(p.key, FragDest::Req(r));
+            if let Some(ack) = p.sync {
                 st.acks.push_back(ack);
             }
         }
-        Unexp::Rts {
-            uuid,
-            sreq,
-            len,
-            addr,
-            rkey,
-        } => {
+        Unexp::Rts(h) => {
+            let RtsHeld {
+                uuid,
+                sreq,
+                len,
+                addr,
+                rkey,
+            } = *h;
             core.recv_set_info(r, tag, len as usize);
             rndv.accept(r, uuid, sreq, len, addr, rkey);
         }
