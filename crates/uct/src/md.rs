@@ -412,6 +412,41 @@ mod tests {
     }
 
     #[test]
+    fn put_one_writes_words_and_pieces_and_refuses_out_of_range() {
+        let md = Md::open(Transport::Shm);
+        let h = md.mem_alloc(64).unwrap();
+        let other = Md::open(Transport::Shm);
+        let rk = other.rkey_unpack(&h.pack_rkey()).unwrap();
+        let mine = md.rkey_unpack(&h.pack_rkey()).unwrap();
+        let base = h.address() as u64;
+        let word: Vec<u8> = (1..=8).collect();
+        let piece: Vec<u8> = (100..113).collect();
+        crate::rma::put_one(&rk, base + 3, &word).unwrap();
+        crate::rma::put_one(&rk, base + 20, &piece).unwrap();
+        crate::rma::put_one(&rk, base + 40, &[]).unwrap();
+        let mut b = [0u8; 64];
+        crate::rma::get(&mine, base, &mut [&mut b]).unwrap();
+        assert_eq!(&b[3..11], &word[..]);
+        assert_eq!(&b[20..33], &piece[..]);
+        assert!(b[..3]
+            .iter()
+            .chain(&b[11..20])
+            .chain(&b[33..])
+            .all(|&x| x == 0));
+        // One byte past the end, or before the start: refused, nothing written.
+        assert_eq!(
+            crate::rma::put_one(&rk, base + 57, &word).err(),
+            Some(Status::InvalidParam)
+        );
+        assert_eq!(
+            crate::rma::put_one(&rk, base - 1, &word).err(),
+            Some(Status::InvalidParam)
+        );
+        crate::rma::get(&mine, base, &mut [&mut b]).unwrap();
+        assert!(b[33..].iter().all(|&x| x == 0));
+    }
+
+    #[test]
     fn keys_to_own_allocation_use_its_mapping() {
         let md = Md::open(Transport::Shm);
         // Not a page multiple: the key's length differs from the segment's.

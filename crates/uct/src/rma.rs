@@ -36,6 +36,33 @@ pub fn put(rkey: &Rkey, addr: u64, iov: &[&[u8]]) -> Result<()> {
     Ok(())
 }
 
+/// [`put`] of one contiguous piece, the common case: one range check, and an 8-byte piece
+/// (a word, a small message) stored without a call to `memmove`.
+#[inline]
+pub fn put_one(rkey: &Rkey, addr: u64, data: &[u8]) -> Result<()> {
+    match &rkey.access {
+        Access::Cma => {
+            rkey.check(addr, data.len())?;
+            cma::write(rkey.pid, addr, data)
+        }
+        Access::Wire { .. } => Err(Status::Unsupported),
+        _ => {
+            let p = rkey.ptr(addr, data.len())?;
+            // SAFETY: as in put(): ptr() checked the range lies in the key's memory,
+            // mapped while the key lives; an 8-byte piece is one unaligned word.
+            unsafe {
+                if data.len() == 8 {
+                    p.cast::<u64>()
+                        .write_unaligned(data.as_ptr().cast::<u64>().read_unaligned());
+                } else {
+                    std::ptr::copy(data.as_ptr(), p, data.len());
+                }
+            }
+            Ok(())
+        }
+    }
+}
+
 /// Reads from remote address `addr` into the concatenation of `iov`.
 pub fn get(rkey: &Rkey, addr: u64, iov: &mut [&mut [u8]]) -> Result<()> {
     let total: usize = iov.iter().map(|b| b.len()).sum();

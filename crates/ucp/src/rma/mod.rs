@@ -192,7 +192,7 @@ pub(crate) unsafe fn put_nb(
     if let Some(k) = rk.uct.as_ref().filter(|_| rk.rma != RmaPath::Emulated) {
         // SAFETY: the caller promised src..src+len is readable.
         let data = unsafe { slice(src, len) };
-        uct::rma::put(k, addr, &[data])?;
+        uct::rma::put_one(k, addr, data)?;
         return Ok(Post::Done(cb));
     }
     let st = state(
@@ -217,7 +217,7 @@ pub(crate) fn put_nbi(
 ) -> Result<Post> {
     rk.check(ep, addr, data.len())?;
     if let Some(k) = rk.uct.as_ref().filter(|_| rk.rma != RmaPath::Emulated) {
-        uct::rma::put(k, addr, &[data])?;
+        uct::rma::put_one(k, addr, data)?;
         return Ok(Post::Done(None));
     }
     let mut st = state(
@@ -265,7 +265,7 @@ pub(crate) unsafe fn put_signal(
         // Direct and CMA complete the copy in this call: the data is in place before the
         // signal below is applied or sent.
         if !data.is_empty() {
-            uct::rma::put(k, addr, &[data])?;
+            uct::rma::put_one(k, addr, data)?;
         }
         if let (RmaPath::Direct, Some(sk)) = (sig.rk.amo, sig.rk.uct.as_ref()) {
             let op = match sig.op {
