@@ -40,7 +40,7 @@ use crate::transport::wait::{check_stall, SPINS};
 use std::collections::VecDeque;
 use std::time::Duration;
 use ucp::stream::StreamRecv;
-use ucp::{Config, Request, Worker};
+use ucp::{Config, RecvPosted, Request, Worker};
 use ucs::{Result, Status};
 
 /// The channel of a loopback run: nobody is on the other end. Messages sent are dropped,
@@ -230,16 +230,20 @@ impl<C: Channel> UcpPeer<C> {
                 let (s, r) = unsafe {
                     (
                         w.tag_send_nb(ep, sb.ucp(), TAG, false, None)?,
-                        w.tag_recv_nb(b.ucp(), TAG, MASK, None)?,
+                        w.tag_recv_nbx(b.ucp(), TAG, MASK, None)?,
                     )
                 };
                 if let Some(s) = s {
                     sends.push_back(s);
                 }
-                if check {
-                    last = Some(r);
-                } else {
-                    recvs.push_back(r);
+                match r {
+                    _ if check => last = Some(r),
+                    RecvPosted::Pending(r) => recvs.push_back(r),
+                    RecvPosted::Done(Status::Ok, _) => {}
+                    RecvPosted::Done(s, _) => {
+                        tracing::error!("a message: the receive completed with {s}");
+                        return Err(s);
+                    }
                 }
                 if let Some(st) = mark.as_deref_mut() {
                     st.mark();
@@ -249,7 +253,7 @@ impl<C: Channel> UcpPeer<C> {
             drain_to(w, chan, t, &mut recvs, 0)?;
             match last {
                 Some(r) => {
-                    let info = wait_one(w, chan, t, "the last message", Some(r))?;
+                    let info = wait_pair(w, chan, t, "the last message", None, r)?;
                     Ok(check_message("the last message", cb, info))
                 }
                 None => Ok(None),
