@@ -136,12 +136,8 @@ pub(crate) fn recv_state(buf: Buf, waitall: bool) -> ReqKind {
 }
 
 /// Posts a receive for a message whose tag matches `tag` under `mask`.
-///
-/// # Safety
-/// `buf` must stay valid for writes, and not otherwise accessed, until the receive
-/// completes (or is canceled and its completion seen).
 #[inline]
-pub(crate) unsafe fn recv_nb(
+pub(crate) fn recv_nb(
     core: &mut Core,
     st: &mut TagState,
     rndv: &mut RndvState,
@@ -200,10 +196,7 @@ pub(crate) fn probe(
 }
 
 /// Receives a message taken by a probe with remove.
-///
-/// # Safety
-/// As for [`recv_nb`].
-pub(crate) unsafe fn msg_recv_nb(
+pub(crate) fn msg_recv_nb(
     core: &mut Core,
     st: &mut TagState,
     rndv: &mut RndvState,
