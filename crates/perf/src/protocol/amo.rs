@@ -187,7 +187,7 @@ impl<C: Channel> UcpPeer<C> {
         // Operation i writes its result into slot i % window; slots holds 8 * window
         // bytes, so the slot calls never fail (a failed read reads as a wrong value).
         let slot = |i: u64| (i % window) as usize;
-        let read = |i: u64| -> u64 { slots.read_slot(slot(i)).unwrap_or(u64::MAX) };
+        let read = |i: u64| -> u64 { slots.read_slot(slot(i), p.size).unwrap_or(u64::MAX) };
         let mut inflight: VecDeque<(Request, u64)> = VecDeque::with_capacity(window as usize);
         let mut run = |w: &mut Worker,
                        chan: &mut C,

@@ -106,15 +106,20 @@ impl MsgBuf {
         Ok(off)
     }
 
-    /// The 8-byte slot `i`, in native byte order (once the request that wrote it
-    /// completed).
-    pub(super) fn read_slot(&self, i: usize) -> Result<u64> {
+    /// The value at the start of the 8-byte slot `i`: `size` (4 or 8) bytes in native
+    /// byte order, as a fetching atomic of that size writes it (read once the request
+    /// that wrote it completed).
+    pub(super) fn read_slot(&self, i: usize, size: usize) -> Result<u64> {
         let off = self.slot_off(i)?;
         let mut b = [0u8; 8];
         // SAFETY: the slot lies inside the buffer; no request writes it now (the caller
         // reads a completed operation's result, module invariant).
         unsafe { std::ptr::copy_nonoverlapping(self.ptr.add(off), b.as_mut_ptr(), 8) };
-        Ok(u64::from_ne_bytes(b))
+        Ok(match size {
+            4 => u64::from(u32::from_ne_bytes([b[0], b[1], b[2], b[3]])),
+            8 => u64::from_ne_bytes(b),
+            _ => return Err(Status::InvalidParam),
+        })
     }
 
     /// Stores `v` in native byte order in the 8-byte slot `i` (while nothing else

@@ -33,6 +33,17 @@ pub trait GenericDt: Send {
 
 /// The memory of one nonblocking operation: the caller's (made by an `unsafe`
 /// constructor), the request's own (`Buf::from(Vec<u8>)`), or an application datatype.
+///
+/// Naming the caller's memory takes `unsafe`:
+/// ```compile_fail,E0133
+/// let mut v = [0u8; 4];
+/// let b = ucp::Buf::contig(v.as_mut_ptr(), v.len());
+/// ```
+/// and one promise covers one request (a `Buf` cannot be copied):
+/// ```compile_fail,E0599
+/// let b = ucp::Buf::from(vec![1u8]);
+/// let c = b.clone();
+/// ```
 pub struct Buf(Mem);
 
 enum Mem {
