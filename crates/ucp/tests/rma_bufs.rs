@@ -85,7 +85,7 @@ struct Pair {
 
 fn pair(path: RmaPath) -> Pair {
     let tctx = ctx_with(RmaPath::Auto);
-    let t = Worker::new(&tctx, ThreadMode::Single).unwrap();
+    let mut t = Worker::new(&tctx, ThreadMode::Single).unwrap();
     let mut i = Worker::new(&ctx_with(path), ThreadMode::Single).unwrap();
     let ep = i.ep_create(&t.address()).unwrap();
     let mem = tctx.mem_alloc(LEN + 64).unwrap();
@@ -119,10 +119,7 @@ fn every_kind_of_buffer(path: RmaPath) {
 
     // Get into an I/O vector.
     let mut back = [vec![0u8; 1234], vec![0u8; LEN - 1234]];
-    let segs: Vec<(*mut u8, usize)> = back
-        .iter_mut()
-        .map(|v| (v.as_mut_ptr(), v.len()))
-        .collect();
+    let segs: Vec<(*mut u8, usize)> = back.iter_mut().map(|v| (v.as_mut_ptr(), v.len())).collect();
     // SAFETY: `back` outlives the request and is not touched meanwhile.
     let dst = unsafe { Buf::iov(segs) };
     let r = i.get_nb(ep, dst, base, &rk, None).unwrap();
@@ -216,7 +213,17 @@ fn atomic_results(path: RmaPath) {
     // SAFETY: as above.
     let b = unsafe { Buf::contig(res.as_mut_ptr(), 8) };
     let r = i
-        .atomic_fetch_nb(ep, AtomicOp::Swap, AtomicSize::B64, 77, 0, b, base + 8, &rk, None)
+        .atomic_fetch_nb(
+            ep,
+            AtomicOp::Swap,
+            AtomicSize::B64,
+            77,
+            0,
+            b,
+            base + 8,
+            &rk,
+            None,
+        )
         .unwrap();
     assert_eq!(pump(&mut i, &mut t, r), Status::Ok, "{what}: swap");
     assert_eq!(u64::from_ne_bytes(res), 0, "{what}: swap's previous value");
@@ -229,7 +236,17 @@ fn atomic_results(path: RmaPath) {
     let mut short = [0x55u8; 4];
     // SAFETY: refused in the call; nothing is written later.
     let b = unsafe { Buf::contig(short.as_mut_ptr(), short.len()) };
-    let r = i.atomic_fetch_nb(ep, AtomicOp::Add, AtomicSize::B64, 1, 0, b, base + 8, &rk, None);
+    let r = i.atomic_fetch_nb(
+        ep,
+        AtomicOp::Add,
+        AtomicSize::B64,
+        1,
+        0,
+        b,
+        base + 8,
+        &rk,
+        None,
+    );
     assert_eq!(r.err(), Some(Status::InvalidParam), "{what}: short result");
     assert_eq!(short, [0x55; 4]);
     let r = i.atomic_fetch_nb(
