@@ -147,7 +147,8 @@ unsafe fn send(
         // SAFETY: the caller's header, readable for this call (it is copied).
         unsafe { std::slice::from_raw_parts(header.cast(), header_length) }
     };
-    // SAFETY: the caller's buffer as its datatype describes it.
+    // SAFETY: the caller's buffer as its datatype describes it, valid until the operation
+    // completes (the UCP API's contract for the application, which dt::buf passes on).
     let buf = unsafe { dt::buf(buffer, count, op.datatype, Dir::Send)? };
     let f = AmSendFlags {
         reply: flags & UCP_AM_SEND_FLAG_REPLY != 0,
@@ -157,8 +158,9 @@ unsafe fn send(
     let rep = e.ep;
     run(wk, |w, side| {
         let rq = wk.begin(side, &op, 0)?;
-        // SAFETY: the API's contract: the buffer stays readable until completion.
-        let out = unsafe { w.am_send_nb(rep, id, hdr, buf, f, op.callback(rq)) }.map(Outcome::of);
+        let out = w
+            .am_send_nb(rep, id, hdr, buf, f, op.callback(rq))
+            .map(Outcome::of);
         wk.conclude(w, side, &op, rq, out, RecvOut::None)
     })?
 }
@@ -223,7 +225,8 @@ pub unsafe extern "C" fn ucp_am_recv_data_nbx(
         let wk = unsafe { core::get(worker)? };
         // SAFETY: forwarded contract.
         let op = unsafe { Op::nbx(param, CbKind::LengthNbx)? };
-        // SAFETY: the caller's buffer as its datatype describes it.
+        // SAFETY: the caller's buffer as its datatype describes it, valid until the operation
+        // completes (the UCP API's contract for the application, which dt::buf passes on).
         let buf = unsafe { dt::buf(buffer, count, op.datatype, Dir::Recv)? };
         run(wk, |w, side| {
             let desc = side
@@ -231,8 +234,9 @@ pub unsafe extern "C" fn ucp_am_recv_data_nbx(
                 .remove(&(data_desc as usize))
                 .ok_or(Status::InvalidParam)?;
             let rq = wk.begin(side, &op, 0)?;
-            // SAFETY: the API's contract: the buffer stays writable until completion.
-            let out = unsafe { w.am_recv_data_nb(desc, buf, op.callback(rq)) }.map(Outcome::Req);
+            let out = w
+                .am_recv_data_nb(desc, buf, op.callback(rq))
+                .map(Outcome::Req);
             wk.conclude(w, side, &op, rq, out, RecvOut::Length)
         })?
     })

@@ -115,7 +115,8 @@ pub(crate) struct ReqHdr {
     pub rust_id: u64,
     /// Where a 32-bit fetching atomic's result goes.
     pub result: *mut u8,
-    /// The 64-bit result of a 32-bit fetching atomic, as the protocol layer writes it.
+    /// The result of a 32-bit fetching atomic, as the protocol layer writes it (its
+    /// first 4 bytes).
     pub staging: u64,
     /// Size of the pooled block (0 for the caller's memory).
     pub block_size: usize,
@@ -182,7 +183,8 @@ impl ReqHdr {
                 length: info.length,
             };
             if h.flags.load(Ordering::Relaxed) & F_AMO32 != 0 && !h.result.is_null() {
-                let v = (h.staging as u32).to_ne_bytes();
+                // The protocol layer wrote the 4 bytes, in native order, at its start.
+                let v = h.staging.to_ne_bytes();
                 std::ptr::copy_nonoverlapping(v.as_ptr(), h.result, 4);
             }
             h.status.store(i32::from(status.code()), Ordering::Release);

@@ -8,7 +8,6 @@
 use crate::ffi::*;
 use crate::guard;
 use crate::handle::{handle_kind, Handle};
-use std::cell::RefCell;
 use std::collections::BTreeSet;
 use std::ffi::c_void;
 use std::sync::Mutex;
@@ -97,7 +96,10 @@ pub(crate) enum Dir {
 /// The buffer `(buffer, count, datatype)` describes.
 ///
 /// # Safety
-/// The memory must be as the datatype describes (the caller's contract of the operation).
+/// The memory must be as the datatype describes and, as the UCP API requires of the
+/// application, stay valid until the operation that takes the buffer completes (readable
+/// and unchanged for a send; writable, and not otherwise accessed, for a receive): this
+/// is [`Buf::contig`]'s and [`Buf::iov`]'s contract, passed on to the C caller.
 #[inline(always)]
 pub(crate) unsafe fn buf(buffer: *const c_void, count: usize, dt: u64, dir: Dir) -> Result<Buf> {
     if dt & UCP_DATATYPE_CLASS_MASK == UCP_DATATYPE_CONTIG {
@@ -106,7 +108,9 @@ pub(crate) unsafe fn buf(buffer: *const c_void, count: usize, dt: u64, dir: Dir)
         if len > 0 && buffer.is_null() {
             return Err(Status::InvalidParam);
         }
-        return Ok(Buf::contig(buffer.cast_mut().cast(), len));
+        // SAFETY: the C caller's contract of the operation (this function's), checked
+        // for a null buffer with a length above.
+        return Ok(unsafe { Buf::contig(buffer.cast_mut().cast(), len) });
     }
     // SAFETY: forwarded contract.
     unsafe { buf_other(buffer, count, dt, dir) }
@@ -121,7 +125,7 @@ unsafe fn buf_other(buffer: *const c_void, count: usize, dt: u64, dir: Dir) -> R
     match dt & UCP_DATATYPE_CLASS_MASK {
         UCP_DATATYPE_IOV => {
             if count == 0 {
-                return Ok(Buf::contig(std::ptr::null_mut(), 0));
+                return Ok(Buf::empty());
             }
             if buffer.is_null() {
                 return Err(Status::InvalidParam);
@@ -134,7 +138,9 @@ unsafe fn buf_other(buffer: *const c_void, count: usize, dt: u64, dir: Dir) -> R
                     (e.buffer.cast::<u8>(), e.length)
                 })
                 .collect();
-            Ok(Buf::Iov(segs))
+            // SAFETY: the C caller's contract of the operation: every segment stays valid
+            // until it completes.
+            Ok(unsafe { Buf::iov(segs) })
         }
         UCP_DATATYPE_GENERIC => {
             // SAFETY: a live generic datatype is a handle of ours (checked by `generic`).
@@ -151,11 +157,11 @@ unsafe fn buf_other(buffer: *const c_void, count: usize, dt: u64, dir: Dir) -> R
                 Some(f) => unsafe { f(state) },
                 None => 0,
             };
-            Ok(Buf::Generic(Box::new(RefCell::new(CGeneric {
+            Ok(Buf::generic(CGeneric {
                 ops: g.ops,
                 state,
                 size,
-            }))))
+            }))
         }
         _ => Err(Status::Unsupported),
     }

@@ -9,7 +9,7 @@ use crate::guard;
 use crate::handle::Handle;
 use crate::rma::{contig_len, ep_key, RkeyObj};
 use std::ffi::{c_uint, c_void};
-use ucp::SignalOp;
+use ucp::{Buf, SignalOp};
 use ucs::{Result, Status};
 
 /// `rucx_signal_op_t` (a C enum).
@@ -55,12 +55,13 @@ pub unsafe extern "C" fn rucx_put_signal_nbx(
         let rep = e.ep;
         run(wk, |w, side| {
             let hdr = wk.begin(side, &cop, 0)?;
-            // SAFETY: the API's contract: the buffer stays readable until completion.
-            let out = unsafe {
-                w.put_signal_nb(
+            // SAFETY: the API's contract: the buffer stays readable, and unchanged, until
+            // the operation completes (null with a length was refused above).
+            let src = unsafe { Buf::contig(buffer.cast_mut().cast(), len) };
+            let out = w
+                .put_signal_nb(
                     rep,
-                    buffer.cast(),
-                    len,
+                    src,
                     remote_addr,
                     &k.rk,
                     signal_addr,
@@ -69,8 +70,7 @@ pub unsafe extern "C" fn rucx_put_signal_nbx(
                     value,
                     Wk::word(hdr),
                 )
-            }
-            .map(Outcome::of);
+                .map(Outcome::of);
             wk.conclude(w, side, &cop, hdr, out, RecvOut::None)
         })?
     })

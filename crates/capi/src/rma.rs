@@ -13,7 +13,7 @@ use crate::ffi::*;
 use crate::guard;
 use crate::handle::{handle_kind, Handle};
 use std::ffi::c_void;
-use ucp::{AtomicOp, AtomicSize, RecvInfo};
+use ucp::{AtomicOp, AtomicSize, Buf, RecvInfo};
 use ucs::{Result, Status};
 
 /// A memory handle's value.
@@ -413,10 +413,10 @@ pub unsafe extern "C" fn ucp_get_nbi(
             return Err(Status::InvalidParam);
         }
         let rep = e.ep;
-        // SAFETY: the API's contract: the buffer stays writable until a flush completes.
-        run(wk, |w, _| unsafe {
-            w.get_nbi(rep, buffer.cast(), length, remote_addr, &k.rk)
-        })?
+        // SAFETY: the API's contract: the buffer (checked not null above) stays writable,
+        // and untouched by the application, until a flush completes.
+        let dst = unsafe { Buf::contig(buffer.cast(), length) };
+        run(wk, |w, _| w.get_nbi(rep, dst, remote_addr, &k.rk))?
     })
 }
 
@@ -436,18 +436,12 @@ unsafe fn put_common(
     let rep = e.ep;
     run(wk, |w, side| {
         let hdr = wk.begin(side, &op, 0)?;
-        // SAFETY: the API's contract: the buffer stays readable until completion.
-        let out = unsafe {
-            w.put_nb(
-                rep,
-                buffer.cast(),
-                len,
-                remote_addr,
-                &k.rk,
-                op.callback(hdr),
-            )
-        }
-        .map(Outcome::of);
+        // SAFETY: the API's contract: the buffer stays readable, and unchanged, until
+        // completion (null with a length was refused above).
+        let src = unsafe { Buf::contig(buffer.cast_mut().cast(), len) };
+        let out = w
+            .put_nb(rep, src, remote_addr, &k.rk, op.callback(hdr))
+            .map(Outcome::of);
         wk.conclude(w, side, &op, hdr, out, RecvOut::None)
     })?
 }
@@ -468,18 +462,12 @@ unsafe fn get_common(
     let rep = e.ep;
     run(wk, |w, side| {
         let hdr = wk.begin(side, &op, 0)?;
-        // SAFETY: the API's contract: the buffer stays writable until completion.
-        let out = unsafe {
-            w.get_nb(
-                rep,
-                buffer.cast(),
-                len,
-                remote_addr,
-                &k.rk,
-                op.callback(hdr),
-            )
-        }
-        .map(Outcome::of);
+        // SAFETY: the API's contract: the buffer stays writable, and untouched by the
+        // application, until completion (null with a length was refused above).
+        let dst = unsafe { Buf::contig(buffer.cast(), len) };
+        let out = w
+            .get_nb(rep, dst, remote_addr, &k.rk, op.callback(hdr))
+            .map(Outcome::of);
         wk.conclude(w, side, &op, hdr, out, RecvOut::None)
     })?
 }
@@ -652,26 +640,26 @@ unsafe fn fetch(
     run(wk, |w, side| {
         if size == AtomicSize::B64 {
             let hdr = wk.begin(side, &cop, 0)?;
-            // SAFETY: the API's contract: `result` stays writable until completion.
-            let out = unsafe {
-                w.atomic_fetch_nb(
+            // SAFETY: the API's contract: the 8 bytes at `result` (checked not null above)
+            // stay writable, and untouched by the application, until completion.
+            let res = unsafe { Buf::contig(result.cast(), 8) };
+            let out = w
+                .atomic_fetch_nb(
                     rep,
                     op,
                     size,
                     value,
                     compare,
-                    result.cast(),
+                    res,
                     remote_addr,
                     &k.rk,
                     cop.callback(hdr),
                 )
-            }
-            .map(Outcome::of);
+                .map(Outcome::of);
             return wk.conclude(w, side, &cop, hdr, out, RecvOut::None);
         }
-        // 32 bits: the protocol layer writes a 64-bit word; stage it in the request
-        // header and copy the low half to the caller's 4 bytes on completion (which a
-        // completion queue would not do).
+        // 32 bits: stage the result in the request header and copy it to the caller's 4
+        // bytes on completion (which a completion queue would not do).
         cop.no_cq()?;
         let hdr = wk.begin(side, &cop, F_AMO32)?;
         // SAFETY: a header just started for this call.
@@ -679,21 +667,22 @@ unsafe fn fetch(
             (*hdr).result = result.cast();
             std::ptr::addr_of_mut!((*hdr).staging)
         };
-        // SAFETY: the staging word lives as long as the request (its header).
-        let out = unsafe {
-            w.atomic_fetch_nb(
+        // SAFETY: the staging word lives as long as the request (its header), and only
+        // the completion reads it.
+        let res = unsafe { Buf::contig(staging.cast(), 8) };
+        let out = w
+            .atomic_fetch_nb(
                 rep,
                 op,
                 size,
                 value,
                 compare,
-                staging,
+                res,
                 remote_addr,
                 &k.rk,
                 Wk::word(hdr),
             )
-        }
-        .map(Outcome::of);
+            .map(Outcome::of);
         wk.conclude(w, side, &cop, hdr, out, RecvOut::None)
     })?
 }

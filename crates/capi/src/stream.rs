@@ -19,13 +19,15 @@ unsafe fn send(
 ) -> Result<ucs_status_ptr_t> {
     // SAFETY: the caller's endpoint handle.
     let (e, wk) = unsafe { ep_get(ep)? };
-    // SAFETY: the caller's buffer as its datatype describes it.
+    // SAFETY: the caller's buffer as its datatype describes it, valid until the operation
+    // completes (the UCP API's contract for the application, which dt::buf passes on).
     let buf = unsafe { dt::buf(buffer, count, op.datatype, Dir::Send)? };
     let rep = e.ep;
     run(wk, |w, side| {
         let hdr = wk.begin(side, &op, 0)?;
-        // SAFETY: the API's contract: the buffer stays readable until completion.
-        let out = unsafe { w.stream_send_nb(rep, buf, op.callback(hdr)) }.map(Outcome::of);
+        let out = w
+            .stream_send_nb(rep, buf, op.callback(hdr))
+            .map(Outcome::of);
         wk.conclude(w, side, &op, hdr, out, RecvOut::None)
     })?
 }
@@ -71,16 +73,17 @@ unsafe fn recv(
 ) -> Result<ucs_status_ptr_t> {
     // SAFETY: the caller's endpoint handle.
     let (e, wk) = unsafe { ep_get(ep)? };
-    // SAFETY: the caller's buffer as its datatype describes it.
+    // SAFETY: the caller's buffer as its datatype describes it, valid until the operation
+    // completes (the UCP API's contract for the application, which dt::buf passes on).
     let buf = unsafe { dt::buf(buffer, count, op.datatype, Dir::Recv)? };
     let rep = e.ep;
     // The length of an immediate completion goes to `length`, not to `recv_info`.
     op.recv_info = length.cast();
     run(wk, |w, side| {
         let hdr = wk.begin(side, &op, 0)?;
-        // SAFETY: the API's contract: the buffer stays writable until completion.
-        let out =
-            unsafe { w.stream_recv_nb(rep, buf, waitall, op.callback(hdr)) }.map(|r| match r {
+        let out = w
+            .stream_recv_nb(rep, buf, waitall, op.callback(hdr))
+            .map(|r| match r {
                 StreamRecv::Done(n) => Outcome::Done(
                     Status::Ok,
                     RecvInfo {

@@ -28,13 +28,15 @@ unsafe fn send(
 ) -> Result<ucs_status_ptr_t> {
     // SAFETY: the caller's endpoint handle.
     let (e, wk) = unsafe { ep_get(ep)? };
-    // SAFETY: the caller's buffer as its datatype describes it.
+    // SAFETY: the caller's buffer as its datatype describes it, valid until the operation
+    // completes (the UCP API's contract for the application, which dt::buf passes on).
     let buf = unsafe { dt::buf(buffer, count, op.datatype, Dir::Send)? };
     let rep = e.ep;
     run_try(wk, |w, side| {
         let hdr = wk.begin(side, &op, 0)?;
-        // SAFETY: the API's contract: the buffer stays valid until the send completes.
-        let out = unsafe { w.tag_send_nb(rep, buf, tag, sync, op.callback(hdr)) }.map(Outcome::of);
+        let out = w
+            .tag_send_nb(rep, buf, tag, sync, op.callback(hdr))
+            .map(Outcome::of);
         wk.conclude(w, side, &op, hdr, out, RecvOut::None)
     })
 }
@@ -148,20 +150,18 @@ unsafe fn recv(
 ) -> Result<ucs_status_ptr_t> {
     // SAFETY: the caller's worker handle.
     let wk = unsafe { core::get(worker)? };
-    // SAFETY: the caller's buffer as its datatype describes it.
+    // SAFETY: the caller's buffer as its datatype describes it, valid until the operation
+    // completes (the UCP API's contract for the application, which dt::buf passes on).
     let buf = unsafe { dt::buf(buffer, count, op.datatype, Dir::Recv)? };
     run_try(wk, |w, side| {
         let hdr = wk.begin(side, &op, F_RECV)?;
         let cb = op.callback(hdr);
         let out = if op.no_imm() {
-            // SAFETY: the API's contract: the buffer stays valid until the receive
-            // completes.
-            unsafe { w.tag_recv_nb(buf, tag, tag_mask, cb) }.map(Outcome::Req)
+            w.tag_recv_nb(buf, tag, tag_mask, cb).map(Outcome::Req)
         } else {
             // A message that is already here is received in the call, with no request:
             // the call returns NULL (or the error), as UCX's does.
-            // SAFETY: as above.
-            unsafe { w.tag_recv_nbx(buf, tag, tag_mask, cb) }.map(|p| match p {
+            w.tag_recv_nbx(buf, tag, tag_mask, cb).map(|p| match p {
                 RecvPosted::Done(s, info) => Outcome::Done(s, info),
                 RecvPosted::Pending(r) => Outcome::Req(r),
             })
@@ -278,7 +278,8 @@ unsafe fn msg_recv(
 ) -> Result<ucs_status_ptr_t> {
     // SAFETY: the caller's worker handle.
     let wk = unsafe { core::get(worker)? };
-    // SAFETY: the caller's buffer as its datatype describes it.
+    // SAFETY: the caller's buffer as its datatype describes it, valid until the operation
+    // completes (the UCP API's contract for the application, which dt::buf passes on).
     let buf = unsafe { dt::buf(buffer, count, op.datatype, Dir::Recv)? };
     run(wk, |w, side| {
         let m = side
@@ -286,8 +287,9 @@ unsafe fn msg_recv(
             .remove(&(message as usize))
             .ok_or(Status::InvalidParam)?;
         let hdr = wk.begin(side, &op, F_RECV)?;
-        // SAFETY: the API's contract: the buffer stays valid until the receive completes.
-        let out = unsafe { w.tag_msg_recv_nb(m, buf, op.callback(hdr)) }.map(Outcome::Req);
+        let out = w
+            .tag_msg_recv_nb(m, buf, op.callback(hdr))
+            .map(Outcome::Req);
         wk.conclude(w, side, &op, hdr, out, RecvOut::Tag)
     })?
 }

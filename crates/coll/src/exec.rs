@@ -1,10 +1,13 @@
 //! The executor: runs one rank's [`Schedule`] over ucp's tag API, step by step, driven by
 //! progress. The only module of the crate with `unsafe` code.
 //!
-//! Why `unsafe` is needed: ucp's nonblocking tag calls take raw [`ucp::Buf`]s whose memory
-//! must stay valid until the request completes; a collective keeps sends and receives in
-//! flight across calls, so it hands ucp raw pointers into its buffers. The rules that make
-//! this sound, kept here and nowhere else:
+//! Why `unsafe` is needed: a collective runs on the application's memory (a borrowed
+//! slice, or raw memory from the C API), keeps sends and receives on it in flight across
+//! calls, and reduces into it between them; so it hands ucp [`ucp::Buf::contig`]s of that
+//! memory (whose memory must stay valid until the request completes), maps it for peers
+//! (`mem_map`), and builds slices of it from raw parts. Messages of its own (key messages,
+//! the abort notice and its receive) are owned by their requests and need none of this.
+//! The rules that make the rest sound, kept here and nowhere else:
 //! - every buffer a task addresses is a [`Buffer`] (owned by the task, borrowed for the
 //!   task's lifetime, or raw with the caller's promise) or the task's own scratch `Vec`,
 //!   whose heap memory does not move while the task lives;
@@ -248,10 +251,8 @@ pub(crate) struct Task {
     me: usize,
     eps: Arc<[Option<Ep>]>,
     abort: Option<Request>,
-    abort_buf: Box<[u8; 8]>,
-    /// Zero-copy RMA: key messages out and in, and each peer's (address, key id).
-    key_out: Vec<Vec<u8>>,
-    key_in: Vec<Vec<u8>>,
+    /// Zero-copy RMA: each peer's (address, key id). (Key messages, in and out, are
+    /// owned by their requests.)
     remote: Vec<Option<(u64, u64)>>,
     /// (endpoint, key id) pairs whose key this task sent for the first time.
     announced: Vec<(Ep, u64)>,
@@ -301,9 +302,6 @@ impl Task {
             me: s.me,
             eps: s.eps,
             abort: None,
-            abort_buf: Box::new([0; 8]),
-            key_out: Vec::new(),
-            key_in: Vec::new(),
             remote: Vec::new(),
             announced: Vec::new(),
             lost_seen: false,
@@ -334,13 +332,17 @@ impl Task {
         }
     }
 
-    fn ptr(&self, r: &Region) -> *mut u8 {
+    /// Region `r` of this task's buffers, as ucp takes it.
+    fn region_buf(&self, r: &Region) -> Buf {
         let base = match r.buf {
             BufId::Src => self.src.0,
             BufId::Dst => self.dst.0,
             BufId::Tmp => self.tmp_ptr,
         };
-        base.wrapping_add(r.off)
+        // SAFETY: the region lies in a buffer of this task (the schedule was validated
+        // against the buffers' lengths), which waits for or aborts the request before
+        // the memory goes or is reused (the module documentation's rules).
+        unsafe { Buf::contig(base.wrapping_add(r.off), r.len) }
     }
 
     /// The sequence number of this collective in its team.
@@ -367,9 +369,8 @@ impl Task {
     /// Posts the abort-notice receive, then runs as far as possible. `Ok(true)`: done.
     pub(crate) fn start(&mut self, w: &mut Worker, keys: &mut KeyCache) -> Result<bool> {
         let t = tag::make(self.team, self.seq, tag::ABORT_STEP, 0);
-        let b = Buf::contig(self.abort_buf.as_mut_ptr(), 8);
-        // SAFETY: abort_buf is boxed in the task, which aborts this receive before it goes.
-        self.abort = Some(unsafe { w.tag_recv_nb(b, t, !0xffff, None)? });
+        // Owned by the request: only its completion matters.
+        self.abort = Some(w.tag_recv_nb(Buf::from(vec![0u8; 8]), t, !0xffff, None)?);
         self.advance(w, keys)
     }
 
@@ -402,8 +403,10 @@ impl Task {
                     .map(|x| (x.0, x.2))
                     .collect();
                 for (r, peer) in got {
-                    let n = w.request_info(r)?.length;
-                    self.take_key(w, keys, peer, n)?;
+                    // The request owns the message: taking it frees the request.
+                    self.inflight.retain(|x| x.0 != r);
+                    let m = w.request_take_owned(r)?.ok_or(Status::InvalidParam)?;
+                    self.take_key(w, keys, peer, &m.buf, m.info.length)?;
                 }
                 for (r, _, _) in self.inflight.drain(..) {
                     w.request_free(r)?;
@@ -438,16 +441,16 @@ impl Task {
         }
     }
 
-    /// Takes the key message of `peer` (`n` bytes): its destination address, key id and,
-    /// the first time, the packed key.
+    /// Takes the key message `m` of `peer` (`n` bytes): its destination address, key id
+    /// and, the first time, the packed key.
     fn take_key(
         &mut self,
         w: &mut Worker,
         keys: &mut KeyCache,
         peer: usize,
+        m: &[u8],
         n: usize,
     ) -> Result<()> {
-        let m = self.key_in.get(peer).ok_or(Status::InvalidParam)?;
         if n < 16 || n > m.len() {
             return Err(Status::InvalidParam);
         }
@@ -467,7 +470,6 @@ impl Task {
 
     fn post(&mut self, w: &mut Worker, keys: &mut KeyCache, c: &Comm) -> Result<()> {
         let st = self.step as u64;
-        let p = self.eps.len();
         match *c {
             Comm::SendKey { peer } => {
                 let ep = self.eps[peer].ok_or(Status::InvalidParam)?;
@@ -483,27 +485,14 @@ impl Task {
                     m.extend_from_slice(&packed);
                     self.announced.push((ep, id));
                 }
-                if self.key_out.len() < p {
-                    self.key_out.resize(p, Vec::new());
-                }
-                self.key_out[peer] = m;
-                let b = Buf::contig(self.key_out[peer].as_mut_ptr(), self.key_out[peer].len());
                 let t = tag::make(self.team, self.seq, st, self.me);
-                // SAFETY: the message is kept in the task (not touched again) until the
-                // request completed or was aborted.
-                if let Some(r) = unsafe { w.tag_send_nb(ep, b, t, false, None)? } {
+                if let Some(r) = w.tag_send_nb(ep, Buf::from(m), t, false, None)? {
                     self.inflight.push((r, usize::MAX, peer));
                 }
             }
             Comm::RecvKey { peer } => {
-                if self.key_in.len() < p {
-                    self.key_in.resize(p, Vec::new());
-                }
-                self.key_in[peer] = vec![0; KEY_MSG];
-                let b = Buf::contig(self.key_in[peer].as_mut_ptr(), KEY_MSG);
                 let t = tag::make(self.team, self.seq, st, peer);
-                // SAFETY: as for the key send.
-                let r = unsafe { w.tag_recv_nb(b, t, u64::MAX, None)? };
+                let r = w.tag_recv_nb(Buf::from(vec![0; KEY_MSG]), t, u64::MAX, None)?;
                 self.inflight.push((r, KEY_RECV, peer));
             }
             Comm::Put {
@@ -531,18 +520,14 @@ impl Task {
             }
             Comm::Recv { peer, into } => {
                 let t = tag::make(self.team, self.seq, st, peer);
-                let b = Buf::contig(self.ptr(&into), into.len);
-                // SAFETY: the region lies in a buffer of this task (validated), which
-                // waits for or aborts the request before the memory goes or is reused.
-                let r = unsafe { w.tag_recv_nb(b, t, u64::MAX, None)? };
+                let r = w.tag_recv_nb(self.region_buf(&into), t, u64::MAX, None)?;
                 self.inflight.push((r, into.len, peer));
             }
             Comm::Send { peer, from } => {
                 let ep = self.eps[peer].ok_or(Status::InvalidParam)?;
                 let t = tag::make(self.team, self.seq, st, self.me);
-                let b = Buf::contig(self.ptr(&from), from.len);
-                // SAFETY: as for receives; the region is not written during this step.
-                if let Some(r) = unsafe { w.tag_send_nb(ep, b, t, false, None)? } {
+                // The region is not written during this step.
+                if let Some(r) = w.tag_send_nb(ep, self.region_buf(&from), t, false, None)? {
                     self.inflight.push((r, usize::MAX, peer));
                 }
             }
@@ -578,12 +563,10 @@ impl Task {
     /// Tells every other member that this collective failed here (best effort: the
     /// notices are not tracked).
     pub(crate) fn notify_abort(&self, w: &mut Worker, dead: impl Fn(Ep) -> bool) {
-        static NOTICE: [u8; 1] = [0];
         let t = tag::make(self.team, self.seq, tag::ABORT_STEP, self.me);
         for ep in self.eps.iter().flatten().filter(|&&e| !dead(e)) {
-            let b = Buf::contig(NOTICE.as_ptr().cast_mut(), NOTICE.len());
-            // SAFETY: a static buffer, never written, valid forever.
-            if let Ok(Some(r)) = unsafe { w.tag_send_nb(*ep, b, t, false, None) } {
+            // One byte, owned by the request (freed with it).
+            if let Ok(Some(r)) = w.tag_send_nb(*ep, Buf::from(vec![0u8]), t, false, None) {
                 let _ = w.request_free(r);
             }
         }

@@ -16,8 +16,10 @@
 //! same order. Each collective takes the next sequence number of its team, which goes
 //! into the tag of all its messages, so successive collectives never mix messages.
 //!
-//! `unsafe` is denied in every module but [`exec`], which hands raw buffers to ucp's
-//! nonblocking tag calls; its documentation states the rules that keep that sound.
+//! `unsafe` is denied in every module but [`exec`], which hands the application's memory
+//! to ucp as raw buffers, maps it for peers and reduces into it; its documentation states
+//! the rules that keep that sound. (`forbid` is not possible: a collective on raw C
+//! memory, kept in flight across calls, cannot be expressed with borrows.)
 
 #![deny(unsafe_code)]
 

@@ -42,16 +42,14 @@ pub mod params;
 #[cfg(feature = "pmix")]
 #[allow(unsafe_code)]
 pub mod pmix;
-// The ucp tests post through ucp's nonblocking calls (tag_send_nb, put_nb, ...), which
-// are unsafe (a raw Buf the caller keeps valid); they stay so until ucp has an
-// owned-buffer nonblocking API (issue 12). Most of perf's unsafe blocks are these.
-#[allow(unsafe_code)]
+// Unsafe only in its message buffers (protocol::msgbuf), which it allows itself.
 pub mod protocol;
 pub mod registry;
 pub mod report;
 pub mod session;
 pub mod stats;
-// Posts through the shared worker's nonblocking calls (raw buffers the threads keep valid).
+// Hands the threads' own vectors to the shared worker's nonblocking calls as raw buffers
+// (Buf::contig), which each thread keeps valid until its operations complete.
 #[allow(unsafe_code)]
 pub mod threads;
 pub mod transport;

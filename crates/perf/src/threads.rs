@@ -251,22 +251,11 @@ pub fn initiator<C: Channel>(chan: &mut C, o: &MtOptions, timeout: Duration) -> 
                         fill(&mut sbuf, t, it);
                         // SAFETY: both buffers live until their operations complete
                         // (finished before the next iteration touches them).
-                        let r = unsafe {
-                            s.w.tag_recv_nb(
-                                Buf::contig(rbuf.as_mut_ptr(), o.size),
-                                tag(t),
-                                u64::MAX,
-                            )?
-                        };
+                        let buf = unsafe { Buf::contig(rbuf.as_mut_ptr(), o.size) };
+                        let r = s.w.tag_recv_nb(buf, tag(t), u64::MAX)?;
                         // SAFETY: as above.
-                        let x = unsafe {
-                            s.w.tag_send_nb(
-                                ep,
-                                Buf::contig(sbuf.as_mut_ptr(), o.size),
-                                tag(t),
-                                false,
-                            )?
-                        };
+                        let buf = unsafe { Buf::contig(sbuf.as_mut_ptr(), o.size) };
+                        let x = s.w.tag_send_nb(ep, buf, tag(t), false)?;
                         wt.finish(x)?;
                         let got = wt.finish(r)?;
                         check(&rbuf, t, it, got)?;
@@ -285,24 +274,13 @@ pub fn initiator<C: Channel>(chan: &mut C, o: &MtOptions, timeout: Duration) -> 
                             t0 = Instant::now();
                         }
                         // SAFETY: `ack` lives until the receive completes (below).
-                        let a = unsafe {
-                            s.w.tag_recv_nb(
-                                Buf::contig(ack.as_mut_ptr(), 8),
-                                tag(t) | ACK_BIT,
-                                u64::MAX,
-                            )?
-                        };
+                        let buf = unsafe { Buf::contig(ack.as_mut_ptr(), 8) };
+                        let a = s.w.tag_recv_nb(buf, tag(t) | ACK_BIT, u64::MAX)?;
                         for k in 0..window {
                             let b = &bufs[k as usize];
                             // SAFETY: `bufs` lives until every send completes (below).
-                            let x = unsafe {
-                                s.w.tag_send_nb(
-                                    ep,
-                                    Buf::contig(b.as_ptr().cast_mut(), o.size),
-                                    tag(t),
-                                    false,
-                                )?
-                            };
+                            let buf = unsafe { Buf::contig(b.as_ptr().cast_mut(), o.size) };
+                            let x = s.w.tag_send_nb(ep, buf, tag(t), false)?;
                             pending.push(x);
                         }
                         for x in pending.drain(..) {
@@ -371,25 +349,14 @@ pub fn responder<C: Channel>(chan: &mut C, o: &MtOptions, timeout: Duration) -> 
                 MtTest::Lat => {
                     for it in 0..total {
                         // SAFETY: `rbuf` lives until the receive completes (below).
-                        let r = unsafe {
-                            s.w.tag_recv_nb(
-                                Buf::contig(rbuf.as_mut_ptr(), o.size),
-                                tag(t),
-                                u64::MAX,
-                            )?
-                        };
+                        let buf = unsafe { Buf::contig(rbuf.as_mut_ptr(), o.size) };
+                        let r = s.w.tag_recv_nb(buf, tag(t), u64::MAX)?;
                         let got = wt.finish(r)?;
                         check(&rbuf, t, it, got)?;
                         fill(&mut sbuf, t, it);
                         // SAFETY: `sbuf` lives until the send completes (below).
-                        let x = unsafe {
-                            s.w.tag_send_nb(
-                                ep,
-                                Buf::contig(sbuf.as_mut_ptr(), o.size),
-                                tag(t),
-                                false,
-                            )?
-                        };
+                        let buf = unsafe { Buf::contig(sbuf.as_mut_ptr(), o.size) };
+                        let x = s.w.tag_send_nb(ep, buf, tag(t), false)?;
                         wt.finish(x)?;
                     }
                 }
@@ -401,13 +368,8 @@ pub fn responder<C: Channel>(chan: &mut C, o: &MtOptions, timeout: Duration) -> 
                     while it < total {
                         for b in bufs.iter_mut() {
                             // SAFETY: `bufs` lives until every receive completes (below).
-                            pending.push(unsafe {
-                                s.w.tag_recv_nb(
-                                    Buf::contig(b.as_mut_ptr(), o.size),
-                                    tag(t),
-                                    u64::MAX,
-                                )?
-                            });
+                            let buf = unsafe { Buf::contig(b.as_mut_ptr(), o.size) };
+                            pending.push(s.w.tag_recv_nb(buf, tag(t), u64::MAX)?);
                         }
                         for (k, r) in pending.drain(..).enumerate() {
                             let got = wt.finish(r)?;
@@ -415,14 +377,8 @@ pub fn responder<C: Channel>(chan: &mut C, o: &MtOptions, timeout: Duration) -> 
                         }
                         let ack = (it / window).to_le_bytes();
                         // SAFETY: `ack` lives until the send completes (below).
-                        let x = unsafe {
-                            s.w.tag_send_nb(
-                                ep,
-                                Buf::contig(ack.as_ptr().cast_mut(), 8),
-                                tag(t) | ACK_BIT,
-                                false,
-                            )?
-                        };
+                        let buf = unsafe { Buf::contig(ack.as_ptr().cast_mut(), 8) };
+                        let x = s.w.tag_send_nb(ep, buf, tag(t) | ACK_BIT, false)?;
                         wt.finish(x)?;
                         it += window;
                     }

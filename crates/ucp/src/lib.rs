@@ -2,11 +2,19 @@
 //! worker address, tag matching with MPI semantics, and the eager and rendezvous
 //! protocols over the transports of `uct`.
 //!
-//! The Rust API is in [`Worker`]. Nonblocking calls come in two forms: safe ones that take
-//! the buffer by value and give it back when the request is taken (`tag_send_owned`,
-//! `request_take_owned`, ...), and raw ones (`tag_send_nb`, with a [`Buf`]) that borrow
-//! user memory beyond the call and are `unsafe` with their contract spelled out; every
-//! call also has a safe blocking counterpart. The C ABI (crate capi) is a thin layer over this.
+//! The Rust API is in [`Worker`]. Every nonblocking call is safe. The ones that take a
+//! [`Buf`] (`tag_send_nb`, `put_nb`, ...) use memory the `Buf` names: owned memory
+//! (`Buf::from(Vec<u8>)`), an application datatype ([`Buf::generic`]), or the caller's
+//! memory through the `unsafe` constructors [`Buf::contig`] and [`Buf::iov`], whose
+//! contract is that the memory stays valid until the request completes (or is aborted and
+//! its completion seen). The owned-buffer calls (`tag_send_owned`, `request_take_owned`,
+//! ...) move a `Vec<u8>` in and give it back. Every call also has a safe blocking
+//! counterpart. The C ABI (crate capi) is a thin layer over this.
+//!
+//! `unsafe` code is denied in the crate but for two modules that access raw memory:
+//! `core::buf` (the memory of a request's buffer) and [`mem`] (regions mapped for peers,
+//! under a lease); the blocking conveniences that lend a borrowed slice to a request they
+//! wait for carry an item-level allow each.
 //!
 //! Module map, bottom to top (no module imports one above it, and none imports a module
 //! that imports it back; `crates/ucs/tests/module_cycles.rs` checks it):
@@ -23,6 +31,8 @@
 //! - `worker`: lifecycle, progress, flush, close, wakeup, and the public API of each
 //!   protocol; `shared`: the worker for several threads.
 
+#![deny(unsafe_code)]
+
 pub mod address;
 pub mod am;
 pub mod cm;
@@ -31,6 +41,9 @@ pub mod context;
 pub(crate) mod core;
 pub(crate) mod engine;
 pub mod matcher;
+// Maps memory for peers and reads and writes the mapped regions (DESIGN.md's memory
+// access): one of the two modules with unsafe code.
+#[allow(unsafe_code)]
 pub mod mem;
 pub mod progress_thread;
 pub mod proto;
@@ -48,9 +61,7 @@ pub use config::RmaPath;
 pub use context::{Context, Features, Resource};
 pub use core::cq::{AmPayload, Cq, CqId, CqOp, Entry as CqEntry};
 pub use core::ep::{Ep, EpStatus, Proto, Thresholds};
-pub use core::request::{
-    Buf, Callback, Completed, GenericDt, OwnedBuf, RecvInfo, Request, SignalOp,
-};
+pub use core::request::{Buf, Callback, Completed, GenericDt, RecvInfo, Request, SignalOp};
 pub use mem::MemH;
 pub use progress_thread::ProgressThread;
 pub use rma::RemoteKey;

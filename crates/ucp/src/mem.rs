@@ -10,6 +10,10 @@
 //! region, so accesses through it are emulated and the target checks them against all of
 //! its mapped regions.
 //!
+//! This module and `core::buf` are the two of ucp that read and write raw memory: here,
+//! the regions mapped for peers, always under the registry's lock (the lease), so that a
+//! region cannot be unmapped between the check of an access and the access.
+//!
 //! ```text
 //! packed remote key
 //!   0x00                              the empty key (1 byte)
@@ -19,9 +23,11 @@
 //! ```
 
 use crate::context::Context;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use ucs::{Result, Status};
 use uct::rkey::{PackedRkey, RkeyKind};
 use uct::Transport;
+use uct::{AtomicOp, AtomicSize};
 
 /// A mapped region. Unmapped (and its key id forgotten, so emulated accesses with it are
 /// refused) when dropped.
@@ -170,7 +176,7 @@ impl Context {
     /// [`MemH`]'s drop removed it from the registry under the same lock, so the memory
     /// cannot go away between the check and the access, from any thread. Returns `None`
     /// (and does not call `access`) when the range is not mapped.
-    pub(crate) fn with_region<T>(
+    fn with_region<T>(
         &self,
         key_id: u64,
         addr: u64,
@@ -187,6 +193,114 @@ impl Context {
         };
         // The lock guard lives until the end of this function, after `access`.
         ok.then(|| access(addr as usize as *mut u8))
+    }
+}
+
+impl Context {
+    /// True when `[addr, addr+len)` lies in the region `key_id` (see `with_region`).
+    pub(crate) fn region_is_mapped(&self, key_id: u64, addr: u64, len: u64) -> bool {
+        self.with_region(key_id, addr, len, |_| ()).is_some()
+    }
+
+    /// Copies `dst.len()` bytes at `addr` of the region `key_id` into `dst`; false (and
+    /// nothing copied) when that range is not mapped.
+    pub(crate) fn region_read(&self, key_id: u64, addr: u64, dst: &mut [u8]) -> bool {
+        dst.is_empty()
+            || self
+                .with_region(key_id, addr, dst.len() as u64, |p| {
+                    // SAFETY: with_region holds the lease on a region of this process that
+                    // contains p..p+len; `dst` is not in it (a transport's or our buffer).
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(p.cast_const(), dst.as_mut_ptr(), dst.len())
+                    }
+                })
+                .is_some()
+    }
+
+    /// Copies `data` to `addr` of the region `key_id`; false (and nothing written) when
+    /// that range is not mapped.
+    pub(crate) fn region_write(&self, key_id: u64, addr: u64, data: &[u8]) -> bool {
+        data.is_empty()
+            || self
+                .with_region(key_id, addr, data.len() as u64, |p| {
+                    // SAFETY: with_region holds the lease on a region of this process that
+                    // contains p..p+len; `data` is not in it.
+                    unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), p, data.len()) }
+                })
+                .is_some()
+    }
+
+    /// Runs `f` on the 64-bit word at `addr` of the region `key_id`, if it is mapped and
+    /// 8-byte aligned.
+    pub(crate) fn region_word64<T>(
+        &self,
+        key_id: u64,
+        addr: u64,
+        f: impl FnOnce(&AtomicU64) -> T,
+    ) -> Option<T> {
+        if addr % 8 != 0 {
+            return None;
+        }
+        self.with_region(key_id, addr, 8, |p| {
+            // SAFETY: with_region holds the lease on a region of this process that
+            // contains the word, which is aligned (checked above); rucx accesses such
+            // words only atomically, and the reference does not leave `f`.
+            f(unsafe { AtomicU64::from_ptr(p.cast::<u64>()) })
+        })
+    }
+
+    /// A CPU atomic on the word at `addr` of the region `key_id`; the previous value, or
+    /// `None` when the word is not mapped or not aligned for `size`.
+    pub(crate) fn region_atomic(
+        &self,
+        key_id: u64,
+        addr: u64,
+        op: AtomicOp,
+        size: AtomicSize,
+        value: u64,
+        compare: u64,
+    ) -> Option<u64> {
+        match size {
+            AtomicSize::B64 => {
+                self.region_word64(key_id, addr, |a| atomic64(a, op, value, compare))
+            }
+            AtomicSize::B32 => {
+                if addr % 4 != 0 {
+                    return None;
+                }
+                self.with_region(key_id, addr, 4, |p| {
+                    // SAFETY: as in region_word64, for an aligned 32-bit word.
+                    let a = unsafe { AtomicU32::from_ptr(p.cast::<u32>()) };
+                    u64::from(atomic32(a, op, value as u32, compare as u32))
+                })
+            }
+        }
+    }
+}
+
+fn atomic64(a: &AtomicU64, op: AtomicOp, value: u64, compare: u64) -> u64 {
+    match op {
+        AtomicOp::Add => a.fetch_add(value, Ordering::SeqCst),
+        AtomicOp::And => a.fetch_and(value, Ordering::SeqCst),
+        AtomicOp::Or => a.fetch_or(value, Ordering::SeqCst),
+        AtomicOp::Xor => a.fetch_xor(value, Ordering::SeqCst),
+        AtomicOp::Swap => a.swap(value, Ordering::SeqCst),
+        AtomicOp::Cswap => a
+            .compare_exchange(compare, value, Ordering::SeqCst, Ordering::SeqCst)
+            .unwrap_or_else(|v| v),
+    }
+}
+
+fn atomic32(a: &AtomicU32, op: AtomicOp, value: u32, compare: u32) -> u32 {
+    match op {
+        AtomicOp::Add => a.fetch_add(value, Ordering::SeqCst),
+        AtomicOp::And => a.fetch_and(value, Ordering::SeqCst),
+        AtomicOp::Or => a.fetch_or(value, Ordering::SeqCst),
+        AtomicOp::Xor => a.fetch_xor(value, Ordering::SeqCst),
+        AtomicOp::Swap => a.swap(value, Ordering::SeqCst),
+        AtomicOp::Cswap => a
+            .compare_exchange(compare, value, Ordering::SeqCst, Ordering::SeqCst)
+            .unwrap_or_else(|v| v),
     }
 }
 

@@ -333,7 +333,13 @@ fn rma_ops(net: Net) {
     // SAFETY: `src` outlives the put (entry collected below).
     unsafe {
         p.s()
-            .put_nb(ep, src.as_ptr(), src.len(), base, &rk, Some(cb))
+            .put_nb(
+                ep,
+                Buf::contig(src.as_ptr().cast_mut(), src.len()),
+                base,
+                &rk,
+                Some(cb),
+            )
             .unwrap()
     };
     let cb = Callback::cq(&cq, 2);
@@ -351,7 +357,13 @@ fn rma_ops(net: Net) {
     // SAFETY: `dst` outlives the get (entry collected below).
     unsafe {
         p.s()
-            .get_nb(ep, dst.as_mut_ptr(), dst.len(), base, &rk, Some(cb))
+            .get_nb(
+                ep,
+                Buf::contig(dst.as_mut_ptr(), dst.len()),
+                base,
+                &rk,
+                Some(cb),
+            )
             .unwrap()
     };
     let mut old = 0u64;
@@ -365,7 +377,7 @@ fn rma_ops(net: Net) {
                 AtomicSize::B64,
                 5,
                 0,
-                &mut old,
+                Buf::contig((&mut old as *mut u64).cast(), 8),
                 base + 3072,
                 &rk,
                 Some(cb),

@@ -172,8 +172,7 @@ fn initiator(
         let g = unsafe {
             w.get_nb(
                 ep,
-                got.as_mut_ptr(),
-                RMA_LEN,
+                Buf::contig(got.as_mut_ptr(), RMA_LEN),
                 tg.base + GET_AT as u64,
                 &rk,
                 None,
@@ -189,7 +188,7 @@ fn initiator(
                 AtomicSize::B64,
                 AMO_ADD,
                 0,
-                &mut old,
+                Buf::contig((&mut old as *mut u64).cast(), 8),
                 tg.base + AMO_AT as u64,
                 &rk,
                 None,

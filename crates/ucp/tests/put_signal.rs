@@ -12,7 +12,7 @@ use common::*;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 use ucp::config::parse_tls;
-use ucp::{Config, Context, Features, RemoteKey, RmaPath, SignalOp, ThreadMode, Worker};
+use ucp::{Buf, Config, Context, Features, RemoteKey, RmaPath, SignalOp, ThreadMode, Worker};
 use ucs::Status;
 
 /// Each region: data at the start, signal words at `SIG_OFF`.
@@ -207,8 +207,7 @@ fn peer_case(tls: &str, path: RmaPath, data_in: usize, sig_in: usize, expect: (R
                     let r = unsafe {
                         w.put_signal_nb(
                             ep,
-                            data.as_ptr(),
-                            size,
+                            Buf::contig(data.as_ptr().cast_mut(), size),
                             addr,
                             dk,
                             saddr,
@@ -362,8 +361,7 @@ fn self_loopback() {
             let r = unsafe {
                 w.put_signal_nb(
                     ep,
-                    data.as_ptr(),
-                    size,
+                    Buf::contig(data.as_ptr().cast_mut(), size),
                     base as u64 + off as u64,
                     &rk,
                     sig as u64,
@@ -426,12 +424,21 @@ fn bad_input_is_refused() {
             "{what}"
         );
         // SAFETY: refused in the call, nothing is read later.
-        let r = unsafe { i.put_signal_nb(ep, d.as_ptr(), 16, addr, dk, saddr, sk, add, 1, None) };
+        let r = unsafe {
+            i.put_signal_nb(
+                ep,
+                Buf::contig(d.as_ptr().cast_mut(), 16),
+                addr,
+                dk,
+                saddr,
+                sk,
+                add,
+                1,
+                None,
+            )
+        };
         assert_eq!(r.err(), Some(Status::InvalidParam), "{what} (nb)");
     }
-    // SAFETY: a null source with a length: refused before anything is read.
-    let r = unsafe { i.put_signal_nb(ep, std::ptr::null(), 16, base, &rk, sig, &rk, add, 1, None) };
-    assert_eq!(r.err(), Some(Status::InvalidParam), "null source");
 
     let pump = |i: &mut Worker, t: &mut Worker, r: Option<ucp::Request>| -> Status {
         let Some(r) = r else { return Status::Ok };
@@ -458,8 +465,7 @@ fn bad_input_is_refused() {
     let r = unsafe {
         i.put_signal_nb(
             ep,
-            d.as_ptr(),
-            16,
+            Buf::contig(d.as_ptr().cast_mut(), 16),
             base,
             &rk,
             base + 2048,
@@ -471,8 +477,19 @@ fn bad_input_is_refused() {
     };
     assert_eq!(pump(&mut i, &mut t, r.unwrap()), Status::InvalidAddr);
     // SAFETY: as above.
-    let r =
-        unsafe { i.put_signal_nb(ep, d.as_ptr(), 16, base + 2000, &fk, sig, &rk, add, 1, None) };
+    let r = unsafe {
+        i.put_signal_nb(
+            ep,
+            Buf::contig(d.as_ptr().cast_mut(), 16),
+            base + 2000,
+            &fk,
+            sig,
+            &rk,
+            add,
+            1,
+            None,
+        )
+    };
     assert_eq!(pump(&mut i, &mut t, r.unwrap()), Status::InvalidAddr);
     assert_eq!(
         load_acquire(sig as *mut u8),
@@ -484,8 +501,7 @@ fn bad_input_is_refused() {
     let r = unsafe {
         i.put_signal_nb(
             ep,
-            d.as_ptr(),
-            16,
+            Buf::contig(d.as_ptr().cast_mut(), 16),
             base + 8,
             &rk,
             sig,

@@ -6,7 +6,9 @@
 //! `rma.rs` runs the same paths with keys that travel between them.)
 
 use std::time::{Duration, Instant};
-use ucp::{AtomicOp, AtomicSize, Config, Context, Ep, Features, MemH, RmaPath, ThreadMode, Worker};
+use ucp::{
+    AtomicOp, AtomicSize, Buf, Config, Context, Ep, Features, MemH, RmaPath, ThreadMode, Worker,
+};
 use ucs::Status;
 use uct::Transport;
 
@@ -80,7 +82,17 @@ impl Pair<'_> {
         // SAFETY: `out` outlives the request, waited for here.
         let r = unsafe {
             self.a
-                .atomic_fetch_nb(self.ep, op, size, v, cmp, &mut out, addr, rk, None)
+                .atomic_fetch_nb(
+                    self.ep,
+                    op,
+                    size,
+                    v,
+                    cmp,
+                    Buf::contig((&mut out as *mut u64).cast(), 8),
+                    addr,
+                    rk,
+                    None,
+                )
                 .unwrap()
         };
         assert_eq!(self.wait(r), Status::Ok);
@@ -112,8 +124,7 @@ fn access(p: &mut Pair<'_>, mem: &MemH, rk: &ucp::RemoteKey, what: &str) {
     let r = unsafe {
         p.a.put_nb(
             p.ep,
-            data[len / 2..].as_ptr(),
-            len - len / 2,
+            Buf::contig(data[len / 2..].as_ptr().cast_mut(), len - len / 2),
             base + (len / 2) as u64,
             rk,
             None,
@@ -127,16 +138,27 @@ fn access(p: &mut Pair<'_>, mem: &MemH, rk: &ucp::RemoteKey, what: &str) {
     let mut back = vec![0u8; len - 5];
     // SAFETY: `back` outlives the request.
     let r = unsafe {
-        p.a.get_nb(p.ep, back.as_mut_ptr(), back.len(), base + 5, rk, None)
-            .unwrap()
+        p.a.get_nb(
+            p.ep,
+            Buf::contig(back.as_mut_ptr(), back.len()),
+            base + 5,
+            rk,
+            None,
+        )
+        .unwrap()
     };
     assert_eq!(p.wait(r), Status::Ok, "{what}: get");
     assert!(back[..] == data[5..], "{what}: get bytes");
     let mut implicit = vec![0u8; 4096];
     // SAFETY: `implicit` outlives the flush that completes the get.
     unsafe {
-        p.a.get_nbi(p.ep, implicit.as_mut_ptr(), 4096, base + 100, rk)
-            .unwrap()
+        p.a.get_nbi(
+            p.ep,
+            Buf::contig(implicit.as_mut_ptr(), 4096),
+            base + 100,
+            rk,
+        )
+        .unwrap()
     };
     assert_eq!(p.flush(), Status::Ok);
     assert!(
@@ -192,7 +214,13 @@ fn access(p: &mut Pair<'_>, mem: &MemH, rk: &ucp::RemoteKey, what: &str) {
     let src = [1u8, 2];
     // SAFETY: `src` outlives the request.
     let r = unsafe {
-        p.a.put_nb(p.ep, src.as_ptr(), 2, base + len as u64 - 1, rk, None)
+        p.a.put_nb(
+            p.ep,
+            Buf::contig(src.as_ptr().cast_mut(), 2),
+            base + len as u64 - 1,
+            rk,
+            None,
+        )
     };
     assert!(
         r.is_err() || p.wait(r.unwrap()) != Status::Ok,
@@ -201,7 +229,13 @@ fn access(p: &mut Pair<'_>, mem: &MemH, rk: &ucp::RemoteKey, what: &str) {
     let mut two = [0u8; 2];
     // SAFETY: `two` outlives the request.
     let r = unsafe {
-        p.a.get_nb(p.ep, two.as_mut_ptr(), 2, base.wrapping_sub(1), rk, None)
+        p.a.get_nb(
+            p.ep,
+            Buf::contig(two.as_mut_ptr(), 2),
+            base.wrapping_sub(1),
+            rk,
+            None,
+        )
     };
     assert!(
         r.is_err() || p.wait(r.unwrap()) != Status::Ok,
@@ -336,14 +370,29 @@ fn empty_key_reaches_any_mapped_region_only() {
     let seven = [7u8; 8];
     let before = own.clone();
     // SAFETY: `seven` outlives the request.
-    let r = unsafe { p.a.put_nb(ep, seven.as_ptr(), 8, gone, &rk, None).unwrap() };
+    let r = unsafe {
+        p.a.put_nb(
+            ep,
+            Buf::contig(seven.as_ptr().cast_mut(), 8),
+            gone,
+            &rk,
+            None,
+        )
+        .unwrap()
+    };
     assert_ne!(p.wait(r), Status::Ok, "a put into unmapped memory");
     assert!(own == before, "a put into unmapped memory wrote");
     let stack = [0u8; 64];
     // SAFETY: as above.
     let r = unsafe {
-        p.a.put_nb(ep, seven.as_ptr(), 8, stack.as_ptr() as u64, &rk, None)
-            .unwrap()
+        p.a.put_nb(
+            ep,
+            Buf::contig(seven.as_ptr().cast_mut(), 8),
+            stack.as_ptr() as u64,
+            &rk,
+            None,
+        )
+        .unwrap()
     };
     assert_ne!(p.wait(r), Status::Ok, "a put into never-mapped memory");
     assert_eq!(std::hint::black_box(stack), [0u8; 64]);

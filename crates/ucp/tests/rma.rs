@@ -6,7 +6,7 @@ mod common;
 
 use common::*;
 use std::time::Instant;
-use ucp::{AtomicOp, AtomicSize, Config, Context, Features, RmaPath, ThreadMode, Worker};
+use ucp::{AtomicOp, AtomicSize, Buf, Config, Context, Features, RmaPath, ThreadMode, Worker};
 use ucs::Status;
 
 const REGION: usize = (16 << 20) + 64;
@@ -255,8 +255,14 @@ fn rma_path_case(target_mem: &str, mode: RmaPath, expect: RmaPath) {
         .enumerate()
         // SAFETY: `chunks` outlives the requests, waited for below.
         .map(|(i, c)| unsafe {
-            w.put_nb(ep, c.as_ptr(), c.len(), base + (i * 1000) as u64, &rk, None)
-                .unwrap()
+            w.put_nb(
+                ep,
+                Buf::contig(c.as_ptr().cast_mut(), c.len()),
+                base + (i * 1000) as u64,
+                &rk,
+                None,
+            )
+            .unwrap()
         })
         .collect();
     for r in reqs.into_iter().flatten() {
@@ -272,8 +278,13 @@ fn rma_path_case(target_mem: &str, mode: RmaPath, expect: RmaPath) {
     for (i, o) in outs.iter_mut().enumerate() {
         // SAFETY: `outs` outlives the flush below, which completes the gets.
         unsafe {
-            w.get_nbi(ep, o.as_mut_ptr(), 1000, base + (i * 1000) as u64, &rk)
-                .unwrap()
+            w.get_nbi(
+                ep,
+                Buf::contig(o.as_mut_ptr(), 1000),
+                base + (i * 1000) as u64,
+                &rk,
+            )
+            .unwrap()
         };
     }
     w.flush_ep_blocking(ep).unwrap();
@@ -442,8 +453,14 @@ fn bad_keys_and_ranges_are_refused() {
     let s = pump(&mut i, &mut t, &mut |i| {
         // SAFETY: `data` outlives the request (pump waits for it).
         unsafe {
-            i.put_nb(ep, data.as_ptr(), 64, base + 1000, &fk, None)
-                .unwrap()
+            i.put_nb(
+                ep,
+                Buf::contig(data.as_ptr().cast_mut(), 64),
+                base + 1000,
+                &fk,
+                None,
+            )
+            .unwrap()
         }
     });
     assert_eq!(s, Status::InvalidAddr);
@@ -451,8 +468,14 @@ fn bad_keys_and_ranges_are_refused() {
     let s = pump(&mut i, &mut t, &mut |i| {
         // SAFETY: `out` outlives the request.
         unsafe {
-            i.get_nb(ep, out.as_mut_ptr(), 64, base + 1000, &fk, None)
-                .unwrap()
+            i.get_nb(
+                ep,
+                Buf::contig(out.as_mut_ptr(), 64),
+                base + 1000,
+                &fk,
+                None,
+            )
+            .unwrap()
         }
     });
     assert_eq!(s, Status::InvalidAddr);
@@ -466,7 +489,7 @@ fn bad_keys_and_ranges_are_refused() {
                 AtomicSize::B64,
                 1,
                 0,
-                &mut res,
+                Buf::contig((&mut res as *mut u64).cast(), 8),
                 base + 2000,
                 &fk,
                 None,
@@ -479,7 +502,16 @@ fn bad_keys_and_ranges_are_refused() {
     // A good put lands.
     let s = pump(&mut i, &mut t, &mut |i| {
         // SAFETY: `data` outlives the request.
-        unsafe { i.put_nb(ep, data.as_ptr(), 64, base, &rk, None).unwrap() }
+        unsafe {
+            i.put_nb(
+                ep,
+                Buf::contig(data.as_ptr().cast_mut(), 64),
+                base,
+                &rk,
+                None,
+            )
+            .unwrap()
+        }
     });
     assert_eq!(s, Status::Ok);
     // Stale key: the region is unmapped, the same key is refused.
@@ -487,8 +519,14 @@ fn bad_keys_and_ranges_are_refused() {
     let s = pump(&mut i, &mut t, &mut |i| {
         // SAFETY: `data` outlives the request.
         unsafe {
-            i.put_nb(ep, [9u8; 64].as_ptr(), 64, base + 64, &rk, None)
-                .unwrap()
+            i.put_nb(
+                ep,
+                Buf::contig([9u8; 64].as_ptr().cast_mut(), 64),
+                base + 64,
+                &rk,
+                None,
+            )
+            .unwrap()
         }
     });
     assert_eq!(s, Status::InvalidAddr);
@@ -548,9 +586,15 @@ fn get_reply_after_unmap_is_an_error_and_reads_nothing() {
     let mut out = vec![0u8; 2048];
     // SAFETY: `out` outlives the request, waited for below.
     let g = unsafe {
-        i.get_nb(ep, out.as_mut_ptr(), out.len(), base + 1024, &rk, None)
-            .unwrap()
-            .expect("an emulated get is a request")
+        i.get_nb(
+            ep,
+            Buf::contig(out.as_mut_ptr(), out.len()),
+            base + 1024,
+            &rk,
+            None,
+        )
+        .unwrap()
+        .expect("an emulated get is a request")
     };
     // The request went in the call (the initiator's lane is free); the target takes it,
     // but its reply cannot go while the initiator does not receive.

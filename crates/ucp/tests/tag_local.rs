@@ -172,15 +172,13 @@ fn iov_datatypes() {
             (dst2.as_mut_ptr(), dst2.len()),
         ]);
         // SAFETY: all buffers outlive the requests, which are waited for below.
-        let rr = unsafe {
-            b.tag_recv_nb(Buf::Iov(recv_iov), 3, u64::MAX, None)
-                .unwrap()
-        };
+        let rr = b
+            .tag_recv_nb(unsafe { Buf::iov(recv_iov) }, 3, u64::MAX, None)
+            .unwrap();
         // SAFETY: as above.
-        let sr = unsafe {
-            a.tag_send_nb(ep, Buf::Iov(send_iov), 3, false, None)
-                .unwrap()
-        };
+        let sr = a
+            .tag_send_nb(ep, unsafe { Buf::iov(send_iov) }, 3, false, None)
+            .unwrap();
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
         while b.request_test(rr).unwrap().is_none()
             || sr.is_some_and(|r| a.request_test(r).unwrap().is_none())
@@ -322,16 +320,11 @@ fn generic_datatypes_across_protocols() {
     for packed in [0usize, 5, 3000, 20_000, 300_000] {
         let src = std::sync::Arc::new(std::sync::Mutex::new(pattern(2 * packed, 4)));
         let dst = std::sync::Arc::new(std::sync::Mutex::new(vec![0u8; 2 * packed]));
-        let sbuf = Buf::Generic(Box::new(std::cell::RefCell::new(Strided {
-            mem: src.clone(),
-        })));
-        let rbuf = Buf::Generic(Box::new(std::cell::RefCell::new(Strided {
-            mem: dst.clone(),
-        })));
-        // SAFETY: generic buffers own their memory (shared Arc): nothing to outlive.
-        let rr = unsafe { b.tag_recv_nb(rbuf, 8, u64::MAX, None).unwrap() };
-        // SAFETY: as above.
-        let sr = unsafe { a.tag_send_nb(ep, sbuf, 8, false, None).unwrap() };
+        let sbuf = Buf::generic(Strided { mem: src.clone() });
+        let rbuf = Buf::generic(Strided { mem: dst.clone() });
+        // Generic buffers own their memory (shared Arc): nothing to outlive, no unsafe.
+        let rr = b.tag_recv_nb(rbuf, 8, u64::MAX, None).unwrap();
+        let sr = a.tag_send_nb(ep, sbuf, 8, false, None).unwrap();
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
         while b.request_test(rr).unwrap().is_none()
             || sr.is_some_and(|r| a.request_test(r).unwrap().is_none())

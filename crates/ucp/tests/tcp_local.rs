@@ -92,8 +92,7 @@ fn tag_rma_over_tcp() {
     let g = unsafe {
         a.get_nb(
             ep,
-            back.as_mut_ptr(),
-            back.len(),
+            Buf::contig(back.as_mut_ptr(), back.len()),
             mem.address() as u64 + 10,
             &rk,
             None,
@@ -113,7 +112,7 @@ fn tag_rma_over_tcp() {
             AtomicSize::B64,
             5,
             0,
-            &mut old,
+            Buf::contig((&mut old as *mut u64).cast(), 8),
             mem.address() as u64 + 600_000,
             &rk,
             None,

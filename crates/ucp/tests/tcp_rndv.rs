@@ -221,7 +221,9 @@ fn rendezvous_into_iov_generic_and_short_buffers() {
         .map(|v| (v.as_mut_ptr(), v.len()))
         .collect();
     // SAFETY: `parts` outlives the request, waited for below.
-    let r = unsafe { w.tag_recv_nb(Buf::Iov(iov), 1, u64::MAX, None).unwrap() };
+    let r = w
+        .tag_recv_nb(unsafe { Buf::iov(iov) }, 1, u64::MAX, None)
+        .unwrap();
     assert_eq!(w.wait_request(r, TIMEOUT).unwrap(), Status::Ok);
     assert!(parts.concat() == data, "rendezvous into an iov differs");
 
@@ -231,8 +233,10 @@ fn rendezvous_into_iov_generic_and_short_buffers() {
         buf: vec![0u8; 2 * len],
     }));
     let cell: *const RefCell<Spread> = &*dt;
-    // SAFETY: a generic buffer names no memory; the datatype is owned by the request.
-    let r = unsafe { w.tag_recv_nb(Buf::Generic(dt), 2, u64::MAX, None).unwrap() };
+    // A generic buffer names no memory; the datatype is owned by the request.
+    let r = w
+        .tag_recv_nb(Buf::generic_boxed(dt), 2, u64::MAX, None)
+        .unwrap();
     // Peek at the unpacked bytes before the request (and the datatype) is freed.
     let deadline = Instant::now() + TIMEOUT;
     while w.request_test(r).unwrap().is_none() {

@@ -300,7 +300,16 @@ fn put_signal_threads(t: Transport) {
                     let value = if op == SignalOp::Add { 1 } else { round };
                     // SAFETY: `data` lives until the operation completes (finished below).
                     let x = unsafe {
-                        a.put_signal_nb(ep, data.as_ptr(), len, slot(i), rk, word(i), rk, op, value)
+                        a.put_signal_nb(
+                            ep,
+                            Buf::contig(data.as_ptr().cast_mut(), len),
+                            slot(i),
+                            rk,
+                            word(i),
+                            rk,
+                            op,
+                            value,
+                        )
                     }
                     .unwrap();
                     assert_eq!(finish(&a, x).status, Status::Ok);
@@ -395,14 +404,15 @@ fn cq_threads(t: Transport) {
                 s.spawn(move || {
                     for k in 0..N {
                         let n = i * N + k;
+                        // SAFETY: the buffer lives until the scope ends; its entry is
+                        // awaited below before it is read.
+                        let buf = unsafe { Buf::contig(addrs[n] as *mut u8, LEN) };
                         let op = Op::TagRecv {
-                            buf: Buf::contig(addrs[n] as *mut u8, LEN),
+                            buf,
                             tag: n as u64,
                             mask: u64::MAX,
                         };
-                        // SAFETY: the buffer lives until the scope ends; its entry is
-                        // awaited below before it is read.
-                        unsafe { b.post_cq(op, Callback::cq(&rq, n as u64)) }.unwrap();
+                        b.post_cq(op, Callback::cq(&rq, n as u64)).unwrap();
                     }
                 })
             })
@@ -417,14 +427,15 @@ fn cq_threads(t: Transport) {
             s.spawn(move || {
                 for k in 0..N {
                     let n = i * N + k;
+                    // SAFETY: `sent` outlives the scope, and is not written.
+                    let buf = unsafe { Buf::contig(sent[n].as_ptr().cast_mut(), LEN) };
                     let op = Op::TagSend {
                         ep,
-                        buf: Buf::contig(sent[n].as_ptr().cast_mut(), LEN),
+                        buf,
                         tag: n as u64,
                         sync: false,
                     };
-                    // SAFETY: `sent` outlives the scope, and is not written.
-                    unsafe { a.post_cq(op, Callback::cq(&sq, n as u64)) }.unwrap();
+                    a.post_cq(op, Callback::cq(&sq, n as u64)).unwrap();
                     a.progress().unwrap();
                 }
             });

@@ -435,40 +435,31 @@ fn rma_iteration(s: &Side, t: usize, i: usize, fetched: &mut Vec<u64>, ops: &mut
     let base = s.peer_base;
     let data = put_bytes(s.id, t, i);
     // SAFETY: `data` lives until the put is finished here.
-    let r = unsafe {
-        s.w.put_nb(ep, data.as_ptr(), data.len(), base + (t * SLOT) as u64, rk)
-    };
+    let src = unsafe { Buf::contig(data.as_ptr().cast_mut(), data.len()) };
+    let r = s.w.put_nb(ep, src, base + (t * SLOT) as u64, rk);
     ok(&s.w, r.unwrap(), ops);
     ok(&s.w, s.w.flush_nb(Some(ep)).unwrap(), ops);
     let mut back = vec![0u8; data.len()];
     // SAFETY: `back` lives until the get is finished here.
-    let r = unsafe {
-        s.w.get_nb(
-            ep,
-            back.as_mut_ptr(),
-            back.len(),
-            base + (t * SLOT) as u64,
-            rk,
-        )
-    };
+    let dst = unsafe { Buf::contig(back.as_mut_ptr(), back.len()) };
+    let r = s.w.get_nb(ep, dst, base + (t * SLOT) as u64, rk);
     ok(&s.w, r.unwrap(), ops);
     assert!(back == data, "get of thread {t} iteration {i} differs");
 
     let fetch = |op, value, compare, off: usize, ops: &mut Ops| {
         let mut result = u64::MAX;
         // SAFETY: `result` lives until the atomic is finished here.
-        let r = unsafe {
-            s.w.atomic_fetch_nb(
-                ep,
-                op,
-                AtomicSize::B64,
-                value,
-                compare,
-                &mut result,
-                base + off as u64,
-                rk,
-            )
-        };
+        let res = unsafe { Buf::contig((&mut result as *mut u64).cast(), 8) };
+        let r = s.w.atomic_fetch_nb(
+            ep,
+            op,
+            AtomicSize::B64,
+            value,
+            compare,
+            res,
+            base + off as u64,
+            rk,
+        );
         ok(&s.w, r.unwrap(), ops);
         result
     };

@@ -91,10 +91,7 @@ impl AmRx {
             if n == check_at {
                 rb.poison();
             }
-            // SAFETY: rb lives in the peer's buffers, which outlive the request (waited
-            // for right here; after a failure the peer keeps them until the worker is
-            // gone), and this side does not touch rb until the request completed.
-            let r = unsafe { w.am_recv_data_nb(desc, rb.ucp(), None)? };
+            let r = w.am_recv_data_nb(desc, rb.ucp(), None)?;
             let info = wait_one(w, chan, timeout, "rendezvous data", Some(r))?;
             if info.length != rb.len || (n == check_at && rb.mismatch().is_some()) {
                 self.bad.fetch_add(1, Relaxed);
@@ -180,18 +177,9 @@ pub(super) fn install(w: &mut Worker, id: u16, len: Option<usize>, check_at: u64
 }
 
 /// One send of the test message.
-///
-/// # Safety
-/// `buf` must stay valid and unmodified until the returned request (if any) completes.
 #[inline]
-pub(super) unsafe fn send(
-    w: &mut Worker,
-    ep: Ep,
-    id: u16,
-    buf: &MsgBuf,
-) -> Result<Option<Request>> {
-    // SAFETY: passed on to the caller.
-    unsafe { w.am_send_nb(ep, id, &[], buf.ucp(), AmSendFlags::default(), None) }
+pub(super) fn send(w: &mut Worker, ep: Ep, id: u16, buf: &MsgBuf) -> Result<Option<Request>> {
+    w.am_send_nb(ep, id, &[], buf.ucp(), AmSendFlags::default(), None)
 }
 
 impl<C: Channel> UcpPeer<C> {
@@ -229,10 +217,7 @@ impl<C: Channel> UcpPeer<C> {
         };
         let mut inflight: VecDeque<Request> = VecDeque::new();
         let mut round = |w: &mut Worker, chan: &mut C, i: u64| -> Result<()> {
-            // SAFETY: sb lives in self.bufs, which outlives every request (this test waits
-            // for all of them; after a failure the peer keeps its buffers until the worker
-            // is gone), and is never written.
-            if let Some(r) = unsafe { send(w, ep, AM_PING, sb)? } {
+            if let Some(r) = send(w, ep, AM_PING, sb)? {
                 inflight.push_back(r);
             }
             rx.wait_for(w, chan, t, i + 1, rb, total)?;
@@ -284,8 +269,7 @@ impl<C: Channel> UcpPeer<C> {
             if !inflight.is_empty() {
                 drain_to(w, chan, t, &mut inflight, 0)?;
             }
-            // SAFETY: as in am_lat_initiator.
-            if let Some(r) = unsafe { send(w, ep, AM_PONG, sb)? } {
+            if let Some(r) = send(w, ep, AM_PONG, sb)? {
                 inflight.push_back(r);
             }
         }
@@ -320,8 +304,7 @@ impl<C: Channel> UcpPeer<C> {
                 if inflight.len() >= window {
                     drain_to(w, chan, t, &mut inflight, window - 1)?;
                 }
-                // SAFETY: as in am_lat_initiator.
-                if let Some(r) = unsafe { send(w, ep, AM_PING, sb)? } {
+                if let Some(r) = send(w, ep, AM_PING, sb)? {
                     inflight.push_back(r);
                 }
                 if let Some(st) = mark.as_deref_mut() {
@@ -381,21 +364,17 @@ impl<C: Channel> UcpPeer<C> {
             }
             rx.wait_for(w, chan, t, target, rb, total)?;
             ab.write_u64(rx.complete());
-            // SAFETY: ab outlives the request (as rb in AmRx::pull) and is not written
-            // until it completed (wait_one).
-            let s = unsafe {
-                w.am_send_nb(
-                    ep,
-                    AM_ACK,
-                    &[],
-                    ab.ucp(),
-                    AmSendFlags {
-                        eager: true,
-                        ..Default::default()
-                    },
-                    None,
-                )?
-            };
+            let s = w.am_send_nb(
+                ep,
+                AM_ACK,
+                &[],
+                ab.ucp(),
+                AmSendFlags {
+                    eager: true,
+                    ..Default::default()
+                },
+                None,
+            )?;
             wait_one(w, chan, t, "the acknowledgement", s)?;
         }
         progress_until_done(w, chan, t)?;

@@ -184,17 +184,10 @@ impl<C: Channel> UcpPeer<C> {
         } else {
             1
         };
-        let slot = |i: u64| -> *mut u64 {
-            // SAFETY: slots holds 8 * window bytes (8-byte aligned: page-aligned memory)
-            // and i % window < window.
-            unsafe { slots.ptr.cast::<u64>().add((i % window) as usize) }
-        };
-        let read = |i: u64| -> u64 {
-            // SAFETY: slot(i) is valid (above); ucp wrote it when operation i completed
-            // (in the call, or inside progress on this thread), and nothing writes it
-            // until operation i + window is issued.
-            unsafe { slot(i).read() }
-        };
+        // Operation i writes its result into slot i % window; slots holds 8 * window
+        // bytes, so the slot calls never fail (a failed read reads as a wrong value).
+        let slot = |i: u64| (i % window) as usize;
+        let read = |i: u64| -> u64 { slots.read_slot(slot(i), p.size).unwrap_or(u64::MAX) };
         let mut inflight: VecDeque<(Request, u64)> = VecDeque::with_capacity(window as usize);
         let mut run = |w: &mut Worker,
                        chan: &mut C,
@@ -209,13 +202,17 @@ impl<C: Channel> UcpPeer<C> {
                     })?;
                 }
                 let (op, value, compare) = fetch_op(p.test, i);
-                // SAFETY: the slot lives in self.bufs, which outlives every request (each
-                // phase waits for all of them; after a failure the peer keeps its buffers
-                // until the worker is gone); operation i - window, its previous user, is
-                // complete (the window above).
-                let r = unsafe {
-                    w.atomic_fetch_nb(ep, op, size, value, compare, slot(i), *addr, rk, None)?
-                };
+                let r = w.atomic_fetch_nb(
+                    ep,
+                    op,
+                    size,
+                    value,
+                    compare,
+                    slots.ucp_slot(slot(i))?,
+                    *addr,
+                    rk,
+                    None,
+                )?;
                 match r {
                     None => fetched.check(i, read(i)),
                     Some(r) if window == 1 => {

@@ -187,11 +187,8 @@ impl CqWindow {
 }
 
 /// One send or receive of the test message, its completion counted by `q`.
-///
-/// # Safety
-/// As for the plain sends and receives of the tests, until the operation completed.
 #[inline]
-pub(super) unsafe fn post_cq(
+pub(super) fn post_cq(
     w: &mut Worker,
     ep: Option<Ep>,
     buf: &MsgBuf,
@@ -199,12 +196,9 @@ pub(super) unsafe fn post_cq(
     user: u64,
 ) -> Result<()> {
     let cb = q.cb(user);
-    // SAFETY: passed on to the caller.
-    let r = unsafe {
-        match ep {
-            Some(ep) => w.tag_send_nb(ep, buf.ucp(), TAG, false, cb)?,
-            None => Some(w.tag_recv_nb(buf.ucp(), TAG, MASK, cb)?),
-        }
+    let r = match ep {
+        Some(ep) => w.tag_send_nb(ep, buf.ucp(), TAG, false, cb)?,
+        None => Some(w.tag_recv_nb(buf.ucp(), TAG, MASK, cb)?),
     };
     q.started(w, r)
 }

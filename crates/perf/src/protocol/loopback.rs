@@ -134,15 +134,10 @@ impl<C: Channel> UcpPeer<C> {
             return Err(Status::NoMemory);
         };
         let round = |w: &mut Worker, chan: &mut C| {
-            // SAFETY: the buffers live in self.bufs, which outlives every request: the
-            // round waits for both, and after a failure the peer keeps its buffers until
-            // its worker is gone. sb is never written; rb is touched only between rounds.
-            let (s, r) = unsafe {
-                (
-                    w.tag_send_nb(ep, sb.ucp(), TAG, sync, None)?,
-                    w.tag_recv_nbx(rb.ucp(), TAG, MASK, None)?,
-                )
-            };
+            let (s, r) = (
+                w.tag_send_nb(ep, sb.ucp(), TAG, sync, None)?,
+                w.tag_recv_nbx(rb.ucp(), TAG, MASK, None)?,
+            );
             match (s, r) {
                 // Both done in their calls: nothing to wait for.
                 (None, RecvPosted::Done(Status::Ok, info)) => Ok(info),
@@ -199,11 +194,8 @@ impl<C: Channel> UcpPeer<C> {
                     }
                     let check = timed && k + 1 == count;
                     let b = if check { cb } else { rb };
-                    // SAFETY: as below, until each operation's entry came.
-                    unsafe {
-                        post_cq(w, Some(ep), sb, q, 0)?;
-                        post_cq(w, None, b, q, if check { CHECKED } else { 0 })?;
-                    }
+                    post_cq(w, Some(ep), sb, q, 0)?;
+                    post_cq(w, None, b, q, if check { CHECKED } else { 0 })?;
                     if let Some(st) = mark.as_deref_mut() {
                         st.mark();
                     }
@@ -226,17 +218,10 @@ impl<C: Channel> UcpPeer<C> {
                 // The last message of the timed run lands in the check buffer.
                 let check = timed && k + 1 == count;
                 let b = if check { cb } else { rb };
-                // SAFETY: the buffers live in self.bufs, which outlives every request
-                // (each phase waits for all of them; after a failure the peer keeps its
-                // buffers until its worker is gone). sb is only read; the receives share
-                // rb, which this side never reads (ucp writes it inside calls on this
-                // thread, one message at a time); cb is read after its receive completed.
-                let (s, r) = unsafe {
-                    (
-                        w.tag_send_nb(ep, sb.ucp(), TAG, false, None)?,
-                        w.tag_recv_nbx(b.ucp(), TAG, MASK, None)?,
-                    )
-                };
+                let (s, r) = (
+                    w.tag_send_nb(ep, sb.ucp(), TAG, false, None)?,
+                    w.tag_recv_nbx(b.ucp(), TAG, MASK, None)?,
+                );
                 if let Some(s) = s {
                     sends.push_back(s);
                 }
@@ -287,10 +272,7 @@ impl<C: Channel> UcpPeer<C> {
             return Err(Status::NoMemory);
         };
         let round = |w: &mut Worker, chan: &mut C| -> Result<usize> {
-            // SAFETY: the buffers live in self.bufs, which outlives every request (the
-            // exchange waits for its requests; after a failure the peer keeps its buffers
-            // until its worker is gone); sb is never written, rb only between exchanges.
-            unsafe { exchange(w, chan, t, ep, Some(sb), rb) }
+            exchange(w, chan, t, ep, Some(sb), rb)
         };
         for _ in 0..p.warmup {
             round(w, chan)?;
@@ -366,14 +348,10 @@ impl<C: Channel> UcpPeer<C> {
                 }
                 let checked = timed && k + 1 == count;
                 let b = if checked { cb } else { rb };
-                // SAFETY: as in lb_tag_bw: the buffers outlive every request, sb is only
-                // read, rb never read by this side, cb read after its receive completed.
-                let (s, r) = unsafe {
-                    (
-                        w.stream_send_nb(ep, sb.ucp(), None)?,
-                        w.stream_recv_nb(ep, b.ucp(), true, None)?,
-                    )
-                };
+                let (s, r) = (
+                    w.stream_send_nb(ep, sb.ucp(), None)?,
+                    w.stream_recv_nb(ep, b.ucp(), true, None)?,
+                );
                 if let Some(s) = s {
                     sends.push_back(s);
                 }
@@ -431,10 +409,7 @@ impl<C: Channel> UcpPeer<C> {
                          mut mark: Option<&mut Stamps>|
          -> Result<()> {
             for _ in 0..count {
-                // SAFETY: sb lives in self.bufs, which outlives every request (each phase
-                // waits for all of them; after a failure the peer keeps its buffers until
-                // its worker is gone), and is never written.
-                if let Some(r) = unsafe { am::send(w, ep, AM_PING, sb)? } {
+                if let Some(r) = am::send(w, ep, AM_PING, sb)? {
                     sends.push_back(r);
                 }
                 sent += 1;

@@ -26,6 +26,9 @@ mod am;
 mod amo;
 mod cqwin;
 mod loopback;
+// The one module of the protocol tests that touches buffer memory.
+#[allow(unsafe_code)]
+mod msgbuf;
 mod rma;
 mod runs;
 mod signal;
@@ -34,15 +37,15 @@ mod wait;
 
 pub use loopback::NoPeer;
 
-use crate::channel::{Channel, Hex, Msg, RegionInfo};
+use msgbuf::MsgBuf;
+
+use crate::channel::{Channel, Msg, RegionInfo};
 use crate::handshake::{self, Hello, UCP};
-use crate::mem::{pattern_mismatch, AlignedBuf};
 use crate::params::Params;
 use crate::registry::{Api, Layout, TestId};
 use crate::stats::{PerfResult, Subject, Timing};
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::time::Duration;
-use ucp::{Config, Context, Ep, Features, MemH, RemoteKey, RmaPath, ThreadMode, Worker};
+use ucp::{Config, Context, Ep, Features, RemoteKey, RmaPath, ThreadMode, Worker};
 use ucs::{Result, Status};
 
 /// The tag of test messages (ucx_perftest's).
@@ -97,171 +100,6 @@ fn path_name(p: RmaPath) -> &'static str {
         RmaPath::Direct => "direct",
         RmaPath::Cma => "cma",
         RmaPath::Emulated => "am",
-    }
-}
-
-/// The memory behind a [`MsgBuf`].
-enum Backing {
-    /// Page-aligned heap memory of this process.
-    Heap { _buf: AlignedBuf },
-    /// A region mapped with `mem_map` (the peer reaches it with its remote key); unmapped
-    /// when dropped.
-    Mapped(MemH),
-}
-
-/// A message buffer handed to ucp by address: page-aligned (as ucx_perftest's), with its
-/// address taken once at creation, so that this side holds no Rust reference into it while
-/// a request, or the peer, may read or write it.
-struct MsgBuf {
-    mem: Backing,
-    ptr: *mut u8,
-    len: usize,
-}
-
-impl MsgBuf {
-    /// `len` bytes of the data pattern.
-    fn pattern(len: usize) -> Result<MsgBuf> {
-        Ok(MsgBuf::from(AlignedBuf::from_slice(
-            &crate::mem::pattern_vec(len),
-        )?))
-    }
-
-    /// `len` bytes of [`POISON`].
-    fn poisoned(len: usize) -> Result<MsgBuf> {
-        let b = MsgBuf::from(AlignedBuf::zeroed(len)?);
-        b.poison();
-        Ok(b)
-    }
-
-    /// `len` zero bytes mapped for remote access (allocated by ucp: a shared segment that
-    /// peers on this host can map).
-    fn mapped(ctx: &Context, len: usize) -> Result<MsgBuf> {
-        let mem = ctx.mem_alloc(len).inspect_err(|e| {
-            tracing::error!("cannot map {len} bytes for remote access: {e}");
-        })?;
-        let ptr = mem.address();
-        if ptr.is_null() || mem.len() < len {
-            return Err(Status::NoMemory);
-        }
-        let b = MsgBuf {
-            mem: Backing::Mapped(mem),
-            ptr,
-            len,
-        };
-        b.fill(0);
-        Ok(b)
-    }
-
-    fn from(mut mem: AlignedBuf) -> MsgBuf {
-        let (ptr, len) = (mem.as_mut_ptr(), mem.len());
-        MsgBuf {
-            mem: Backing::Heap { _buf: mem },
-            ptr,
-            len,
-        }
-    }
-
-    /// The buffer as ucp takes it.
-    #[inline]
-    fn ucp(&self) -> ucp::Buf {
-        ucp::Buf::contig(self.ptr, self.len)
-    }
-
-    /// What the peer needs to reach a mapped buffer; `None` for heap memory.
-    fn region(&self) -> Option<RegionInfo> {
-        match &self.mem {
-            Backing::Mapped(m) => Some(RegionInfo {
-                address: self.ptr as u64,
-                rkey: Hex(m.rkey_pack()),
-            }),
-            Backing::Heap { .. } => None,
-        }
-    }
-
-    /// Fills the buffer with `byte`. Call only while no request uses the buffer and the
-    /// peer does not write it, or the fill is overwritten by whatever they write next.
-    fn fill(&self, byte: u8) {
-        // SAFETY: ptr is valid for len bytes (owned by mem). ucp writes a buffer only
-        // inside calls on this thread's worker, so nothing else of this process accesses
-        // it during this; the peer does not write it now (the caller's condition).
-        unsafe { std::ptr::write_bytes(self.ptr, byte, self.len) };
-    }
-
-    /// Fills the buffer with [`POISON`] (see [`MsgBuf::fill`]).
-    fn poison(&self) {
-        self.fill(POISON);
-    }
-
-    /// Fills the buffer with the data pattern (see [`MsgBuf::fill`]).
-    fn fill_pattern(&self) {
-        let src = crate::mem::pattern_vec(self.len);
-        // SAFETY: as in fill(); src is a separate buffer of the same length.
-        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr, self.len) };
-    }
-
-    /// A copy of the contents (while nothing writes the buffer).
-    fn snapshot(&self) -> Vec<u8> {
-        let mut v = vec![0u8; self.len];
-        // SAFETY: as in fill(); v is a separate buffer of the same length.
-        unsafe { std::ptr::copy_nonoverlapping(self.ptr, v.as_mut_ptr(), self.len) };
-        v
-    }
-
-    /// The first byte that differs from the data pattern.
-    fn mismatch(&self) -> Option<usize> {
-        pattern_mismatch(&self.snapshot(), false)
-    }
-
-    /// The 8 bytes at the start, as a little-endian number (acknowledgements).
-    fn read_u64(&self) -> u64 {
-        let mut b = [0u8; 8];
-        let n = self.len.min(8);
-        // SAFETY: as in fill(); n <= len.
-        unsafe { std::ptr::copy_nonoverlapping(self.ptr, b.as_mut_ptr(), n) };
-        u64::from_le_bytes(b)
-    }
-
-    /// Stores `v` little-endian at the start (acknowledgements).
-    fn write_u64(&self, v: u64) {
-        let b = v.to_le_bytes();
-        let n = self.len.min(8);
-        // SAFETY: as in fill(); n <= len.
-        unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), self.ptr, n) };
-    }
-
-    /// The last byte, which a put ping-pong changes every round. Atomic (acquire), since
-    /// the peer may be writing it through a mapping at this moment.
-    #[inline]
-    fn last(&self) -> u8 {
-        // SAFETY: len >= 1 (sizes are validated), the byte lies inside the allocation,
-        // and every access of this process to it while the peer may write is atomic.
-        let b = unsafe { AtomicU8::from_ptr(self.ptr.add(self.len.max(1) - 1)) };
-        b.load(Ordering::Acquire)
-    }
-
-    /// Sets the last byte (only while no request reads the buffer).
-    #[inline]
-    fn set_last(&self, v: u8) {
-        // SAFETY: as in last(); this side's sends read the buffer only inside worker
-        // calls on this thread.
-        let b = unsafe { AtomicU8::from_ptr(self.ptr.add(self.len.max(1) - 1)) };
-        b.store(v, Ordering::Relaxed);
-    }
-
-    /// The atomic word at the start (`size` 4 or 8 bytes), read atomically: the peer's
-    /// atomics may change it at any moment.
-    #[inline]
-    fn word(&self, size: usize) -> u64 {
-        debug_assert!(self.len >= size && self.ptr as usize % 8 == 0);
-        if size == 4 {
-            // SAFETY: the buffer is page-aligned and at least 4 bytes long; the peer
-            // accesses the word only atomically (CPU atomics through its mapping, or
-            // this worker's emulation, which uses the same CPU atomics).
-            u64::from(unsafe { AtomicU32::from_ptr(self.ptr.cast()) }.load(Ordering::Acquire))
-        } else {
-            // SAFETY: as above, with 8 bytes.
-            unsafe { AtomicU64::from_ptr(self.ptr.cast()) }.load(Ordering::Acquire)
-        }
     }
 }
 

@@ -61,36 +61,27 @@ pub(super) fn check_region(region: &MsgBuf, last: Option<u8>) -> Option<String> 
 }
 
 /// One put of the whole of `buf` to `addr`.
-///
-/// # Safety
-/// `buf` must stay valid and unchanged until the returned request (if any) completes.
 #[inline]
-pub(super) unsafe fn put(
+pub(super) fn put(
     w: &mut Worker,
     ep: Ep,
     buf: &MsgBuf,
     addr: u64,
     rk: &RemoteKey,
 ) -> Result<Option<Request>> {
-    // SAFETY: passed on to the caller.
-    unsafe { w.put_nb(ep, buf.ptr, buf.len, addr, rk, None) }
+    w.put_nb(ep, buf.ucp(), addr, rk, None)
 }
 
 /// One get of `buf.len` bytes at `addr` into `buf`.
-///
-/// # Safety
-/// `buf` must stay valid, and not be accessed by this side, until the returned request
-/// (if any) completes.
 #[inline]
-pub(super) unsafe fn get(
+pub(super) fn get(
     w: &mut Worker,
     ep: Ep,
     buf: &MsgBuf,
     addr: u64,
     rk: &RemoteKey,
 ) -> Result<Option<Request>> {
-    // SAFETY: passed on to the caller.
-    unsafe { w.get_nb(ep, buf.ptr, buf.len, addr, rk, None) }
+    w.get_nb(ep, buf.ucp(), addr, rk, None)
 }
 
 impl<C: Channel> UcpPeer<C> {
@@ -172,10 +163,7 @@ impl<C: Channel> UcpPeer<C> {
             }
             let s = seq(i);
             sb.set_last(s);
-            // SAFETY: sb lives in self.bufs, which outlives every request (this test waits
-            // for all of them; after a failure the peer keeps its buffers until the worker
-            // is gone), and it changes only after the put completed (above).
-            if let Some(r) = unsafe { put(w, ep, sb, *addr, rk)? } {
+            if let Some(r) = put(w, ep, sb, *addr, rk)? {
                 inflight.push_back(r);
             }
             spin(w, chan, t, "the peer's put", || mine.last() == s)
@@ -219,16 +207,10 @@ impl<C: Channel> UcpPeer<C> {
                 if inflight.len() >= window {
                     drain_to(w, chan, t, &mut inflight, window - 1)?;
                 }
-                // SAFETY: buf lives in self.bufs, which outlives every request (each
-                // phase waits for all of them; after a failure the peer keeps its buffers
-                // until the worker is gone). A put source is never written during the
-                // test; a get destination is read only after the phase's flush.
-                let r = unsafe {
-                    if put_op {
-                        put(w, ep, buf, *addr, rk)?
-                    } else {
-                        get(w, ep, buf, *addr, rk)?
-                    }
+                let r = if put_op {
+                    put(w, ep, buf, *addr, rk)?
+                } else {
+                    get(w, ep, buf, *addr, rk)?
                 };
                 if let Some(r) = r {
                     inflight.push_back(r);
@@ -272,8 +254,7 @@ impl<C: Channel> UcpPeer<C> {
             return Err(Status::NoMemory);
         };
         rb.poison();
-        // SAFETY: as in rma_stream; rb is read only after the get completed.
-        let r = unsafe { get(w, ep, rb, *addr, rk)? };
+        let r = get(w, ep, rb, *addr, rk)?;
         wait_one(w, chan, t, "the last get", r)?;
         flush(w, chan, t, ep)?;
         let error = rb.mismatch().map(|off| {
@@ -338,8 +319,7 @@ impl<C: Channel> UcpPeer<C> {
                 drain_to(w, chan, t, &mut inflight, 0)?;
             }
             sb.set_last(s);
-            // SAFETY: as in put_lat_initiator.
-            if let Some(r) = unsafe { put(w, ep, sb, *addr, rk)? } {
+            if let Some(r) = put(w, ep, sb, *addr, rk)? {
                 inflight.push_back(r);
             }
         }

@@ -36,30 +36,15 @@ use ucp::{Ep, RecvInfo, RecvPosted, Request, Worker};
 use ucs::{Result, Status};
 
 /// One send of the test message.
-///
-/// # Safety
-/// `buf` must stay valid and unmodified until the returned request (if any) completes.
 #[inline]
-unsafe fn send(
-    w: &mut Worker,
-    ep: Ep,
-    buf: &MsgBuf,
-    tag: u64,
-    sync: bool,
-) -> Result<Option<Request>> {
-    // SAFETY: passed on to the caller.
-    unsafe { w.tag_send_nb(ep, buf.ucp(), tag, sync, None) }
+fn send(w: &mut Worker, ep: Ep, buf: &MsgBuf, tag: u64, sync: bool) -> Result<Option<Request>> {
+    w.tag_send_nb(ep, buf.ucp(), tag, sync, None)
 }
 
 /// One receive of the test message.
-///
-/// # Safety
-/// `buf` must stay valid until the returned request completes, and this side must not
-/// read or write it meanwhile.
 #[inline]
-unsafe fn recv(w: &mut Worker, buf: &MsgBuf, tag: u64) -> Result<RecvPosted> {
-    // SAFETY: passed on to the caller.
-    unsafe { w.tag_recv_nbx(buf.ucp(), tag, MASK, None) }
+fn recv(w: &mut Worker, buf: &MsgBuf, tag: u64) -> Result<RecvPosted> {
+    w.tag_recv_nbx(buf.ucp(), tag, MASK, None)
 }
 
 impl<C: Channel> UcpPeer<C> {
@@ -78,11 +63,7 @@ impl<C: Channel> UcpPeer<C> {
             return Err(Status::NoMemory);
         };
         let round = |w: &mut Worker, chan: &mut C| -> Result<RecvInfo> {
-            // SAFETY: the buffers live in self.bufs, which outlives every request: this
-            // round waits for both requests, and after a failure the peer keeps the
-            // buffers until its worker is gone. Nothing touches rb until the receive
-            // completed.
-            let (s, r) = unsafe { (send(w, ep, sb, TAG, sync)?, recv(w, rb, TAG)?) };
+            let (s, r) = (send(w, ep, sb, TAG, sync)?, recv(w, rb, TAG)?);
             wait_pair(w, chan, t, "the reply", s, r)
         };
         for _ in 0..p.warmup {
@@ -120,10 +101,7 @@ impl<C: Channel> UcpPeer<C> {
         };
         // Rounds 0..total are the warm-up and timed ones, round `total` the check round.
         let total = p.warmup + p.iterations;
-        // SAFETY: this holds for every send and recv below: the buffers live in self.bufs,
-        // which outlives every request (see lat_initiator); rb is touched only between a
-        // completed receive and the next post.
-        let mut r = unsafe { recv(w, rb, TAG)? };
+        let mut r = recv(w, rb, TAG)?;
         chan.send(&Msg::Ready { region: None })?;
         let mut prev: Option<Request> = None;
         let mut error = None;
@@ -132,14 +110,12 @@ impl<C: Channel> UcpPeer<C> {
             if i == total {
                 error = check_message("the last ping", rb, info);
             }
-            // SAFETY: see above.
-            prev = unsafe { send(w, ep, sb, TAG, sync)? };
+            prev = send(w, ep, sb, TAG, sync)?;
             if i < total {
                 if i + 1 == total {
                     rb.poison();
                 }
-                // SAFETY: see above.
-                r = unsafe { recv(w, rb, TAG)? };
+                r = recv(w, rb, TAG)?;
             }
         }
         wait_one(w, chan, t, "the last pong", prev)?;
@@ -159,11 +135,7 @@ impl<C: Channel> UcpPeer<C> {
         let (Some(sb), Some(ab)) = (&self.bufs.send, &self.bufs.ack) else {
             return Err(Status::NoMemory);
         };
-        // SAFETY: this holds for every send and recv of this function: the buffers live
-        // in self.bufs, which outlives every request: each phase waits for all of its requests, and after
-        // a failure the peer keeps the buffers until its worker is gone. The send buffer is
-        // only read; the acknowledgement buffer is read after its receive completed.
-        let mut ack = unsafe { recv(w, ab, ACK_TAG)? };
+        let mut ack = recv(w, ab, ACK_TAG)?;
         // The responder posts its first receives before it answers.
         chan.send(&Msg::Start {
             params: p.clone(),
@@ -186,14 +158,12 @@ impl<C: Channel> UcpPeer<C> {
                     if q.inflight >= window {
                         q.drain_to(w, chan, t, window - 1, "a send")?;
                     }
-                    // SAFETY: see above.
-                    unsafe { post_cq(w, Some(ep), sb, q, 0)? };
+                    post_cq(w, Some(ep), sb, q, 0)?;
                 } else {
                     if inflight.len() >= window {
                         drain_to(w, chan, t, &mut inflight, window - 1)?;
                     }
-                    // SAFETY: see above.
-                    if let Some(r) = unsafe { send(w, ep, sb, TAG, false)? } {
+                    if let Some(r) = send(w, ep, sb, TAG, false)? {
                         inflight.push_back(r);
                     }
                 }
@@ -219,8 +189,7 @@ impl<C: Channel> UcpPeer<C> {
             }
             if again {
                 ab.poison();
-                // SAFETY: see above.
-                ack = unsafe { recv(w, ab, ACK_TAG)? };
+                ack = recv(w, ab, ACK_TAG)?;
             }
             Ok(())
         };
@@ -268,8 +237,7 @@ impl<C: Channel> UcpPeer<C> {
                     while q.inflight < window && next < count {
                         let check = timed && next + 1 == count;
                         let b = if check { cb } else { rb };
-                        // SAFETY: as for the receives below.
-                        unsafe { post_cq(w, None, b, q, if check { CHECKED } else { 0 })? };
+                        post_cq(w, None, b, q, if check { CHECKED } else { 0 })?;
                         next += 1;
                     }
                     if !ready_sent {
@@ -296,13 +264,7 @@ impl<C: Channel> UcpPeer<C> {
                 while posted.len() < window && next < count {
                     // The last message of the timed run lands in the check buffer.
                     let b = if timed && next + 1 == count { cb } else { rb };
-                    // SAFETY: the buffers live in self.bufs, which outlives every request
-                    // (each phase waits for all of its receives; after a failure the peer
-                    // keeps them until its worker is gone). The receives share rb, as
-                    // ucx_perftest's do: ucp writes it only inside progress on this thread,
-                    // one message at a time, and this side never reads it; the one message
-                    // checked has cb to itself.
-                    posted.push_back(unsafe { w.tag_recv_nb(b.ucp(), TAG, MASK, None)? });
+                    posted.push_back(w.tag_recv_nb(b.ucp(), TAG, MASK, None)?);
                     next += 1;
                 }
                 if !ready_sent {
@@ -332,9 +294,7 @@ impl<C: Channel> UcpPeer<C> {
                 }
             }
             ab.write_u64(count);
-            // SAFETY: ab outlives the request (as above) and is not written until the send
-            // completed (wait_one).
-            let s = unsafe { send(w, ep, ab, ACK_TAG, false)? };
+            let s = send(w, ep, ab, ACK_TAG, false)?;
             wait_one(w, chan, t, "the acknowledgement", s)?;
         }
         if !ready_sent {

@@ -19,7 +19,6 @@ use crate::mem::{pattern, pattern_mismatch};
 use crate::params::Params;
 use crate::stats::{Stamps, Timing};
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
 use ucp::{Ep, RemoteKey, Request, SignalOp, Worker};
 use ucs::{Result, Status};
 
@@ -40,11 +39,9 @@ fn region_len(size: usize) -> usize {
 /// The signal word of a region made by [`region_len`], read as a target does.
 fn signal_word(region: &MsgBuf, size: usize) -> u64 {
     let off = signal_offset(size);
-    debug_assert!(off + 8 <= region.len && region.ptr as usize % 8 == 0);
-    // SAFETY: the word lies inside the region (region_len), is 8-byte aligned (the region
-    // is page-aligned, the offset a multiple of 8), and while the peer may change it this
-    // process accesses it only atomically (ucp's signal is an atomic too).
-    unsafe { AtomicU64::from_ptr(region.ptr.add(off).cast()) }.load(Ordering::Acquire)
+    // Inside the region (region_len) and aligned (the offset is a multiple of 8), so
+    // the load never fails; a failure would read as a count no round reaches.
+    region.load_word_at(off).unwrap_or(u64::MAX)
 }
 
 /// Why a region after the test is wrong: the data pattern in its first `size` bytes, and
@@ -63,11 +60,8 @@ fn check_signal_region(region: &MsgBuf, size: usize, rounds: u64) -> Option<Stri
 }
 
 /// One put of `buf` to `addr` with a signal that adds 1 to the peer's word.
-///
-/// # Safety
-/// `buf` must stay valid and unchanged until the returned request (if any) completes.
 #[inline]
-unsafe fn put_signal(
+fn put_signal(
     w: &mut Worker,
     ep: Ep,
     buf: &MsgBuf,
@@ -75,21 +69,7 @@ unsafe fn put_signal(
     rk: &RemoteKey,
 ) -> Result<Option<Request>> {
     let sig = addr + signal_offset(buf.len) as u64;
-    // SAFETY: passed on to the caller.
-    unsafe {
-        w.put_signal_nb(
-            ep,
-            buf.ptr,
-            buf.len,
-            addr,
-            rk,
-            sig,
-            rk,
-            SignalOp::Add,
-            1,
-            None,
-        )
-    }
+    w.put_signal_nb(ep, buf.ucp(), addr, rk, sig, rk, SignalOp::Add, 1, None)
 }
 
 impl<C: Channel> UcpPeer<C> {
@@ -155,10 +135,7 @@ impl<C: Channel> UcpPeer<C> {
             if inflight.len() >= MAX_INFLIGHT {
                 drain_to(w, chan, t, &mut inflight, MAX_INFLIGHT / 2)?;
             }
-            // SAFETY: sb lives in self.bufs, which outlives every request (all are waited
-            // for below; after a failure the buffers stay until the worker is gone), and
-            // it never changes.
-            if let Some(r) = unsafe { put_signal(w, ep, sb, *addr, rk)? } {
+            if let Some(r) = put_signal(w, ep, sb, *addr, rk)? {
                 inflight.push_back(r);
             }
             spin(w, chan, t, "the peer's signal", || {
@@ -199,8 +176,7 @@ impl<C: Channel> UcpPeer<C> {
                 if inflight.len() >= MAX_INFLIGHT {
                     drain_to(w, chan, t, &mut inflight, MAX_INFLIGHT / 2)?;
                 }
-                // SAFETY: as in signal_rounds.
-                if let Some(r) = unsafe { put_signal(w, ep, sb, *addr, rk)? } {
+                if let Some(r) = put_signal(w, ep, sb, *addr, rk)? {
                     inflight.push_back(r);
                 }
             }
@@ -238,8 +214,7 @@ mod tests {
             .unwrap()
             .contains("signal word"));
         let off = signal_offset(13);
-        // SAFETY: the word lies inside the buffer, which nothing else accesses.
-        unsafe { b.ptr.add(off).cast::<u64>().write(3) };
+        b.write_slot(off / 8, 3).unwrap();
         assert_eq!(check_signal_region(&b, 13, 3), None);
         b.fill(0);
         assert!(check_signal_region(&b, 13, 0).unwrap().contains("byte 0"));

@@ -27,12 +27,8 @@ use ucs::{Result, Status};
 
 /// Sends `buf` on the stream, then receives exactly `rb.len` bytes into `rb`; waits for
 /// both and returns the bytes received.
-///
-/// # Safety
-/// Both buffers must stay valid until the requests complete (waited for here), `sb`
-/// unmodified, and `rb` untouched by this side meanwhile.
 #[inline]
-pub(super) unsafe fn exchange<C: Channel>(
+pub(super) fn exchange<C: Channel>(
     w: &mut Worker,
     chan: &mut C,
     timeout: Duration,
@@ -41,12 +37,10 @@ pub(super) unsafe fn exchange<C: Channel>(
     rb: &MsgBuf,
 ) -> Result<usize> {
     let s = match sb {
-        // SAFETY: passed on to the caller.
-        Some(sb) => unsafe { w.stream_send_nb(ep, sb.ucp(), None)? },
+        Some(sb) => w.stream_send_nb(ep, sb.ucp(), None)?,
         None => None,
     };
-    // SAFETY: passed on to the caller.
-    match unsafe { w.stream_recv_nb(ep, rb.ucp(), true, None)? } {
+    match w.stream_recv_nb(ep, rb.ucp(), true, None)? {
         StreamRecv::Done(n) => {
             wait_one(w, chan, timeout, "a stream send", s)?;
             Ok(n)
@@ -101,10 +95,7 @@ impl<C: Channel> UcpPeer<C> {
             return Err(Status::NoMemory);
         };
         let round = |w: &mut Worker, chan: &mut C| -> Result<usize> {
-            // SAFETY: the buffers live in self.bufs, which outlives every request (the
-            // exchange waits for its requests; after a failure the peer keeps its buffers
-            // until the worker is gone); sb is never written, rb only between exchanges.
-            unsafe { exchange(w, chan, t, ep, Some(sb), rb) }
+            exchange(w, chan, t, ep, Some(sb), rb)
         };
         for _ in 0..p.warmup {
             round(w, chan)?;
@@ -147,15 +138,12 @@ impl<C: Channel> UcpPeer<C> {
             if i == total {
                 rb.poison();
             }
-            // SAFETY: as in stream_lat_initiator; the previous pong (sb) may still be in
-            // flight, which only reads sb.
-            let n = unsafe { exchange(w, chan, t, ep, None, rb)? };
+            let n = exchange(w, chan, t, ep, None, rb)?;
             if i == total {
                 error = check("the last ping", rb, n);
             }
             wait_one(w, chan, t, "a pong", prev.take())?;
-            // SAFETY: as above.
-            prev = unsafe { w.stream_send_nb(ep, sb.ucp(), None)? };
+            prev = w.stream_send_nb(ep, sb.ucp(), None)?;
         }
         wait_one(w, chan, t, "the last pong", prev)?;
         progress_until_done(w, chan, t)?;
@@ -184,8 +172,7 @@ impl<C: Channel> UcpPeer<C> {
                 if inflight.len() >= window {
                     drain_to(w, chan, t, &mut inflight, window - 1)?;
                 }
-                // SAFETY: as in stream_lat_initiator.
-                if let Some(r) = unsafe { w.stream_send_nb(ep, sb.ucp(), None)? } {
+                if let Some(r) = w.stream_send_nb(ep, sb.ucp(), None)? {
                     inflight.push_back(r);
                 }
                 if let Some(st) = mark.as_deref_mut() {
@@ -194,8 +181,7 @@ impl<C: Channel> UcpPeer<C> {
             }
             drain_to(w, chan, t, &mut inflight, 0)?;
             ab.poison();
-            // SAFETY: as in stream_lat_initiator; ab is read after the receive completed.
-            let n = unsafe { exchange(w, chan, t, ep, None, ab)? };
+            let n = exchange(w, chan, t, ep, None, ab)?;
             let got = ab.read_u64();
             if n != 8 || got != count {
                 tracing::error!(
@@ -238,9 +224,7 @@ impl<C: Channel> UcpPeer<C> {
             for k in 0..count {
                 let last = timed && k + 1 == count;
                 let b = if last { cb } else { rb };
-                // SAFETY: as in stream_lat_initiator; this side never reads rb, and cb
-                // only after its receive completed.
-                let n = unsafe { exchange(w, chan, t, ep, None, b)? };
+                let n = exchange(w, chan, t, ep, None, b)?;
                 if last {
                     error = check("the last message", cb, n);
                 } else if n != rb.len && error.is_none() {
@@ -248,8 +232,7 @@ impl<C: Channel> UcpPeer<C> {
                 }
             }
             ab.write_u64(count);
-            // SAFETY: ab outlives the request and is not written until it completed.
-            let s = unsafe { w.stream_send_nb(ep, ab.ucp(), None)? };
+            let s = w.stream_send_nb(ep, ab.ucp(), None)?;
             wait_one(w, chan, t, "the acknowledgement", s)?;
         }
         progress_until_done(w, chan, t)?;

@@ -189,10 +189,7 @@ impl AmState {
 
 /// Pulls the data of a kept rendezvous message into `buf` (or copies kept eager data).
 /// Completes with `MessageTruncated` when `buf` is too small.
-///
-/// # Safety
-/// `buf` must stay writable and unaliased until the request completes.
-pub(crate) unsafe fn recv_data_nb(
+pub(crate) fn recv_data_nb(
     core: &mut Core,
     st: &mut AmState,
     rndv: &mut RndvState,
@@ -228,11 +225,8 @@ pub(crate) unsafe fn recv_data_nb(
 }
 
 /// Sends active message `id` with `header` and `data`.
-///
-/// # Safety
-/// `data` must stay readable and unchanged until the send completes.
 #[allow(clippy::too_many_arguments)]
-pub(crate) unsafe fn send_nb(
+pub(crate) fn send_nb(
     tls: &mut [Tl],
     core: &mut Core,
     st: &mut AmState,
@@ -284,15 +278,9 @@ pub(crate) unsafe fn send_nb(
     let total = EAGER_HDR + header.len() + len;
     let idle = core.ep(ep)?.queue.is_empty();
     if !rndv && idle && total <= (max_short + 8).min(SHORT_MAX) {
-        if let (true, Some(p)) = (tls[lane.tl].iface.loopback_idle(), data.contig_ptr()) {
+        if let (true, Some(d)) = (tls[lane.tl].iface.loopback_idle(), data.as_bytes()) {
             // To this very worker with nothing queued before it: the handler runs now, as
             // it would in progress, on the caller's bytes (nothing encoded or copied).
-            let d: &[u8] = if len == 0 {
-                &[]
-            } else {
-                // SAFETY: the caller promised `data` is readable until completion.
-                unsafe { std::slice::from_raw_parts(p, len) }
-            };
             deliver(core, st, &f, header, d);
             data.release();
             return Ok(Post::Done(cb));
@@ -303,8 +291,7 @@ pub(crate) unsafe fn send_nb(
         let h = put_fields(&mut b, &f);
         b[h..h + header.len()].copy_from_slice(header);
         let o = h + header.len();
-        // SAFETY: the caller promised `data` is readable until completion.
-        let n = o + unsafe { data.read_at(0, &mut b[o..o + len]) };
+        let n = o + data.read_at(0, &mut b[o..o + len]);
         if tls[lane.tl].iface.loopback_idle() {
             // To this very worker with nothing queued before it: the handler runs now, as
             // it would in progress.
@@ -326,8 +313,7 @@ pub(crate) unsafe fn send_nb(
                 let h = put_fields(b, &f);
                 b[h..h + header.len()].copy_from_slice(header);
                 let o = h + header.len();
-                // SAFETY: the caller promised `data` is readable until completion.
-                o + unsafe { data.read_at(0, &mut b[o..o + len]) }
+                o + data.read_at(0, &mut b[o..o + len])
             })?;
         if out.is_done() {
             return Ok(Post::Done(cb));
@@ -392,8 +378,7 @@ pub(crate) fn send_step(tls: &mut [Tl], core: &mut Core, lane: Lane, r: Request)
                 } else {
                     Middle::encode_header(uuid, msg_id, off as u64, b)
                 };
-                // SAFETY: the sender promised the data stays readable until completion.
-                o + unsafe { buf.read_at(off, &mut b[o..o + n]) }
+                o + buf.read_at(off, &mut b[o..o + n])
             })?;
             if !out.is_done() {
                 return Ok(false);
@@ -409,8 +394,7 @@ pub(crate) fn send_step(tls: &mut [Tl], core: &mut Core, lane: Lane, r: Request)
             let h = put_fields(b, &f);
             b[h..h + header.len()].copy_from_slice(header);
             let o = h + header.len();
-            // SAFETY: the sender promised the data stays readable until completion.
-            o + unsafe { buf.read_at(0, &mut b[o..o + len]) }
+            o + buf.read_at(0, &mut b[o..o + len])
         })?;
         if !out.is_done() {
             return Ok(false);
@@ -419,10 +403,8 @@ pub(crate) fn send_step(tls: &mut [Tl], core: &mut Core, lane: Lane, r: Request)
         return Ok(true);
     }
     if s.mem.is_none() {
-        let ptr = s.buf.contig_ptr().ok_or(Status::InvalidParam)?;
-        // SAFETY: the sender promised the buffer stays valid until the send completes,
-        // and the registration (s.mem) is dropped with the request.
-        s.mem = Some(Box::new(unsafe { t.md.mem_reg(ptr, len.max(1)) }?));
+        // The registration (s.mem) is dropped with the request.
+        s.mem = Some(Box::new(s.buf.mem_reg(&t.md, len.max(1))?));
     }
     let (rkey, addr) = match &s.mem {
         Some(m) => (m.pack_rkey_compact(), m.address() as u64),

@@ -8,6 +8,9 @@
 //! entry and is freed right then (`settle`); an endpoint's `by_uuid` entry names the endpoint that answers
 //! for that peer.
 
+// The one module of the core that touches the memory of a request's buffer.
+#[allow(unsafe_code)]
+pub mod buf;
 pub mod cq;
 pub mod ep;
 pub mod ids;
@@ -192,6 +195,11 @@ impl Core {
                 return;
             }
             q.status = Some(status);
+            if let ReqKind::Send(s) = &mut q.kind {
+                // A registration of the caller's buffer must not outlive the send (see
+                // core::buf): peers lose access to it now.
+                s.mem = None;
+            }
             let counted = match &q.kind {
                 ReqKind::Send(s) if s.remote_pending => Some(s.ep),
                 ReqKind::Rma(s) => Some(s.ep),
@@ -309,8 +317,7 @@ impl Core {
     /// Copies `data` into receive `r` at `off`; notes truncation.
     pub(crate) fn recv_write(&mut self, r: Request, off: usize, data: &[u8]) {
         if let Some(rs) = self.recv_state(r) {
-            // SAFETY: the receiver promised the buffer is writable until completion.
-            let n = unsafe { rs.buf.write_at(off, data) };
+            let n = rs.buf.write_at(off, data);
             if n < data.len() {
                 rs.truncated = true;
             }
@@ -334,10 +341,7 @@ impl Core {
     /// A receive request that is complete already, with `status` and `info`, and no buffer.
     #[cold]
     pub(crate) fn finished_recv(&mut self, status: Status, info: RecvInfo) -> Request {
-        let buf = Buf::Contig {
-            ptr: std::ptr::null_mut(),
-            len: 0,
-        };
+        let buf = Buf::empty();
         let kind = ReqKind::Recv(RecvState {
             buf,
             recv_id: None,
@@ -366,8 +370,7 @@ impl Core {
         };
         let mut status = Status::Ok;
         if let ReqKind::Recv(rs) = &mut q.kind {
-            // SAFETY: the receiver promised the buffer is writable until completion.
-            let n = unsafe { rs.buf.write_at(0, data) };
+            let n = rs.buf.write_at(0, data);
             rs.received += data.len();
             if n < data.len() {
                 rs.truncated = true;

@@ -26,7 +26,7 @@ use crate::core::{connect, lane_owner, Core, Post, Tl};
 use crate::proto::rma::*;
 use crate::proto::AmId;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use ucs::{Result, Status};
 use uct::{AtomicOp, AtomicSize};
 
@@ -175,35 +175,47 @@ pub(crate) fn state(
     }
 }
 
-/// Writes `len` bytes from `src` to `addr` in the key's memory.
-///
-/// # Safety
-/// `src` must stay readable and unchanged until the request completes.
-pub(crate) unsafe fn put_nb(
+/// Writes the bytes of `src` to `addr` in the key's memory.
+pub(crate) fn put_nb(
     core: &mut Core,
     ep: Ep,
-    src: *const u8,
-    len: usize,
+    src: Buf,
     addr: u64,
     rk: &RemoteKey,
     cb: Option<Callback>,
 ) -> Result<Post> {
+    let len = src.len();
     rk.check(ep, addr, len)?;
     if let Some(k) = rk.uct.as_ref().filter(|_| rk.rma != RmaPath::Emulated) {
-        // SAFETY: the caller promised src..src+len is readable.
-        let data = unsafe { slice(src, len) };
-        uct::rma::put_one(k, addr, data)?;
+        put_direct(k, addr, &src)?;
         return Ok(Post::Done(cb));
     }
-    let st = state(
-        ep,
-        RmaOp::Put,
-        rk,
-        addr,
-        Buf::contig(src.cast_mut(), len),
-        len,
-    );
+    let st = state(ep, RmaOp::Put, rk, addr, src, len);
     new_req(core, st, cb, false)
+}
+
+/// A direct or CMA put of `src`, complete on return (a buffer that is not contiguous
+/// goes through a packed copy: off the common path).
+fn put_direct(k: &uct::Rkey, addr: u64, src: &Buf) -> Result<()> {
+    match src.as_bytes() {
+        Some(data) => uct::rma::put_one(k, addr, data),
+        None => {
+            let mut v = vec![0u8; src.len()];
+            src.read_at(0, &mut v);
+            uct::rma::put(k, addr, &[&v])
+        }
+    }
+}
+
+/// A direct or CMA get into `dst`, complete on return.
+fn get_direct(k: &uct::Rkey, addr: u64, dst: &mut Buf) -> Result<()> {
+    if dst.is_generic() {
+        let mut v = vec![0u8; dst.len()];
+        uct::rma::get(k, addr, &mut [&mut v[..]])?;
+        dst.write_at(0, &v);
+        return Ok(());
+    }
+    uct::rma::get(k, addr, &mut dst.slices_mut())
 }
 
 /// Writes `data` to `addr`; locally complete on return (the data was taken), remotely
@@ -220,14 +232,7 @@ pub(crate) fn put_nbi(
         uct::rma::put_one(k, addr, data)?;
         return Ok(Post::Done(None));
     }
-    let mut st = state(
-        ep,
-        RmaOp::Put,
-        rk,
-        addr,
-        Buf::contig(std::ptr::null_mut(), 0),
-        data.len(),
-    );
+    let mut st = state(ep, RmaOp::Put, rk, addr, Buf::empty(), data.len());
     st.owned = Some(data.to_vec());
     new_req(core, st, None, true)
 }
@@ -240,32 +245,41 @@ pub(crate) struct Signal<'a> {
     pub value: u64,
 }
 
-/// Writes `data` to `addr`, then applies the signal; see the module doc for the order.
-/// With `owned`, emulated data is copied now (the put is locally complete on return);
-/// otherwise the caller's bytes are read as they are sent.
-///
-/// # Safety
-/// Without `owned`, `data` must stay readable and unchanged until the request completes.
-#[allow(clippy::too_many_arguments)]
-pub(crate) unsafe fn put_signal(
+/// The data of a put with signal.
+pub(crate) enum Src<'a> {
+    /// Borrowed for the call: emulated data is copied now (the put is locally complete
+    /// on return).
+    Copy(&'a [u8]),
+    /// The request's buffer: its bytes are read as they are sent.
+    Buf(Buf),
+}
+
+/// Writes `src` to `addr`, then applies the signal; see the module doc for the order.
+pub(crate) fn put_signal(
     core: &mut Core,
     ep: Ep,
-    data: &[u8],
+    src: Src<'_>,
     addr: u64,
     rk: &RemoteKey,
     sig: &Signal<'_>,
     cb: Option<Callback>,
-    owned: bool,
 ) -> Result<Post> {
-    rk.check(ep, addr, data.len())?;
+    let len = match &src {
+        Src::Copy(d) => d.len(),
+        Src::Buf(b) => b.len(),
+    };
+    let owned = matches!(src, Src::Copy(_));
+    rk.check(ep, addr, len)?;
     sig.rk.check(ep, sig.addr, 8)?;
     check_aligned(sig.addr, AtomicSize::B64)?;
     let mut sent_data = false;
     if let Some(k) = rk.uct.as_ref().filter(|_| rk.rma != RmaPath::Emulated) {
         // Direct and CMA complete the copy in this call: the data is in place before the
         // signal below is applied or sent.
-        if !data.is_empty() {
-            uct::rma::put_one(k, addr, data)?;
+        match &src {
+            Src::Copy(d) if !d.is_empty() => uct::rma::put_one(k, addr, d)?,
+            Src::Buf(b) if !b.is_empty() => put_direct(k, addr, b)?,
+            _ => {}
         }
         if let (RmaPath::Direct, Some(sk)) = (sig.rk.amo, sig.rk.uct.as_ref()) {
             let op = match sig.op {
@@ -283,44 +297,36 @@ pub(crate) unsafe fn put_signal(
         key: sig.rk.key_id,
         addr: sig.addr,
     };
-    let len = if sent_data { 0 } else { data.len() };
-    let local = if owned || sent_data {
-        Buf::contig(std::ptr::null_mut(), 0)
-    } else {
-        Buf::contig(data.as_ptr().cast_mut(), len)
+    let len = if sent_data { 0 } else { len };
+    let (local, copy) = match src {
+        _ if sent_data => (Buf::empty(), None),
+        Src::Copy(d) => (Buf::empty(), Some(d.to_vec())),
+        Src::Buf(b) => (b, None),
     };
     let mut st = state(ep, op, rk, addr, local, len);
     st.value = sig.value;
-    if owned && !sent_data {
-        st.owned = Some(data.to_vec());
-    }
+    st.owned = copy;
     new_req(core, st, cb, owned)
 }
 
-/// Reads `len` bytes at `addr` into `dst`; with `released`, nobody waits for the request
-/// (get_nbi: the data is there after a flush).
-///
-/// # Safety
-/// `dst` must stay writable, and not otherwise accessed, until the request completes.
-#[allow(clippy::too_many_arguments)]
-pub(crate) unsafe fn get_nb(
+/// Reads `dst.len()` bytes at `addr` into `dst`; with `released`, nobody waits for the
+/// request (get_nbi: the data is there after a flush).
+pub(crate) fn get_nb(
     core: &mut Core,
     ep: Ep,
-    dst: *mut u8,
-    len: usize,
+    mut dst: Buf,
     addr: u64,
     rk: &RemoteKey,
     cb: Option<Callback>,
     released: bool,
 ) -> Result<Post> {
+    let len = dst.len();
     rk.check(ep, addr, len)?;
     if let Some(k) = rk.uct.as_ref().filter(|_| rk.rma != RmaPath::Emulated) {
-        // SAFETY: the caller promised dst..dst+len is writable and ours.
-        let buf = unsafe { slice_mut(dst, len) };
-        uct::rma::get(k, addr, &mut [buf])?;
+        get_direct(k, addr, &mut dst)?;
         return Ok(Post::Done(cb));
     }
-    let st = state(ep, RmaOp::Get, rk, addr, Buf::contig(dst, len), len);
+    let st = state(ep, RmaOp::Get, rk, addr, dst, len);
     new_req(core, st, cb, released)
 }
 
@@ -352,38 +358,34 @@ pub(crate) fn atomic_post(
         },
         rk,
         addr,
-        Buf::contig(std::ptr::null_mut(), 0),
+        Buf::empty(),
         size.bytes(),
     );
     st.value = value;
     new_req(core, st, None, true)
 }
 
-/// An atomic that returns the previous value into `*result` (`compare` is for cswap).
-///
-/// # Safety
-/// `result` must stay writable until the request completes.
+/// An atomic that writes the previous value into `result` (`compare` is for cswap).
 #[allow(clippy::too_many_arguments)]
-pub(crate) unsafe fn atomic_fetch_nb(
+pub(crate) fn atomic_fetch_nb(
     core: &mut Core,
     ep: Ep,
     op: AtomicOp,
     size: AtomicSize,
     value: u64,
     compare: u64,
-    result: *mut u64,
+    result: Buf,
     addr: u64,
     rk: &RemoteKey,
     cb: Option<Callback>,
 ) -> Result<Post> {
     rk.check(ep, addr, size.bytes())?;
-    if result.is_null() {
+    if result.len() < size.bytes() {
         return Err(Status::InvalidParam);
     }
     if let (RmaPath::Direct, Some(k)) = (rk.amo, rk.uct.as_ref()) {
         let old = uct::rma::atomic(k, op, size, addr, value, compare)?;
-        // SAFETY: the caller promised `result` is writable.
-        unsafe { result.write_unaligned(old) };
+        write_old(&result, size, old);
         return Ok(Post::Done(cb));
     }
     check_aligned(addr, size)?;
@@ -396,7 +398,7 @@ pub(crate) unsafe fn atomic_fetch_nb(
         },
         rk,
         addr,
-        Buf::contig(result.cast(), 8),
+        result,
         size.bytes(),
     );
     st.value = value;
@@ -412,26 +414,13 @@ fn check_aligned(addr: u64, size: AtomicSize) -> Result<()> {
     }
 }
 
-/// # Safety
-/// `p..p+len` readable (or `len == 0`).
-pub(crate) unsafe fn slice<'a>(p: *const u8, len: usize) -> &'a [u8] {
-    if len == 0 {
-        &[]
-    } else {
-        // SAFETY: per the function's contract.
-        unsafe { std::slice::from_raw_parts(p, len) }
-    }
-}
-
-/// # Safety
-/// `p..p+len` writable and unaliased (or `len == 0`).
-unsafe fn slice_mut<'a>(p: *mut u8, len: usize) -> &'a mut [u8] {
-    if len == 0 {
-        &mut []
-    } else {
-        // SAFETY: per the function's contract.
-        unsafe { std::slice::from_raw_parts_mut(p, len) }
-    }
+/// Writes an atomic's previous value into its result buffer: `size` bytes, in native
+/// byte order.
+fn write_old(result: &Buf, size: AtomicSize, old: u64) {
+    match size {
+        AtomicSize::B32 => result.write_at(0, &(old as u32).to_ne_bytes()),
+        AtomicSize::B64 => result.write_at(0, &old.to_ne_bytes()),
+    };
 }
 
 /// Sends what an emulated operation still has to send. `Ok(true)`: all sent.
@@ -493,8 +482,7 @@ pub(crate) fn send_step(tls: &mut [Tl], core: &mut Core, lane: Lane, r: Request)
                     match owned {
                         Some(v) => dst.copy_from_slice(&v[off..off + n]),
                         None => {
-                            // SAFETY: the initiator promised the source stays readable.
-                            unsafe { local.read_at(off, dst) };
+                            local.read_at(off, dst);
                         }
                     }
                     h + n
@@ -605,21 +593,7 @@ pub(crate) fn send_reply(
                 let mut sent_status = status;
                 let out = iface.am_bcopy(lane.ep, AmId::GetRep.id(), |b| {
                     let h = GET_REP_HDR;
-                    let copied = n == 0
-                        || ctx
-                            .with_region(key, src, n, |p| {
-                                // SAFETY: with_region holds the lease on a region of this
-                                // process that contains p..p+n; the destination is the
-                                // transport's buffer, at least GET_REP_HDR + n bytes.
-                                unsafe {
-                                    std::ptr::copy_nonoverlapping(
-                                        p.cast_const(),
-                                        b[h..].as_mut_ptr(),
-                                        n as usize,
-                                    )
-                                }
-                            })
-                            .is_some();
+                    let copied = ctx.region_read(key, src, &mut b[h..h + n as usize]);
                     if !copied {
                         // Unmapped since the request arrived: an error, and no data.
                         sent_status = Status::InvalidAddr;
@@ -698,7 +672,7 @@ impl RmaTarget {
             }
             AmId::GetReq => {
                 let ([uuid, sreq, key, addr, len], _) = decode::<5>(d)?;
-                let status = if ctx.with_region(key, addr, len, |_| ()).is_some() {
+                let status = if ctx.region_is_mapped(key, addr, len) {
                     Status::Ok
                 } else {
                     Status::InvalidAddr
@@ -716,15 +690,7 @@ impl RmaTarget {
             AmId::AmoReq => {
                 let ([uuid, sreq, key, addr, value, compare, w], _) = decode::<7>(d)?;
                 let (op, size, _) = parse_op_word(w)?;
-                let done = if addr % size.bytes() as u64 == 0 {
-                    ctx.with_region(key, addr, size.bytes() as u64, |p| {
-                        // SAFETY: with_region holds the lease on a region of this process
-                        // that contains the word; it is aligned (checked above).
-                        unsafe { local_atomic(op, size, p as u64, value, compare) }
-                    })
-                } else {
-                    None
-                };
+                let done = ctx.region_atomic(key, addr, op, size, value, compare);
                 let (status, old) = match done {
                     Some(old) => (Status::Ok, old),
                     None => (Status::InvalidAddr, 0),
@@ -776,8 +742,7 @@ impl RmaTarget {
                         } else if off != s.progress || off + data.len() > s.len {
                             return Err(Status::InvalidParam);
                         } else {
-                            // SAFETY: the initiator promised the destination is writable.
-                            unsafe { s.local.write_at(off, data) };
+                            s.local.write_at(off, data);
                             s.progress += data.len();
                             (s.progress == s.len).then_some(Status::Ok)
                         }
@@ -798,9 +763,14 @@ impl RmaTarget {
                         status: None,
                         ..
                     }) if matches!(s.op, RmaOp::Amo { .. }) => {
-                        if let (RmaOp::Amo { fetch: true, .. }, Status::Ok) = (s.op, status) {
-                            // SAFETY: the initiator promised the result slot is writable.
-                            unsafe { s.local.write_at(0, &old.to_ne_bytes()) };
+                        if let (
+                            RmaOp::Amo {
+                                fetch: true, size, ..
+                            },
+                            Status::Ok,
+                        ) = (s.op, status)
+                        {
+                            write_old(&s.local, size, old);
                         }
                     }
                     _ => return Err(Status::InvalidParam),
@@ -819,12 +789,7 @@ fn write_region(ctx: &crate::context::Context, key: u64, addr: u64, data: &[u8])
     if data.is_empty() {
         return Status::Ok;
     }
-    let wrote = ctx.with_region(key, addr, data.len() as u64, |p| {
-        // SAFETY: with_region holds the lease on a region of this process that contains
-        // p..p+len.
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), p, data.len()) }
-    });
-    if wrote.is_some() {
+    if ctx.region_write(key, addr, data) {
         Status::Ok
     } else {
         tracing::debug!(
@@ -838,61 +803,14 @@ fn write_region(ctx: &crate::context::Context, key: u64, addr: u64, data: &[u8])
 /// Applies a PutSignal's signal, after its data was written: the release publishes that
 /// data (and every earlier piece's) to whoever reads the word with acquire.
 fn signal_region(ctx: &crate::context::Context, h: &PutSignal) -> Status {
-    if h.signal_addr % 8 != 0 {
-        return Status::InvalidAddr;
-    }
-    let done = ctx.with_region(h.signal_key, h.signal_addr, 8, |p| {
-        // SAFETY: with_region holds the lease on a region of this process that contains
-        // the word; it is 8-byte aligned (checked above), and rucx only ever accesses
-        // signal words atomically.
-        let a = unsafe { AtomicU64::from_ptr(p.cast::<u64>()) };
-        match h.op {
-            SignalOp::Add => {
-                a.fetch_add(h.value, Ordering::Release);
-            }
-            SignalOp::Set => a.store(h.value, Ordering::Release),
+    let done = ctx.region_word64(h.signal_key, h.signal_addr, |a| match h.op {
+        SignalOp::Add => {
+            a.fetch_add(h.value, Ordering::Release);
         }
+        SignalOp::Set => a.store(h.value, Ordering::Release),
     });
     match done {
         Some(()) => Status::Ok,
         None => Status::InvalidAddr,
-    }
-}
-
-/// A CPU atomic on this process's memory; returns the previous value.
-///
-/// # Safety
-/// `addr` must be aligned for `size` and lie in memory mapped by this process.
-unsafe fn local_atomic(op: AtomicOp, size: AtomicSize, addr: u64, value: u64, compare: u64) -> u64 {
-    match size {
-        AtomicSize::B64 => {
-            // SAFETY: per the function's contract.
-            let a = unsafe { AtomicU64::from_ptr(addr as usize as *mut u64) };
-            match op {
-                AtomicOp::Add => a.fetch_add(value, Ordering::SeqCst),
-                AtomicOp::And => a.fetch_and(value, Ordering::SeqCst),
-                AtomicOp::Or => a.fetch_or(value, Ordering::SeqCst),
-                AtomicOp::Xor => a.fetch_xor(value, Ordering::SeqCst),
-                AtomicOp::Swap => a.swap(value, Ordering::SeqCst),
-                AtomicOp::Cswap => a
-                    .compare_exchange(compare, value, Ordering::SeqCst, Ordering::SeqCst)
-                    .unwrap_or_else(|v| v),
-            }
-        }
-        AtomicSize::B32 => {
-            let (v, c) = (value as u32, compare as u32);
-            // SAFETY: per the function's contract.
-            let a = unsafe { AtomicU32::from_ptr(addr as usize as *mut u32) };
-            u64::from(match op {
-                AtomicOp::Add => a.fetch_add(v, Ordering::SeqCst),
-                AtomicOp::And => a.fetch_and(v, Ordering::SeqCst),
-                AtomicOp::Or => a.fetch_or(v, Ordering::SeqCst),
-                AtomicOp::Xor => a.fetch_xor(v, Ordering::SeqCst),
-                AtomicOp::Swap => a.swap(v, Ordering::SeqCst),
-                AtomicOp::Cswap => a
-                    .compare_exchange(c, v, Ordering::SeqCst, Ordering::SeqCst)
-                    .unwrap_or_else(|v| v),
-            })
-        }
     }
 }

@@ -10,7 +10,7 @@
 
 pub(crate) mod put;
 
-use crate::core::request::{Buf, Req, ReqKind, Request};
+use crate::core::request::{Req, ReqKind, Request};
 use crate::core::{connect, lane_owner, send_ctrl, Core, Tl};
 use crate::proto::header::{encode_ats, ATS_LEN};
 use crate::proto::AmId;
@@ -236,7 +236,7 @@ fn get(
     };
     let mut want = usize::try_from(len).map_err(|_| Status::InvalidParam)?;
     let truncated = want > rs.buf.len();
-    if let Buf::Generic(_) = rs.buf {
+    if rs.buf.is_generic() {
         // The application unpacks: pull into a bounce buffer, then hand it over.
         let n = want.min(rs.buf.len());
         let mut tmp = vec![0u8; n];
@@ -248,8 +248,7 @@ fn get(
             uct::Outcome::NoResource => return Ok(None),
             uct::Outcome::InProgress => return Err(Status::IoError),
         }
-        // SAFETY: a generic buffer has no memory of ours to be valid; unpack is safe.
-        if unsafe { rs.buf.write_at(0, &tmp) } < n {
+        if rs.buf.write_at(0, &tmp) < n {
             return Err(Status::IoError);
         }
         return Ok(Some(if truncated {
@@ -258,9 +257,8 @@ fn get(
             Status::Ok
         }));
     }
-    // SAFETY: the receiver promised the buffer is writable and ours until completion;
-    // the slices are dropped before the request completes.
-    let mut slices = unsafe { rs.buf.slices_mut() };
+    // The slices are dropped before the request completes.
+    let mut slices = rs.buf.slices_mut();
     let mut iov: Vec<&mut [u8]> = Vec::with_capacity(slices.len());
     for s in slices.iter_mut() {
         if want == 0 {

@@ -33,10 +33,12 @@ pub(crate) struct RndvRx {
     /// Bytes the sender is asked to put (the message, cut to the receive buffer).
     pub len: u64,
     pub truncated: bool,
-    /// Where the data lands: the receive buffer itself, or `bounce`.
+    /// Where the data lands: the receive buffer itself, or `bounce`. Declared before
+    /// `bounce`, so that it is dropped first.
     pub mem: uct::MemHandle,
-    /// For receives that are not contiguous: copied into the buffer at the end.
-    pub bounce: Option<Vec<u8>>,
+    /// For receives that are not contiguous (owned memory): copied into the buffer at
+    /// the end.
+    pub bounce: Option<Buf>,
 }
 
 /// Receiver: `req` matched an Rts of `len` bytes from request `sreq` of worker `uuid`.
@@ -84,16 +86,11 @@ pub(crate) fn start(
     // completes (its owner's contract, or owned by the request), and the bounce buffer
     // moves into the RndvRx entry with its registration; the registration lives exactly
     // as long as that entry, which is removed before the receive completes.
-    let (mem, bounce) = match rs.buf {
-        // SAFETY: see above.
-        Buf::Contig { ptr, .. } => (unsafe { md.mem_reg(ptr, n) }?, None),
-        // SAFETY: see above.
-        Buf::Owned(ref o) => (unsafe { md.mem_reg(o.raw().0, n) }?, None),
-        Buf::Iov(_) | Buf::Generic(_) => {
-            let mut b = vec![0u8; n];
-            // SAFETY: see above (the vector's heap memory does not move with it).
-            (unsafe { md.mem_reg(b.as_mut_ptr(), n) }?, Some(b))
-        }
+    let (mem, bounce) = if rs.buf.contig_ptr().is_some() {
+        (rs.buf.mem_reg(&md, n)?, None)
+    } else {
+        let b = Buf::from(vec![0u8; n]);
+        (b.mem_reg(&md, n)?, Some(b))
     };
     let rreq = req.to_u64();
     st.rx.insert(
@@ -137,6 +134,18 @@ pub(crate) fn send_rtr(tls: &mut [Tl], core: &mut Core, st: &RndvState, rreq: u6
     Ok(!out.is_done())
 }
 
+/// The bytes of send `r` while it is in progress (a contiguous buffer).
+fn send_bytes(core: &Core, r: Request) -> Option<&[u8]> {
+    match core.reqs.get_ref(r.0) {
+        Some(Req {
+            kind: ReqKind::Send(s),
+            status: None,
+            ..
+        }) => s.buf.as_bytes(),
+        _ => None,
+    }
+}
+
 /// Sender: puts what is left of the data an Rtr asked for, then the RndvFin, then
 /// completes the send. Returns itself while the lane has no room.
 pub(crate) fn put_data(tls: &mut [Tl], core: &mut Core, d: Work) -> Result<Option<Work>> {
@@ -163,7 +172,7 @@ pub(crate) fn put_data(tls: &mut [Tl], core: &mut Core, d: Work) -> Result<Optio
         _ => return Ok(None),
     };
     let res = (|| -> Result<bool> {
-        let ptr = ptr.ok_or(Status::InvalidParam)?;
+        ptr.ok_or(Status::InvalidParam)?;
         let lane = connect(tls, core, ep)?;
         let t = &mut tls[lane.tl];
         let rk = t.md.rkey_unpack(&rkey)?;
@@ -176,10 +185,10 @@ pub(crate) fn put_data(tls: &mut [Tl], core: &mut Core, d: Work) -> Result<Optio
                 return Ok(false);
             }
             let n = max.min(len - off);
-            // SAFETY: off + n <= len <= the send buffer's length (checked when the Rtr
-            // arrived); the sender keeps the buffer readable until the send completes,
-            // which is after this.
-            let data = unsafe { std::slice::from_raw_parts(ptr.add(off), n) };
+            // off + n <= len <= the send buffer's length (checked when the Rtr arrived).
+            let data = send_bytes(core, r)
+                .and_then(|b| b.get(off..off + n))
+                .ok_or(Status::InvalidParam)?;
             match t
                 .iface
                 .put_zcopy(lane.ep, &[data], addr + off as u64, &rk, 0)?
@@ -274,10 +283,8 @@ impl RndvState {
             ..
         }) = core.reqs.get_mut(rx.req.0)
         {
-            if let Some(b) = &rx.bounce {
-                // SAFETY: the receive is still posted, so its buffer is valid (the
-                // caller's contract) until it completes below.
-                if unsafe { rs.buf.write_at(0, b) } < b.len() {
+            if let Some(b) = rx.bounce.as_ref().and_then(Buf::as_bytes) {
+                if rs.buf.write_at(0, b) < b.len() {
                     status = Status::IoError;
                 }
             }

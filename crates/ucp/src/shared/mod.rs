@@ -389,11 +389,7 @@ impl SharedWorker {
 
     /// Runs `op` (now if the worker is free, else posted to the thread that holds it);
     /// its outcome comes back as [`Issued`].
-    ///
-    /// # Safety
-    /// The buffers `op` names must stay valid (and, for what the operation reads,
-    /// unchanged; for what it writes, not otherwise accessed) until it completes.
-    pub unsafe fn post_op(&self, op: Op) -> Result<Issued> {
+    pub fn post_op(&self, op: Op) -> Result<Issued> {
         self.post(op)
     }
 
@@ -401,10 +397,7 @@ impl SharedWorker {
     /// [`Callback::cq`] or [`Callback::cq_attached`]) instead of a ticket: exactly one
     /// entry, whether it completes in the call, later, or (when it was posted for another
     /// thread) fails to start. An error returned here means no entry will come.
-    ///
-    /// # Safety
-    /// As for [`SharedWorker::post_op`].
-    pub unsafe fn post_cq(&self, op: Op, cq: Callback) -> Result<()> {
+    pub fn post_cq(&self, op: Op, cq: Callback) -> Result<()> {
         let Callback::Cq(t) = cq else {
             return Err(Status::InvalidParam);
         };
@@ -423,29 +416,20 @@ impl SharedWorker {
         Ok(())
     }
 
-    /// Sends `buf` with `tag` on `ep` (synchronously with `sync`).
-    ///
-    /// # Safety
-    /// `buf` must stay valid for reads, and unmodified, until the operation completes
-    /// (its ticket reports it), whichever thread runs it.
-    pub unsafe fn tag_send_nb(&self, ep: Ep, buf: Buf, tag: u64, sync: bool) -> Result<Issued> {
+    /// Sends `buf` with `tag` on `ep` (synchronously with `sync`). For a [`Buf::contig`],
+    /// "until the request completes" means until the ticket reports it, whichever thread
+    /// ran the operation.
+    pub fn tag_send_nb(&self, ep: Ep, buf: Buf, tag: u64, sync: bool) -> Result<Issued> {
         self.post(Op::TagSend { ep, buf, tag, sync })
     }
 
     /// Posts a receive for a message whose tag matches `tag` under `mask`.
-    ///
-    /// # Safety
-    /// `buf` must stay valid for writes, and not otherwise accessed, until the receive
-    /// completes.
-    pub unsafe fn tag_recv_nb(&self, buf: Buf, tag: u64, mask: u64) -> Result<Issued> {
+    pub fn tag_recv_nb(&self, buf: Buf, tag: u64, mask: u64) -> Result<Issued> {
         self.post(Op::TagRecv { buf, tag, mask })
     }
 
-    /// Sends an active message.
-    ///
-    /// # Safety
-    /// `header` and `buf` must stay valid and unmodified until the operation completes.
-    pub unsafe fn am_send_nb(
+    /// Sends an active message (`header` is copied).
+    pub fn am_send_nb(
         &self,
         ep: Ep,
         id: u16,
@@ -456,66 +440,37 @@ impl SharedWorker {
         self.post(Op::AmSend {
             ep,
             id,
-            header: (header.as_ptr(), header.len()),
+            header: header.to_vec(),
             buf,
             flags,
         })
     }
 
     /// Sends stream bytes on `ep`.
-    ///
-    /// # Safety
-    /// As for [`SharedWorker::tag_send_nb`].
-    pub unsafe fn stream_send_nb(&self, ep: Ep, buf: Buf) -> Result<Issued> {
+    pub fn stream_send_nb(&self, ep: Ep, buf: Buf) -> Result<Issued> {
         self.post(Op::StreamSend { ep, buf })
     }
 
     /// Receives stream bytes from `ep` (all of `buf` with `waitall`).
-    ///
-    /// # Safety
-    /// As for [`SharedWorker::tag_recv_nb`].
-    pub unsafe fn stream_recv_nb(&self, ep: Ep, buf: Buf, waitall: bool) -> Result<Issued> {
+    pub fn stream_recv_nb(&self, ep: Ep, buf: Buf, waitall: bool) -> Result<Issued> {
         self.post(Op::StreamRecv { ep, buf, waitall })
     }
 
-    /// Writes `len` bytes from `src` to `addr` in the key's memory.
-    ///
-    /// # Safety
-    /// `src` must stay readable and unchanged until the operation completes.
-    pub unsafe fn put_nb(
-        &self,
-        ep: Ep,
-        src: *const u8,
-        len: usize,
-        addr: u64,
-        rk: &RemoteKey,
-    ) -> Result<Issued> {
+    /// Writes the bytes of `src` to `addr` in the key's memory.
+    pub fn put_nb(&self, ep: Ep, src: Buf, addr: u64, rk: &RemoteKey) -> Result<Issued> {
         self.post(Op::Put {
             ep,
             src,
-            len,
             addr,
             rk: rk.clone(),
         })
     }
 
-    /// Reads `len` bytes at `addr` into `dst`.
-    ///
-    /// # Safety
-    /// `dst` must stay writable, and not otherwise accessed, until the operation
-    /// completes.
-    pub unsafe fn get_nb(
-        &self,
-        ep: Ep,
-        dst: *mut u8,
-        len: usize,
-        addr: u64,
-        rk: &RemoteKey,
-    ) -> Result<Issued> {
+    /// Reads `dst.len()` bytes at `addr` into `dst`.
+    pub fn get_nb(&self, ep: Ep, dst: Buf, addr: u64, rk: &RemoteKey) -> Result<Issued> {
         self.post(Op::Get {
             ep,
             dst,
-            len,
             addr,
             rk: rk.clone(),
         })
@@ -541,19 +496,17 @@ impl SharedWorker {
         })
     }
 
-    /// An atomic that writes the previous value to `*result`.
-    ///
-    /// # Safety
-    /// `result` must stay writable until the operation completes.
+    /// An atomic that writes the previous value into `result` (see
+    /// [`Worker::atomic_fetch_nb`]).
     #[allow(clippy::too_many_arguments)]
-    pub unsafe fn atomic_fetch_nb(
+    pub fn atomic_fetch_nb(
         &self,
         ep: Ep,
         op: AtomicOp,
         size: AtomicSize,
         value: u64,
         compare: u64,
-        result: *mut u64,
+        result: Buf,
         addr: u64,
         rk: &RemoteKey,
     ) -> Result<Issued> {
@@ -569,18 +522,14 @@ impl SharedWorker {
         })
     }
 
-    /// Writes `len` bytes from `src` to `addr`, then applies `op` with `value` to the
+    /// Writes the bytes of `src` to `addr`, then applies `op` with `value` to the
     /// 64-bit word at `signal_addr` once the data is visible there (see
     /// [`Worker::put_signal_nb`]).
-    ///
-    /// # Safety
-    /// `src` must stay readable and unchanged until the operation completes.
     #[allow(clippy::too_many_arguments)]
-    pub unsafe fn put_signal_nb(
+    pub fn put_signal_nb(
         &self,
         ep: Ep,
-        src: *const u8,
-        len: usize,
+        src: Buf,
         addr: u64,
         rk: &RemoteKey,
         signal_addr: u64,
@@ -591,7 +540,6 @@ impl SharedWorker {
         self.post(Op::PutSignal {
             ep,
             src,
-            len,
             addr,
             rk: rk.clone(),
             signal_addr,

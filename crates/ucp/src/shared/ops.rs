@@ -1,9 +1,9 @@
 //! The operations a thread can post to a shared worker, as values: run at once by a
 //! thread that finds the worker free, or queued for the thread that holds it.
 //!
-//! Each variant carries what its nonblocking worker call needs. Buffers are raw: the
-//! posting call is `unsafe` and its caller keeps them valid until the operation's ticket
-//! completes, whichever thread runs it.
+//! Each variant carries what its nonblocking worker call needs, by value: a [`Buf`]
+//! (whose maker promised its memory for as long as the operation runs, whichever thread
+//! runs it) and a copy of an active message's header.
 
 use super::slots::Outcome;
 use crate::core::cq::CqOp;
@@ -33,7 +33,7 @@ pub enum Op {
     AmSend {
         ep: Ep,
         id: u16,
-        header: (*const u8, usize),
+        header: Vec<u8>,
         buf: Buf,
         flags: AmSendFlags,
     },
@@ -48,15 +48,13 @@ pub enum Op {
     },
     Put {
         ep: Ep,
-        src: *const u8,
-        len: usize,
+        src: Buf,
         addr: u64,
         rk: RemoteKey,
     },
     Get {
         ep: Ep,
-        dst: *mut u8,
-        len: usize,
+        dst: Buf,
         addr: u64,
         rk: RemoteKey,
     },
@@ -74,14 +72,13 @@ pub enum Op {
         size: AtomicSize,
         value: u64,
         compare: u64,
-        result: *mut u64,
+        result: Buf,
         addr: u64,
         rk: RemoteKey,
     },
     PutSignal {
         ep: Ep,
-        src: *const u8,
-        len: usize,
+        src: Buf,
         addr: u64,
         rk: RemoteKey,
         signal_addr: u64,
@@ -93,12 +90,6 @@ pub enum Op {
         ep: Option<Ep>,
     },
 }
-
-// SAFETY: the raw pointers of an `Op` name the caller's buffers, which the `unsafe`
-// posting calls require to stay valid, and untouched by the caller, until the operation
-// completes; the worker touches them only under its lock, from whichever thread holds
-// it, so moving the operation to that thread is sound.
-unsafe impl Send for Op {}
 
 /// What issuing an operation left.
 pub(crate) enum Issue {
@@ -116,110 +107,77 @@ fn send_like(r: Option<Request>) -> Issue {
 impl Op {
     /// Runs the operation's nonblocking call on the locked worker.
     pub(crate) fn issue(self, w: &mut Worker, cb: Option<Callback>) -> Result<Issue> {
-        // SAFETY: every call below gets buffers that stay valid until the operation
-        // completes, as the posting call's contract requires of its caller.
-        unsafe {
-            Ok(match self {
-                Op::TagSend { ep, buf, tag, sync } => {
-                    send_like(w.tag_send_nb(ep, buf, tag, sync, cb)?)
+        Ok(match self {
+            Op::TagSend { ep, buf, tag, sync } => send_like(w.tag_send_nb(ep, buf, tag, sync, cb)?),
+            Op::TagRecv { buf, tag, mask } => Issue::Pending(w.tag_recv_nb(buf, tag, mask, cb)?),
+            Op::AmSend {
+                ep,
+                id,
+                header,
+                buf,
+                flags,
+            } => send_like(w.am_send_nb(ep, id, &header, buf, flags, cb)?),
+            Op::StreamSend { ep, buf } => send_like(w.stream_send_nb(ep, buf, cb)?),
+            Op::StreamRecv { ep, buf, waitall } => match w.stream_recv_nb(ep, buf, waitall, cb)? {
+                StreamRecv::Done(n) => Issue::Done(Outcome {
+                    status: Status::Ok,
+                    info: RecvInfo {
+                        sender_tag: 0,
+                        length: n,
+                    },
+                }),
+                StreamRecv::Pending(r) => Issue::Pending(r),
+            },
+            Op::Put { ep, src, addr, rk } => send_like(w.put_nb(ep, src, addr, &rk, cb)?),
+            Op::Get { ep, dst, addr, rk } => send_like(w.get_nb(ep, dst, addr, &rk, cb)?),
+            Op::AtomicPost {
+                ep,
+                op,
+                size,
+                value,
+                addr,
+                rk,
+            } => {
+                w.atomic_post(ep, op, size, value, addr, &rk)?;
+                if let Some(cb) = cb {
+                    // No request behind it: report its (local) completion now.
+                    w.report_now(cb, CqOp::Atomic, Status::Ok);
                 }
-                Op::TagRecv { buf, tag, mask } => {
-                    Issue::Pending(w.tag_recv_nb(buf, tag, mask, cb)?)
-                }
-                Op::AmSend {
-                    ep,
-                    id,
-                    header,
-                    buf,
-                    flags,
-                } => {
-                    let header = if header.1 == 0 {
-                        &[][..]
-                    } else {
-                        std::slice::from_raw_parts(header.0, header.1)
-                    };
-                    send_like(w.am_send_nb(ep, id, header, buf, flags, cb)?)
-                }
-                Op::StreamSend { ep, buf } => send_like(w.stream_send_nb(ep, buf, cb)?),
-                Op::StreamRecv { ep, buf, waitall } => {
-                    match w.stream_recv_nb(ep, buf, waitall, cb)? {
-                        StreamRecv::Done(n) => Issue::Done(Outcome {
-                            status: Status::Ok,
-                            info: RecvInfo {
-                                sender_tag: 0,
-                                length: n,
-                            },
-                        }),
-                        StreamRecv::Pending(r) => Issue::Pending(r),
-                    }
-                }
-                Op::Put {
-                    ep,
-                    src,
-                    len,
-                    addr,
-                    rk,
-                } => send_like(w.put_nb(ep, src, len, addr, &rk, cb)?),
-                Op::Get {
-                    ep,
-                    dst,
-                    len,
-                    addr,
-                    rk,
-                } => send_like(w.get_nb(ep, dst, len, addr, &rk, cb)?),
-                Op::AtomicPost {
-                    ep,
-                    op,
-                    size,
-                    value,
-                    addr,
-                    rk,
-                } => {
-                    w.atomic_post(ep, op, size, value, addr, &rk)?;
-                    if let Some(cb) = cb {
-                        // No request behind it: report its (local) completion now.
-                        w.report_now(cb, CqOp::Atomic, Status::Ok);
-                    }
-                    Issue::Done(Outcome::ok())
-                }
-                Op::AtomicFetch {
-                    ep,
-                    op,
-                    size,
-                    value,
-                    compare,
-                    result,
-                    addr,
-                    rk,
-                } => send_like(
-                    w.atomic_fetch_nb(ep, op, size, value, compare, result, addr, &rk, cb)?,
-                ),
-                Op::PutSignal {
-                    ep,
-                    src,
-                    len,
-                    addr,
-                    rk,
-                    signal_addr,
-                    signal_rk,
-                    op,
-                    value,
-                } => send_like(w.put_signal_nb(
-                    ep,
-                    src,
-                    len,
-                    addr,
-                    &rk,
-                    signal_addr,
-                    &signal_rk,
-                    op,
-                    value,
-                    cb,
-                )?),
-                Op::Flush { ep: Some(ep) } => send_like(w.ep_flush_nb(ep, cb)?),
-                Op::Flush { ep: None } => send_like(w.flush_nb(cb)?),
-            })
-        }
+                Issue::Done(Outcome::ok())
+            }
+            Op::AtomicFetch {
+                ep,
+                op,
+                size,
+                value,
+                compare,
+                result,
+                addr,
+                rk,
+            } => send_like(w.atomic_fetch_nb(ep, op, size, value, compare, result, addr, &rk, cb)?),
+            Op::PutSignal {
+                ep,
+                src,
+                addr,
+                rk,
+                signal_addr,
+                signal_rk,
+                op,
+                value,
+            } => send_like(w.put_signal_nb(
+                ep,
+                src,
+                addr,
+                &rk,
+                signal_addr,
+                &signal_rk,
+                op,
+                value,
+                cb,
+            )?),
+            Op::Flush { ep: Some(ep) } => send_like(w.ep_flush_nb(ep, cb)?),
+            Op::Flush { ep: None } => send_like(w.flush_nb(cb)?),
+        })
     }
 
     /// The kind of completion entry this operation reports.

@@ -109,10 +109,7 @@ impl StreamState {
 }
 
 /// Sends `buf` on `ep`'s stream.
-///
-/// # Safety
-/// `buf` must stay readable and unchanged until the send completes.
-pub(crate) unsafe fn send_nb(
+pub(crate) fn send_nb(
     tls: &mut [Tl],
     core: &mut Core,
     st: &mut StreamState,
@@ -132,26 +129,22 @@ pub(crate) unsafe fn send_nb(
     // Straight from the caller's buffer while the endpoint has nothing queued: no
     // request unless something is left over.
     let mut sent = 0;
-    if let (Some(lane), Some(p), true) = (lane, buf.contig_ptr(), core.ep(ep)?.queue.is_empty()) {
-        let len = buf.len();
+    if let (Some(lane), Some(all), true) = (lane, buf.as_bytes(), core.ep(ep)?.queue.is_empty()) {
+        let len = all.len();
         let hdr = core.uuid.to_le_bytes();
         let t = &mut tls[lane.tl];
         if t.iface.loopback_idle() {
             if let Some(me) = core.ep_of(core.uuid) {
                 // To this very worker with nothing queued before it: the bytes join the
                 // stream now, as they would in progress.
-                // SAFETY: the caller promised p..p+len is readable.
-                let data = unsafe { std::slice::from_raw_parts(p, len) };
-                append(core, st, me, data)?;
+                append(core, st, me, all)?;
                 return Ok(Post::Done(cb));
             }
         }
         let chunk_max = t.th.max_bcopy.max(1);
         while sent < len {
             let n = chunk_max.min(len - sent);
-            // SAFETY: sent + n <= len, inside the caller's buffer, readable per the
-            // function's contract.
-            let piece = unsafe { std::slice::from_raw_parts(p.add(sent), n) };
+            let piece = &all[sent..sent + n];
             if !t
                 .iface
                 .am_zcopy(lane.ep, AmId::Stream.id(), &hdr, &[piece], 0)?
@@ -173,10 +166,7 @@ pub(crate) unsafe fn send_nb(
 
 /// Receives from `ep`'s stream into `buf`: with `waitall`, exactly `buf.len()` bytes;
 /// otherwise whatever is there (at least one byte).
-///
-/// # Safety
-/// `buf` must stay writable and unaliased until the receive completes.
-pub(crate) unsafe fn recv_nb(
+pub(crate) fn recv_nb(
     core: &mut Core,
     st: &mut StreamState,
     ep: u32,
@@ -234,8 +224,7 @@ fn take_now(st: &mut StreamState, ep: u32, buf: &Buf, waitall: bool) -> Option<u
     if avail < buf.len() && (waitall || e.rx.len() > 1) {
         return None;
     }
-    // SAFETY: the receiver promised the buffer is writable (the caller's contract).
-    let n = unsafe { buf.write_at(0, &front[e.off..]) };
+    let n = buf.write_at(0, &front[e.off..]);
     e.off += n;
     if e.off == front.len() {
         consumed_front(e, spare);
@@ -290,8 +279,7 @@ pub(crate) fn send_step(tls: &mut [Tl], core: &mut Core, lane: Lane, r: Request)
         let buf = &s.buf;
         let out = t.iface.am_bcopy(lane.ep, AmId::Stream.id(), |b| {
             b[..STREAM_HDR].copy_from_slice(&uuid.to_le_bytes());
-            // SAFETY: the sender promised the buffer stays readable until completion.
-            STREAM_HDR + unsafe { buf.read_at(off, &mut b[STREAM_HDR..STREAM_HDR + n]) }
+            STREAM_HDR + buf.read_at(off, &mut b[STREAM_HDR..STREAM_HDR + n])
         })?;
         if !out.is_done() {
             return Ok(false);
@@ -336,8 +324,7 @@ fn append(core: &mut Core, st: &mut StreamState, ep: u32, mut data: &[u8]) -> Re
                 status: None,
                 ..
             }) => {
-                // SAFETY: the receiver promised the buffer is writable until completion.
-                let n = unsafe { rs.buf.write_at(rs.received, data) };
+                let n = rs.buf.write_at(rs.received, data);
                 rs.received += n;
                 info.length = rs.received;
                 data = &data[n..];
@@ -387,8 +374,7 @@ pub(crate) fn satisfy(core: &mut Core, st: &mut StreamState, ep: u32) {
                 break;
             };
             let avail = &front[e.off..];
-            // SAFETY: the receiver promised the buffer is writable until completion.
-            let n = unsafe { rs.buf.write_at(rs.received, avail) };
+            let n = rs.buf.write_at(rs.received, avail);
             rs.received += n;
             e.off += n;
             if e.off == front.len() {

@@ -11,6 +11,7 @@
 pub(crate) mod recv;
 pub(crate) mod send;
 
+use crate::core::buf::copy_into;
 use crate::core::request::*;
 use crate::core::Core;
 use crate::matcher::{Matcher, MsgId};
@@ -74,8 +75,7 @@ impl Unexp {
     pub(crate) fn whole(st: &mut TagState, p: &[u8], sync: Option<(u64, u64)>) -> Unexp {
         if sync.is_none() && p.len() <= INLINE {
             let mut bytes = [0u8; INLINE];
-            // SAFETY: p.len() <= INLINE bytes, read from p and written into `bytes`.
-            unsafe { copy_small(p.as_ptr(), bytes.as_mut_ptr(), p.len()) };
+            copy_into(&mut bytes, p);
             return Unexp::Small {
                 len: p.len() as u8,
                 bytes,
@@ -183,13 +183,9 @@ pub(crate) fn recv_state(buf: Buf, waitall: bool) -> ReqKind {
 /// Posts a receive for a message whose tag matches `tag` under `mask`. With `imm`, a
 /// whole unexpected message that matches is copied out in the call and no request is
 /// made ([`RecvPosted::Done`]); without it the result is always a request.
-///
-/// # Safety
-/// `buf` must stay valid for writes, and not otherwise accessed, until the receive
-/// completes (or is canceled and its completion seen).
 #[inline]
 #[allow(clippy::too_many_arguments)]
-pub(crate) unsafe fn recv_nb(
+pub(crate) fn recv_nb(
     core: &mut Core,
     st: &mut TagState,
     rndv: &mut RndvState,
@@ -211,10 +207,9 @@ pub(crate) unsafe fn recv_nb(
         Ok(r) => RecvPosted::Pending(r),
         // An owned buffer goes back through its request, so it always gets one.
         Err((_, (mtag, u), (buf, cb))) => match u {
-            Unexp::Small { len, bytes } if imm && !matches!(buf, Buf::Owned(_)) => {
+            Unexp::Small { len, bytes } if imm && !buf.is_owned() => {
                 let data = &bytes[..usize::from(len)];
-                // SAFETY: forwarded contract: buf is writable now.
-                let status = unsafe { take_whole(&buf, data) };
+                let status = take_whole(&buf, data);
                 buf.release();
                 let info = RecvInfo {
                     sender_tag: mtag,
@@ -225,9 +220,8 @@ pub(crate) unsafe fn recv_nb(
                 }
                 RecvPosted::Done(status, info)
             }
-            Unexp::Eager { data, sync } if imm && !matches!(buf, Buf::Owned(_)) => {
-                // SAFETY: forwarded contract: buf is writable now.
-                let status = unsafe { take_whole(&buf, &data) };
+            Unexp::Eager { data, sync } if imm && !buf.is_owned() => {
+                let status = take_whole(&buf, &data);
                 let info = RecvInfo {
                     sender_tag: mtag,
                     length: data.len(),
@@ -252,13 +246,9 @@ pub(crate) unsafe fn recv_nb(
 }
 
 /// Copies a whole message into a receive buffer: `MessageTruncated` when it does not fit.
-///
-/// # Safety
-/// `buf` must be valid for writes.
 #[inline]
-unsafe fn take_whole(buf: &Buf, data: &[u8]) -> Status {
-    // SAFETY: the caller's contract.
-    let n = unsafe { buf.write_at(0, data) };
+fn take_whole(buf: &Buf, data: &[u8]) -> Status {
+    let n = buf.write_at(0, data);
     if n < data.len() {
         Status::MessageTruncated
     } else {
@@ -300,10 +290,7 @@ pub(crate) fn probe(
 }
 
 /// Receives a message taken by a probe with remove.
-///
-/// # Safety
-/// As for [`recv_nb`].
-pub(crate) unsafe fn msg_recv_nb(
+pub(crate) fn msg_recv_nb(
     core: &mut Core,
     st: &mut TagState,
     rndv: &mut RndvState,

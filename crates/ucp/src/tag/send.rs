@@ -19,12 +19,9 @@ fn tag_hdr(tag: u64) -> u64 {
 
 /// Sends `buf` with `tag` on `ep`: in the call when the message fits one transport
 /// operation and nothing is queued before it, else as a request for the queue.
-///
-/// # Safety
-/// `buf` must stay valid for reads, and unmodified, until the send completes.
 #[inline]
 #[allow(clippy::too_many_arguments)]
-pub(crate) unsafe fn send_nb(
+pub(crate) fn send_nb(
     tls: &mut [Tl],
     core: &mut Core,
     st: &mut TagState,
@@ -44,15 +41,9 @@ pub(crate) unsafe fn send_nb(
         }
     };
     if let Some(lane) = lane.filter(|_| !sync) {
-        if let (Buf::Contig { ptr, len }, true) = (&buf, core.ep(ep)?.queue.is_empty()) {
-            let (ptr, len) = (*ptr, *len);
+        if let (Some(data), true) = (buf.as_bytes(), core.ep(ep)?.queue.is_empty()) {
+            let len = data.len();
             let t = &mut tls[lane.tl];
-            let data: &[u8] = if len == 0 {
-                &[]
-            } else {
-                // SAFETY: the caller promised ptr..ptr+len is readable until completion.
-                unsafe { std::slice::from_raw_parts(ptr, len) }
-            };
             let proto = t.th.select(len, false);
             if matches!(proto, Proto::Short | Proto::Bcopy) && t.iface.loopback_idle() {
                 // To this very worker with nothing queued before it: the receive side
@@ -131,8 +122,7 @@ pub(crate) fn send_step(tls: &mut [Tl], core: &mut Core, lane: Lane, r: Request)
                     b[..8].copy_from_slice(&tag.to_le_bytes());
                     EAGER_ONLY_LEN
                 };
-                // SAFETY: the sender promised the buffer stays readable until completion.
-                h + unsafe { buf.read_at(0, &mut b[h..h + len]) }
+                h + buf.read_at(0, &mut b[h..h + len])
             })?;
             if !out.is_done() {
                 return Ok(false);
@@ -144,7 +134,7 @@ pub(crate) fn send_step(tls: &mut [Tl], core: &mut Core, lane: Lane, r: Request)
                 s.msg_id = core.next_msg_id;
                 core.next_msg_id += 1;
             }
-            let zcopy = len >= th.zcopy && s.buf.contig_ptr().is_some();
+            let zcopy = len >= th.zcopy && s.buf.as_bytes().is_some();
             while s.offset < len {
                 let off = s.offset;
                 let first = off == 0;
@@ -173,10 +163,8 @@ pub(crate) fn send_step(tls: &mut [Tl], core: &mut Core, lane: Lane, r: Request)
                     AmId::EagerMiddle
                 }
                 .id();
-                let done = if let (true, Some(p)) = (zcopy, s.buf.contig_ptr()) {
-                    // SAFETY: off + chunk <= len, inside the sender's buffer, which stays
-                    // readable until completion (the caller's contract).
-                    let data = unsafe { std::slice::from_raw_parts(p.add(off), chunk) };
+                let done = if let (true, Some(all)) = (zcopy, s.buf.as_bytes()) {
+                    let data = &all[off..off + chunk];
                     iface
                         .am_zcopy(lane.ep, id, &hdr[..h], &[data], 0)?
                         .is_done()
@@ -185,8 +173,7 @@ pub(crate) fn send_step(tls: &mut [Tl], core: &mut Core, lane: Lane, r: Request)
                     iface
                         .am_bcopy(lane.ep, id, |b| {
                             b[..h].copy_from_slice(&hdr[..h]);
-                            // SAFETY: as above.
-                            h + unsafe { buf.read_at(off, &mut b[h..h + chunk]) }
+                            h + buf.read_at(off, &mut b[h..h + chunk])
                         })?
                         .is_done()
                 };
@@ -200,10 +187,8 @@ pub(crate) fn send_step(tls: &mut [Tl], core: &mut Core, lane: Lane, r: Request)
         Proto::Rndv => {
             // A lane that puts sends no key: the receiver answers with an Rtr.
             if s.mem.is_none() && !th.put {
-                let ptr = s.buf.contig_ptr().ok_or(Status::InvalidParam)?;
-                // SAFETY: the sender promised the buffer stays valid until the send
-                // completes; the registration (s.mem) is dropped with the request.
-                s.mem = Some(Box::new(unsafe { t.md.mem_reg(ptr, len) }?));
+                // The registration (s.mem) is dropped with the request.
+                s.mem = Some(Box::new(s.buf.mem_reg(&t.md, len)?));
             }
             let iface = &mut t.iface;
             let (rkey, addr) = match &s.mem {

@@ -26,11 +26,9 @@ impl Worker {
             .set_handler(id, Some(Handler::Cq(cq.clone(), user)));
     }
 
-    /// Sends active message `id` with `header` and `data`. `None`: complete.
-    ///
-    /// # Safety
-    /// `data` must stay readable and unchanged until the send completes.
-    pub unsafe fn am_send_nb(
+    /// Sends active message `id` with `header` (copied if the send is queued) and `data`.
+    /// `None`: complete.
+    pub fn am_send_nb(
         &mut self,
         ep: Ep,
         id: u16,
@@ -45,24 +43,22 @@ impl Worker {
             length: data.len(),
             tag: 0,
         };
-        // SAFETY: forwarded contract.
-        let post = unsafe {
-            am::send_nb(
-                &mut self.tls,
-                &mut self.core,
-                &mut self.p.am,
-                ep.0,
-                id,
-                header,
-                data,
-                flags,
-                cb,
-            )?
-        };
+        let post = am::send_nb(
+            &mut self.tls,
+            &mut self.core,
+            &mut self.p.am,
+            ep.0,
+            id,
+            header,
+            data,
+            flags,
+            cb,
+        )?;
         posted(&mut self.tls, &mut self.core, ep.0, post, false, imm)
     }
 
     /// Sends and waits for completion.
+    #[allow(unsafe_code)] // lends the borrowed slice to the request it waits for
     pub fn am_send(
         &mut self,
         ep: Ep,
@@ -74,16 +70,8 @@ impl Worker {
         self.core.check(ep)?;
         // SAFETY: `data` is borrowed for the whole call; the request completes or is
         // aborted before returning.
-        let r = unsafe {
-            self.am_send_nb(
-                ep,
-                id,
-                header,
-                Buf::contig(data.as_ptr().cast_mut(), data.len()),
-                flags,
-                None,
-            )?
-        };
+        let buf = unsafe { Buf::contig(data.as_ptr().cast_mut(), data.len()) };
+        let r = self.am_send_nb(ep, id, header, buf, flags, None)?;
         match self.block_on(r)? {
             Status::Ok => Ok(()),
             s => Err(s),
@@ -104,10 +92,7 @@ impl Worker {
 
     /// Pulls the data of a kept rendezvous message into `buf` (or copies kept eager
     /// data). Completes with `MessageTruncated` when `buf` is too small.
-    ///
-    /// # Safety
-    /// `buf` must stay writable and unaliased until the request completes.
-    pub unsafe fn am_recv_data_nb(
+    pub fn am_recv_data_nb(
         &mut self,
         desc: AmDesc,
         buf: Buf,
@@ -115,18 +100,18 @@ impl Worker {
     ) -> Result<Request> {
         self.core.stamp(&mut cb, CqOp::AmRecvData)?;
         let p = &mut self.p;
-        // SAFETY: forwarded contract.
-        let r = unsafe { am::recv_data_nb(&mut self.core, &mut p.am, &mut p.rndv, desc, buf, cb)? };
+        let r = am::recv_data_nb(&mut self.core, &mut p.am, &mut p.rndv, desc, buf, cb)?;
         self.progress();
         Ok(r)
     }
 
     /// Blocking `am_recv_data_nb`; returns the message length.
+    #[allow(unsafe_code)] // lends the borrowed slice to the request it waits for
     pub fn am_recv_data(&mut self, desc: AmDesc, buf: &mut [u8]) -> Result<usize> {
         // SAFETY: `buf` is borrowed for the whole call; the request completes or is
         // aborted before returning.
-        let r =
-            unsafe { self.am_recv_data_nb(desc, Buf::contig(buf.as_mut_ptr(), buf.len()), None)? };
+        let buf = unsafe { Buf::contig(buf.as_mut_ptr(), buf.len()) };
+        let r = self.am_recv_data_nb(desc, buf, None)?;
         let (s, info) = self.finish_recv(r)?;
         if s == Status::Ok {
             Ok(info.length)

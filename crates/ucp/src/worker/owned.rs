@@ -1,10 +1,11 @@
-//! The owned-buffer API: nonblocking calls that are safe, because the buffer moves into
-//! the request and comes back when the request is taken ([`Worker::request_take_owned`]).
-//! The raw-pointer calls (`tag_send_nb` and friends, with [`Buf`]) stay for the C ABI and
-//! for zero-copy users who manage lifetimes themselves.
+//! The owned-buffer API: nonblocking calls on a `Vec<u8>` that moves into the request
+//! and comes back when the request is taken ([`Worker::request_take_owned`]), or at once
+//! when the operation completed in the call. (The calls that take a [`Buf`] are as safe;
+//! these only spare the caller the `Buf` and give the vector back.)
 
 use super::Worker;
 use crate::am::AmSendFlags;
+use crate::core::buf::Lent;
 use crate::core::ep::Ep;
 use crate::core::request::*;
 use crate::stream::StreamRecv;
@@ -29,45 +30,28 @@ pub struct Taken {
 }
 
 impl Worker {
-    /// Moves `owned` into request `r` (which was started on the same memory).
-    fn attach(&mut self, r: Request, owned: OwnedBuf) {
-        if let Some(q) = self.core.reqs.get_mut(r.0) {
-            match &mut q.kind {
-                ReqKind::Send(s) => s.buf = Buf::Owned(owned),
-                ReqKind::Recv(rs) => rs.buf = Buf::Owned(owned),
-                _ => drop(owned),
-            }
-        }
-    }
-
-    fn sent(&mut self, r: Option<Request>, owned: OwnedBuf) -> Sent {
-        match r {
-            None => Sent::Done(owned.into_vec()),
-            Some(r) => {
-                self.attach(r, owned);
-                Sent::Pending(r)
-            }
+    /// What a send of lent memory left: the vector back if the request that took it is
+    /// gone (completed in the call), else the request (which owns the memory now).
+    fn sent(r: Option<Request>, lent: Lent) -> Sent {
+        match (r, lent.take()) {
+            (None, Ok(v)) => Sent::Done(v),
+            (Some(r), _) => Sent::Pending(r),
+            // Completed in the call, yet the memory is held elsewhere: cannot happen
+            // (only the request held it); report it done with nothing to give back.
+            (None, Err(_)) => Sent::Done(Vec::new()),
         }
     }
 
     /// Sends `data` with `tag` on `ep`; the buffer comes back when the send is done.
     pub fn tag_send_owned(&mut self, ep: Ep, data: Vec<u8>, tag: u64, sync: bool) -> Result<Sent> {
-        let owned = OwnedBuf::new(data);
-        let (ptr, len) = owned.raw();
-        // SAFETY: the memory belongs to `owned`, which nothing else touches and which
-        // moves into the request (or comes back to the caller) before this returns.
-        let r = unsafe { self.tag_send_nb(ep, Buf::contig(ptr, len), tag, sync, None)? };
-        Ok(self.sent(r, owned))
+        let (buf, lent) = Buf::lend(data);
+        let r = self.tag_send_nb(ep, buf, tag, sync, None)?;
+        Ok(Self::sent(r, lent))
     }
 
     /// Posts a receive into `buf` (its length is the most the receive takes).
     pub fn tag_recv_owned(&mut self, buf: Vec<u8>, tag: u64, mask: u64) -> Result<Request> {
-        let owned = OwnedBuf::new(buf);
-        let (ptr, len) = owned.raw();
-        // SAFETY: as in tag_send_owned.
-        let r = unsafe { self.tag_recv_nb(Buf::contig(ptr, len), tag, mask, None)? };
-        self.attach(r, owned);
-        Ok(r)
+        self.tag_recv_nb(Buf::from(buf), tag, mask, None)
     }
 
     /// Sends active message `id` with `header` and `data`.
@@ -79,20 +63,16 @@ impl Worker {
         data: Vec<u8>,
         flags: AmSendFlags,
     ) -> Result<Sent> {
-        let owned = OwnedBuf::new(data);
-        let (ptr, len) = owned.raw();
-        // SAFETY: as in tag_send_owned.
-        let r = unsafe { self.am_send_nb(ep, id, header, Buf::contig(ptr, len), flags, None)? };
-        Ok(self.sent(r, owned))
+        let (buf, lent) = Buf::lend(data);
+        let r = self.am_send_nb(ep, id, header, buf, flags, None)?;
+        Ok(Self::sent(r, lent))
     }
 
     /// Sends `data` on `ep`'s stream.
     pub fn stream_send_owned(&mut self, ep: Ep, data: Vec<u8>) -> Result<Sent> {
-        let owned = OwnedBuf::new(data);
-        let (ptr, len) = owned.raw();
-        // SAFETY: as in tag_send_owned.
-        let r = unsafe { self.stream_send_nb(ep, Buf::contig(ptr, len), None)? };
-        Ok(self.sent(r, owned))
+        let (buf, lent) = Buf::lend(data);
+        let r = self.stream_send_nb(ep, buf, None)?;
+        Ok(Self::sent(r, lent))
     }
 
     /// Receives from `ep`'s stream into `buf` (with `waitall`, exactly `buf.len()`
@@ -104,19 +84,14 @@ impl Worker {
         buf: Vec<u8>,
         waitall: bool,
     ) -> Result<std::result::Result<Request, Vec<u8>>> {
-        let owned = OwnedBuf::new(buf);
-        let (ptr, len) = owned.raw();
-        // SAFETY: as in tag_send_owned.
-        match unsafe { self.stream_recv_nb(ep, Buf::contig(ptr, len), waitall, None)? } {
+        let (b, lent) = Buf::lend(buf);
+        match self.stream_recv_nb(ep, b, waitall, None)? {
             StreamRecv::Done(n) => {
-                let mut v = owned.into_vec();
+                let mut v = lent.take().unwrap_or_default();
                 v.truncate(n);
                 Ok(Err(v))
             }
-            StreamRecv::Pending(r) => {
-                self.attach(r, owned);
-                Ok(Ok(r))
-            }
+            StreamRecv::Pending(r) => Ok(Ok(r)),
         }
     }
 
@@ -137,11 +112,8 @@ impl Worker {
             ReqKind::Recv(rs) => rs.buf,
             _ => return Err(Status::InvalidParam),
         };
-        let buf = match buf {
-            Buf::Owned(o) => o.into_vec(),
-            // Not started by an owned-buffer call: nothing to give back.
-            _ => Vec::new(),
-        };
+        // Not started on owned memory: nothing to give back.
+        let buf = buf.into_vec().unwrap_or_default();
         Ok(Some(Taken {
             status,
             info: q.info,

@@ -4,7 +4,7 @@ use super::{posted, Imm, Worker};
 use crate::core::cq::CqOp;
 use crate::core::ep::Ep;
 use crate::core::request::*;
-use crate::rma::{self, RemoteKey, Signal};
+use crate::rma::{self, RemoteKey, Signal, Src};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 use ucs::{Result, Status};
@@ -21,23 +21,19 @@ impl Worker {
         rma::unpack(&mut self.tls, &mut self.core, ep, packed)
     }
 
-    /// Writes `len` bytes from `src` to `addr` in the key's memory. `None`: complete.
-    ///
-    /// # Safety
-    /// `src` must stay readable and unchanged until the request completes.
-    pub unsafe fn put_nb(
+    /// Writes the bytes of `src` to `addr` in the key's memory. `None`: complete.
+    pub fn put_nb(
         &mut self,
         ep: Ep,
-        src: *const u8,
-        len: usize,
+        src: Buf,
         addr: u64,
         rk: &RemoteKey,
         mut cb: Option<Callback>,
     ) -> Result<Option<Request>> {
         self.core.check(ep)?;
         self.core.stamp(&mut cb, CqOp::Put)?;
-        // SAFETY: forwarded contract.
-        let post = unsafe { rma::put_nb(&mut self.core, ep, src, len, addr, rk, cb)? };
+        let len = src.len();
+        let post = rma::put_nb(&mut self.core, ep, src, addr, rk, cb)?;
         let imm = Imm {
             length: len,
             tag: 0,
@@ -61,19 +57,15 @@ impl Worker {
         .map(drop)
     }
 
-    /// Writes `len` bytes from `src` to `addr`, then applies `op` with `value` to the
+    /// Writes the bytes of `src` to `addr`, then applies `op` with `value` to the
     /// 64-bit word at `signal_addr` (8-byte aligned, in `signal_rk`'s memory): a target
     /// that reads the word with acquire ordering and sees the signal sees the data.
     /// `None`: complete (the data and the signal are both in place).
-    ///
-    /// # Safety
-    /// `src` must stay readable and unchanged until the request completes.
     #[allow(clippy::too_many_arguments)]
-    pub unsafe fn put_signal_nb(
+    pub fn put_signal_nb(
         &mut self,
         ep: Ep,
-        src: *const u8,
-        len: usize,
+        src: Buf,
         addr: u64,
         rk: &RemoteKey,
         signal_addr: u64,
@@ -84,19 +76,14 @@ impl Worker {
     ) -> Result<Option<Request>> {
         self.core.check(ep)?;
         self.core.stamp(&mut cb, CqOp::Put)?;
-        if len > 0 && src.is_null() {
-            return Err(Status::InvalidParam);
-        }
+        let len = src.len();
         let sig = Signal {
             addr: signal_addr,
             rk: signal_rk,
             op,
             value,
         };
-        // SAFETY: the caller promised src..src+len is readable until completion.
-        let data = unsafe { rma::slice(src, len) };
-        // SAFETY: forwarded contract.
-        let post = unsafe { rma::put_signal(&mut self.core, ep, data, addr, rk, &sig, cb, false)? };
+        let post = rma::put_signal(&mut self.core, ep, Src::Buf(src), addr, rk, &sig, cb)?;
         let imm = Imm {
             length: len,
             tag: 0,
@@ -125,9 +112,7 @@ impl Worker {
             op,
             value,
         };
-        // SAFETY: `owned`: emulated data is copied in the call, nothing is read later.
-        let post =
-            unsafe { rma::put_signal(&mut self.core, ep, data, addr, rk, &sig, None, true)? };
+        let post = rma::put_signal(&mut self.core, ep, Src::Copy(data), addr, rk, &sig, None)?;
         posted(
             &mut self.tls,
             &mut self.core,
@@ -139,23 +124,19 @@ impl Worker {
         .map(drop)
     }
 
-    /// Reads `len` bytes at `addr` into `dst`. `None`: complete.
-    ///
-    /// # Safety
-    /// `dst` must stay writable, and not otherwise accessed, until the request completes.
-    pub unsafe fn get_nb(
+    /// Reads `dst.len()` bytes at `addr` into `dst`. `None`: complete.
+    pub fn get_nb(
         &mut self,
         ep: Ep,
-        dst: *mut u8,
-        len: usize,
+        dst: Buf,
         addr: u64,
         rk: &RemoteKey,
         mut cb: Option<Callback>,
     ) -> Result<Option<Request>> {
         self.core.check(ep)?;
         self.core.stamp(&mut cb, CqOp::Get)?;
-        // SAFETY: forwarded contract.
-        let post = unsafe { rma::get_nb(&mut self.core, ep, dst, len, addr, rk, cb, false)? };
+        let len = dst.len();
+        let post = rma::get_nb(&mut self.core, ep, dst, addr, rk, cb, false)?;
         let imm = Imm {
             length: len,
             tag: 0,
@@ -163,22 +144,12 @@ impl Worker {
         posted(&mut self.tls, &mut self.core, ep.0, post, true, imm)
     }
 
-    /// Reads `len` bytes at `addr` into `dst`; the data is there after a flush of the
-    /// endpoint (or the worker).
-    ///
-    /// # Safety
-    /// `dst` must stay writable, and not otherwise accessed, until that flush completes.
-    pub unsafe fn get_nbi(
-        &mut self,
-        ep: Ep,
-        dst: *mut u8,
-        len: usize,
-        addr: u64,
-        rk: &RemoteKey,
-    ) -> Result<()> {
+    /// Reads `dst.len()` bytes at `addr` into `dst`; the data is there after a flush of
+    /// the endpoint (or the worker). The request is the worker's: for a `dst` made by
+    /// [`Buf::contig`], "until the request completes" means until that flush completes.
+    pub fn get_nbi(&mut self, ep: Ep, dst: Buf, addr: u64, rk: &RemoteKey) -> Result<()> {
         self.core.check(ep)?;
-        // SAFETY: forwarded contract.
-        let post = unsafe { rma::get_nb(&mut self.core, ep, dst, len, addr, rk, None, true)? };
+        let post = rma::get_nb(&mut self.core, ep, dst, addr, rk, None, true)?;
         posted(
             &mut self.tls,
             &mut self.core,
@@ -213,41 +184,36 @@ impl Worker {
         .map(drop)
     }
 
-    /// An atomic that returns the previous value into `*result` (`compare` is for
-    /// cswap). `None`: complete, `*result` written.
-    ///
-    /// # Safety
-    /// `result` must stay writable until the request completes.
+    /// An atomic that writes the previous value into `result` (`compare` is for cswap):
+    /// its first `size` bytes, in native byte order; a shorter `result` is refused
+    /// (`InvalidParam`). `None`: complete, the value written.
     #[allow(clippy::too_many_arguments)]
-    pub unsafe fn atomic_fetch_nb(
+    pub fn atomic_fetch_nb(
         &mut self,
         ep: Ep,
         op: AtomicOp,
         size: AtomicSize,
         value: u64,
         compare: u64,
-        result: *mut u64,
+        result: Buf,
         addr: u64,
         rk: &RemoteKey,
         mut cb: Option<Callback>,
     ) -> Result<Option<Request>> {
         self.core.check(ep)?;
         self.core.stamp(&mut cb, CqOp::Atomic)?;
-        // SAFETY: forwarded contract.
-        let post = unsafe {
-            rma::atomic_fetch_nb(
-                &mut self.core,
-                ep,
-                op,
-                size,
-                value,
-                compare,
-                result,
-                addr,
-                rk,
-                cb,
-            )?
-        };
+        let post = rma::atomic_fetch_nb(
+            &mut self.core,
+            ep,
+            op,
+            size,
+            value,
+            compare,
+            result,
+            addr,
+            rk,
+            cb,
+        )?;
         let imm = Imm {
             length: size.bytes(),
             tag: 0,
@@ -271,11 +237,13 @@ impl Worker {
     }
 
     /// Blocking get.
+    #[allow(unsafe_code)] // lends the borrowed slice to the request it waits for
     pub fn get(&mut self, ep: Ep, buf: &mut [u8], addr: u64, rk: &RemoteKey) -> Result<()> {
         self.core.check(ep)?;
         // SAFETY: `buf` is borrowed for this whole call; on timeout the request is
         // aborted before returning.
-        let r = unsafe { self.get_nb(ep, buf.as_mut_ptr(), buf.len(), addr, rk, None)? };
+        let dst = unsafe { Buf::contig(buf.as_mut_ptr(), buf.len()) };
+        let r = self.get_nb(ep, dst, addr, rk, None)?;
         match self.block_on(r)? {
             Status::Ok => Ok(()),
             s => Err(s),
@@ -284,6 +252,7 @@ impl Worker {
 
     /// Blocking fetching atomic; returns the previous value.
     #[allow(clippy::too_many_arguments)]
+    #[allow(unsafe_code)] // lends a local to the request it waits for
     pub fn atomic_fetch(
         &mut self,
         ep: Ep,
@@ -295,13 +264,16 @@ impl Worker {
         rk: &RemoteKey,
     ) -> Result<u64> {
         self.core.check(ep)?;
-        let mut out = 0u64;
-        // SAFETY: `out` lives for this whole call; on timeout the request is aborted.
-        let r = unsafe {
-            self.atomic_fetch_nb(ep, op, size, value, compare, &mut out, addr, rk, None)?
-        };
+        let mut out = [0u8; 8];
+        // SAFETY: `out` lives for this whole call, and block_on sees the request complete
+        // or aborts it before returning.
+        let result = unsafe { Buf::contig(out.as_mut_ptr(), out.len()) };
+        let r = self.atomic_fetch_nb(ep, op, size, value, compare, result, addr, rk, None)?;
         match self.block_on(r)? {
-            Status::Ok => Ok(out),
+            Status::Ok => Ok(match size {
+                AtomicSize::B32 => u64::from(u32::from_ne_bytes([out[0], out[1], out[2], out[3]])),
+                AtomicSize::B64 => u64::from_ne_bytes(out),
+            }),
             s => Err(s),
         }
     }

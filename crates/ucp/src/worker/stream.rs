@@ -9,10 +9,7 @@ use ucs::{Result, Status};
 
 impl Worker {
     /// Sends `buf` on `ep`'s stream. `None`: complete.
-    ///
-    /// # Safety
-    /// `buf` must stay readable and unchanged until the send completes.
-    pub unsafe fn stream_send_nb(
+    pub fn stream_send_nb(
         &mut self,
         ep: Ep,
         buf: Buf,
@@ -24,26 +21,20 @@ impl Worker {
             length: buf.len(),
             tag: 0,
         };
-        // SAFETY: forwarded contract.
-        let post = unsafe {
-            stream::send_nb(
-                &mut self.tls,
-                &mut self.core,
-                &mut self.p.stream,
-                ep.0,
-                buf,
-                cb,
-            )?
-        };
+        let post = stream::send_nb(
+            &mut self.tls,
+            &mut self.core,
+            &mut self.p.stream,
+            ep.0,
+            buf,
+            cb,
+        )?;
         posted(&mut self.tls, &mut self.core, ep.0, post, false, imm)
     }
 
     /// Receives from `ep`'s stream into `buf`: with `waitall`, exactly `buf.len()` bytes;
     /// otherwise whatever is there (at least one byte).
-    ///
-    /// # Safety
-    /// `buf` must stay writable and unaliased until the receive completes.
-    pub unsafe fn stream_recv_nb(
+    pub fn stream_recv_nb(
         &mut self,
         ep: Ep,
         buf: Buf,
@@ -52,8 +43,7 @@ impl Worker {
     ) -> Result<StreamRecv> {
         self.core.check(ep)?;
         self.core.stamp(&mut cb, CqOp::StreamRecv)?;
-        // SAFETY: forwarded contract.
-        unsafe { stream::recv_nb(&mut self.core, &mut self.p.stream, ep.0, buf, waitall, cb) }
+        stream::recv_nb(&mut self.core, &mut self.p.stream, ep.0, buf, waitall, cb)
     }
 
     /// Takes whatever stream bytes `ep` has received (in one piece as they arrived), if
@@ -80,23 +70,23 @@ impl Worker {
     }
 
     /// Blocking send.
+    #[allow(unsafe_code)] // lends the borrowed slice to the request it waits for
     pub fn stream_send(&mut self, ep: Ep, data: &[u8]) -> Result<()> {
         self.core.check(ep)?;
         // SAFETY: `data` is borrowed for the whole call; the request completes or is
         // aborted before returning.
-        let r = unsafe {
-            self.stream_send_nb(ep, Buf::contig(data.as_ptr().cast_mut(), data.len()), None)?
-        };
+        let buf = unsafe { Buf::contig(data.as_ptr().cast_mut(), data.len()) };
+        let r = self.stream_send_nb(ep, buf, None)?;
         self.stream_finish(r).map(|_| ())
     }
 
     /// Blocking receive; returns the byte count.
+    #[allow(unsafe_code)] // lends the borrowed slice to the request it waits for
     pub fn stream_recv(&mut self, ep: Ep, buf: &mut [u8], waitall: bool) -> Result<usize> {
         self.core.check(ep)?;
         // SAFETY: as in stream_send.
-        match unsafe {
-            self.stream_recv_nb(ep, Buf::contig(buf.as_mut_ptr(), buf.len()), waitall, None)?
-        } {
+        let buf = unsafe { Buf::contig(buf.as_mut_ptr(), buf.len()) };
+        match self.stream_recv_nb(ep, buf, waitall, None)? {
             StreamRecv::Done(n) => Ok(n),
             StreamRecv::Pending(r) => self.stream_finish(Some(r)),
         }

@@ -15,11 +15,8 @@ pub(crate) const BLOCKING_TIMEOUT: Duration = Duration::from_secs(120);
 impl Worker {
     /// Sends `buf` with `tag` on `ep`. Returns `None` when the send completed in the call
     /// (the callback is then not called), else a request.
-    ///
-    /// # Safety
-    /// `buf` must stay valid for reads, and unmodified, until the send completes.
     #[inline]
-    pub unsafe fn tag_send_nb(
+    pub fn tag_send_nb(
         &mut self,
         ep: Ep,
         buf: Buf,
@@ -33,37 +30,29 @@ impl Worker {
             length: buf.len(),
             tag,
         };
-        // SAFETY: forwarded contract.
-        let post = unsafe {
-            tag::send::send_nb(
-                &mut self.tls,
-                &mut self.core,
-                &mut self.p.tag,
-                ep.0,
-                buf,
-                tag,
-                sync,
-                cb,
-            )?
-        };
+        let post = tag::send::send_nb(
+            &mut self.tls,
+            &mut self.core,
+            &mut self.p.tag,
+            ep.0,
+            buf,
+            tag,
+            sync,
+            cb,
+        )?;
         posted(&mut self.tls, &mut self.core, ep.0, post, false, imm)
     }
 
     /// Posts a receive for a message whose tag matches `tag` under `mask`.
-    ///
-    /// # Safety
-    /// `buf` must stay valid for writes, and not otherwise accessed, until the receive
-    /// completes (or is canceled and its completion seen).
     #[inline]
-    pub unsafe fn tag_recv_nb(
+    pub fn tag_recv_nb(
         &mut self,
         buf: Buf,
         tag: u64,
         mask: u64,
         cb: Option<Callback>,
     ) -> Result<Request> {
-        // SAFETY: forwarded contract.
-        match unsafe { self.recv_post(buf, tag, mask, cb, false)? } {
+        match self.recv_post(buf, tag, mask, cb, false)? {
             RecvPosted::Pending(r) => Ok(r),
             // Not made without `imm`; a finished request keeps the contract all the same.
             RecvPosted::Done(status, info) => Ok(self.core.finished_recv(status, info)),
@@ -75,25 +64,19 @@ impl Worker {
     /// information, and no request is made (UCX's `ucp_tag_recv_nbx` returning NULL with
     /// its receive information filled in). A callback is then not called; a completion
     /// queue named instead gets its entry.
-    ///
-    /// # Safety
-    /// As for [`Worker::tag_recv_nb`] (until the call returns, for `Done`).
     #[inline]
-    pub unsafe fn tag_recv_nbx(
+    pub fn tag_recv_nbx(
         &mut self,
         buf: Buf,
         tag: u64,
         mask: u64,
         cb: Option<Callback>,
     ) -> Result<RecvPosted> {
-        // SAFETY: forwarded contract.
-        unsafe { self.recv_post(buf, tag, mask, cb, true) }
+        self.recv_post(buf, tag, mask, cb, true)
     }
 
-    /// # Safety
-    /// As for [`Worker::tag_recv_nb`].
     #[inline]
-    unsafe fn recv_post(
+    fn recv_post(
         &mut self,
         buf: Buf,
         tag: u64,
@@ -103,19 +86,16 @@ impl Worker {
     ) -> Result<RecvPosted> {
         self.core.stamp(&mut cb, CqOp::TagRecv)?;
         let p = &mut self.p;
-        // SAFETY: forwarded contract.
-        let r = unsafe {
-            tag::recv_nb(
-                &mut self.core,
-                &mut p.tag,
-                &mut p.rndv,
-                buf,
-                tag,
-                mask,
-                cb,
-                imm,
-            )
-        };
+        let r = tag::recv_nb(
+            &mut self.core,
+            &mut p.tag,
+            &mut p.rndv,
+            buf,
+            tag,
+            mask,
+            cb,
+            imm,
+        );
         // A match with an unexpected message may have work (an acknowledgement, a
         // rendezvous read) that goes now; a completion's callback waits for progress.
         if !p.idle() {
@@ -137,10 +117,7 @@ impl Worker {
     }
 
     /// Receives a message taken by a probe with remove.
-    ///
-    /// # Safety
-    /// As for [`Worker::tag_recv_nb`].
-    pub unsafe fn tag_msg_recv_nb(
+    pub fn tag_msg_recv_nb(
         &mut self,
         msg: Message,
         buf: Buf,
@@ -148,8 +125,7 @@ impl Worker {
     ) -> Result<Request> {
         self.core.stamp(&mut cb, CqOp::TagRecv)?;
         let p = &mut self.p;
-        // SAFETY: forwarded contract.
-        let r = unsafe { tag::msg_recv_nb(&mut self.core, &mut p.tag, &mut p.rndv, msg, buf, cb)? };
+        let r = tag::msg_recv_nb(&mut self.core, &mut p.tag, &mut p.rndv, msg, buf, cb)?;
         self.progress();
         Ok(r)
     }
@@ -164,29 +140,25 @@ impl Worker {
     pub(crate) fn block_on(&mut self, r: Option<Request>) -> Result<Status> {
         let Some(r) = r else { return Ok(Status::Ok) };
         match self.wait_request(r, BLOCKING_TIMEOUT) {
-            Err(Status::TimedOut) => {
-                self.request_abort(r)?;
-                self.request_free(r)?;
-                Err(Status::TimedOut)
+            // Whatever ended the wait, the request must not outlive the caller's buffer
+            // (the blocking calls lend it a borrowed slice): abort it before returning.
+            Err(e) => {
+                let _ = self.request_abort(r);
+                let _ = self.request_free(r);
+                Err(e)
             }
-            other => other,
+            ok => ok,
         }
     }
 
     /// Sends `data` and waits for completion.
+    #[allow(unsafe_code)] // lends the borrowed slice to the request it waits for
     pub fn tag_send(&mut self, ep: Ep, data: &[u8], tag: u64) -> Result<()> {
         self.core.check(ep)?;
         // SAFETY: `data` is borrowed for this whole call, and block_on either sees the
         // send complete or aborts it before returning.
-        let r = unsafe {
-            self.tag_send_nb(
-                ep,
-                Buf::contig(data.as_ptr().cast_mut(), data.len()),
-                tag,
-                false,
-                None,
-            )?
-        };
+        let buf = unsafe { Buf::contig(data.as_ptr().cast_mut(), data.len()) };
+        let r = self.tag_send_nb(ep, buf, tag, false, None)?;
         match self.block_on(r)? {
             Status::Ok => Ok(()),
             s => Err(s),
@@ -194,18 +166,12 @@ impl Worker {
     }
 
     /// Sends `data` synchronously (complete when the receiver matched it) and waits.
+    #[allow(unsafe_code)] // lends the borrowed slice to the request it waits for
     pub fn tag_send_sync(&mut self, ep: Ep, data: &[u8], tag: u64) -> Result<()> {
         self.core.check(ep)?;
         // SAFETY: as in tag_send.
-        let r = unsafe {
-            self.tag_send_nb(
-                ep,
-                Buf::contig(data.as_ptr().cast_mut(), data.len()),
-                tag,
-                true,
-                None,
-            )?
-        };
+        let buf = unsafe { Buf::contig(data.as_ptr().cast_mut(), data.len()) };
+        let r = self.tag_send_nb(ep, buf, tag, true, None)?;
         match self.block_on(r)? {
             Status::Ok => Ok(()),
             s => Err(s),
@@ -213,11 +179,12 @@ impl Worker {
     }
 
     /// Receives into `buf` and waits. Truncation is `Err(MessageTruncated)`.
+    #[allow(unsafe_code)] // lends the borrowed slice to the request it waits for
     pub fn tag_recv(&mut self, buf: &mut [u8], tag: u64, mask: u64) -> Result<RecvInfo> {
         // SAFETY: `buf` is borrowed mutably for this whole call, and the request either
         // completes or is aborted before this returns.
-        let r =
-            unsafe { self.tag_recv_nb(Buf::contig(buf.as_mut_ptr(), buf.len()), tag, mask, None)? };
+        let buf = unsafe { Buf::contig(buf.as_mut_ptr(), buf.len()) };
+        let r = self.tag_recv_nb(buf, tag, mask, None)?;
         self.finish_recv(r).and_then(|(s, info)| match s {
             Status::Ok => Ok(info),
             s => Err(s),
@@ -227,12 +194,13 @@ impl Worker {
     /// Waits for receive `r`, frees it, and returns its status and information.
     pub(crate) fn finish_recv(&mut self, r: Request) -> Result<(Status, RecvInfo)> {
         let status = match self.wait_done(r, BLOCKING_TIMEOUT) {
-            Err(Status::TimedOut) => {
-                self.request_abort(r)?;
-                self.request_free(r)?;
-                return Err(Status::TimedOut);
+            // As in block_on: the request must not outlive the caller's buffer.
+            Err(e) => {
+                let _ = self.request_abort(r);
+                let _ = self.request_free(r);
+                return Err(e);
             }
-            other => other?,
+            Ok(s) => s,
         };
         let info = self.request_info(r)?;
         self.request_free(r)?;

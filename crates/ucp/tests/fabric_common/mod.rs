@@ -511,7 +511,7 @@ impl Pair {
                 let cb = self.cb(id);
                 let r = self.rkey().and_then(|rk| {
                     // SAFETY: as above.
-                    unsafe { self.a.put_nb(ab, sp, len, addr, &rk, Some(cb)) }
+                    unsafe { self.a.put_nb(ab, Buf::contig(sp, len), addr, &rk, Some(cb)) }
                 });
                 self.track(id, true, r, Kind::PutA { src: si, off });
             }
@@ -534,8 +534,17 @@ impl Pair {
                 let r = self.rkey().and_then(|rk| {
                     // SAFETY: as above.
                     unsafe {
-                        self.a
-                            .put_signal_nb(ab, sp, len, addr, &rk, sig, &rk, op, value, Some(cb))
+                        self.a.put_signal_nb(
+                            ab,
+                            Buf::contig(sp, len),
+                            addr,
+                            &rk,
+                            sig,
+                            &rk,
+                            op,
+                            value,
+                            Some(cb),
+                        )
                     }
                 });
                 let k = Kind::PutSignalA {
@@ -557,7 +566,7 @@ impl Pair {
                 let cb = self.cb(id);
                 let r = self.rkey().and_then(|rk| {
                     // SAFETY: as above.
-                    unsafe { self.a.get_nb(ab, p, len, addr, &rk, Some(cb)) }
+                    unsafe { self.a.get_nb(ab, Buf::contig(p, len), addr, &rk, Some(cb)) }
                 });
                 self.track(id, true, r, Kind::GetA { buf: bi, off });
             }
@@ -586,7 +595,7 @@ impl Pair {
                             size,
                             value,
                             value ^ 1,
-                            p,
+                            Buf::contig(p.cast(), 8),
                             addr,
                             &rk,
                             Some(cb),
