@@ -17,6 +17,7 @@
 //! ([`Buf::from`] a `Vec<u8>`) needs no promise: it lives inside the `Buf`.
 
 use std::cell::RefCell;
+use std::mem::ManuallyDrop;
 use std::sync::Arc;
 use ucs::{Result, Status};
 
@@ -44,7 +45,7 @@ pub trait GenericDt: Send {
 /// let b = ucp::Buf::from(vec![1u8]);
 /// let c = b.clone();
 /// ```
-pub struct Buf(Mem);
+pub struct Buf(ManuallyDrop<Mem>);
 
 enum Mem {
     Contig { ptr: *mut u8, len: usize },
@@ -100,7 +101,7 @@ unsafe impl Send for Buf {}
 
 impl std::fmt::Debug for Buf {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match &self.0 {
+        match &*self.0 {
             Mem::Contig { ptr, len } => write!(f, "Contig({ptr:?}, {len})"),
             Mem::Iov(v) => write!(f, "Iov({} segments)", v.len()),
             Mem::Generic(_) => write!(f, "Generic"),
@@ -109,11 +110,23 @@ impl std::fmt::Debug for Buf {
     }
 }
 
+impl Drop for Buf {
+    /// Inline, so that dropping the common contiguous buffer (which owns nothing) costs a
+    /// compare instead of a call to the enum's drop glue.
+    #[inline(always)]
+    fn drop(&mut self) {
+        if !matches!(*self.0, Mem::Contig { .. }) {
+            // SAFETY: dropped once, here; the Buf is not used after its drop.
+            unsafe { ManuallyDrop::drop(&mut self.0) }
+        }
+    }
+}
+
 impl From<Vec<u8>> for Buf {
     /// Memory the request owns: freed with the request, or given back by
     /// [`crate::Worker::request_take_owned`].
     fn from(v: Vec<u8>) -> Buf {
-        Buf(Mem::Owned(Arc::new(OwnedMem::new(v))))
+        Buf(ManuallyDrop::new(Mem::Owned(Arc::new(OwnedMem::new(v)))))
     }
 }
 
@@ -132,19 +145,15 @@ impl Lent {
 }
 
 impl Buf {
-    /// Drops the buffer, with the test for the one kind that owns nothing, so that the
-    /// fast paths (which know it is contiguous caller memory) skip the out-of-line drop.
+    /// Lets the buffer go once its operation completed in the call (the drop is inline
+    /// and costs a compare for caller memory).
     #[inline(always)]
-    pub(crate) fn release(self) {
-        if let Mem::Contig { .. } = self.0 {
-            std::mem::forget(self);
-        }
-    }
+    pub(crate) fn release(self) {}
 
     /// True for memory the request owns (given back through the request).
     #[inline]
     pub(crate) fn is_owned(&self) -> bool {
-        matches!(self.0, Mem::Owned(_))
+        matches!(*self.0, Mem::Owned(_))
     }
 
     /// The contiguous `len` bytes at `ptr` (null is fine when `len` is 0).
@@ -155,7 +164,7 @@ impl Buf {
     /// unchanged; for a receive (or the destination of a get or fetching atomic),
     /// writable and not read or written by anything else.
     pub unsafe fn contig(ptr: *mut u8, len: usize) -> Buf {
-        Buf(Mem::Contig { ptr, len })
+        Buf(ManuallyDrop::new(Mem::Contig { ptr, len }))
     }
 
     /// An I/O vector: the segments `(start, length)` in order.
@@ -163,37 +172,39 @@ impl Buf {
     /// # Safety
     /// As for [`Buf::contig`], for every segment; segments must not overlap.
     pub unsafe fn iov(segs: impl Into<Box<[(*mut u8, usize)]>>) -> Buf {
-        Buf(Mem::Iov(segs.into()))
+        Buf(ManuallyDrop::new(Mem::Iov(segs.into())))
     }
 
     /// A datatype the application packs and unpacks.
     pub fn generic(dt: impl GenericDt + 'static) -> Buf {
-        Buf(Mem::Generic(Box::new(RefCell::new(dt))))
+        Buf(ManuallyDrop::new(Mem::Generic(Box::new(RefCell::new(dt)))))
     }
 
     /// [`Buf::generic`] for a datatype already boxed.
     pub fn generic_boxed(dt: Box<RefCell<dyn GenericDt>>) -> Buf {
-        Buf(Mem::Generic(dt))
+        Buf(ManuallyDrop::new(Mem::Generic(dt)))
     }
 
     /// No memory (zero bytes).
     pub fn empty() -> Buf {
-        Buf(Mem::Contig {
+        Buf(ManuallyDrop::new(Mem::Contig {
             ptr: std::ptr::null_mut(),
             len: 0,
-        })
+        }))
     }
 
     /// `v` as owned memory, with the claim that gives it back when the request that
     /// takes the buffer is gone (see [`Lent::take`]).
     pub(crate) fn lend(v: Vec<u8>) -> (Buf, Lent) {
         let m = Arc::new(OwnedMem::new(v));
-        (Buf(Mem::Owned(m.clone())), Lent(m))
+        (Buf(ManuallyDrop::new(Mem::Owned(m.clone()))), Lent(m))
     }
 
     /// The owned vector, for a buffer made from one.
     pub(crate) fn into_vec(self) -> Option<Vec<u8>> {
-        match self.0 {
+        let mut me = ManuallyDrop::new(self);
+        // SAFETY: `me` is never dropped, so its Mem is taken (and then dropped) once.
+        match unsafe { ManuallyDrop::take(&mut me.0) } {
             Mem::Owned(o) => Arc::try_unwrap(o).ok().map(OwnedMem::into_vec),
             _ => None,
         }
@@ -202,7 +213,7 @@ impl Buf {
     /// Start and length of a contiguous buffer (the caller's or an owned one).
     #[inline]
     fn raw(&self) -> Option<(*mut u8, usize)> {
-        match &self.0 {
+        match &*self.0 {
             Mem::Contig { ptr, len } => Some((*ptr, *len)),
             Mem::Owned(o) => Some((o.ptr, o.len)),
             Mem::Iov(_) | Mem::Generic(_) => None,
@@ -211,7 +222,7 @@ impl Buf {
 
     /// Total length in bytes.
     pub fn len(&self) -> usize {
-        match &self.0 {
+        match &*self.0 {
             Mem::Contig { len, .. } => *len,
             Mem::Owned(o) => o.len,
             Mem::Iov(v) => v.iter().map(|s| s.1).sum(),
@@ -231,7 +242,7 @@ impl Buf {
 
     /// True for an application-packed datatype.
     pub(crate) fn is_generic(&self) -> bool {
-        matches!(self.0, Mem::Generic(_))
+        matches!(*self.0, Mem::Generic(_))
     }
 
     /// The bytes of a contiguous buffer, to send them (`None` for the other kinds).
@@ -248,6 +259,21 @@ impl Buf {
         })
     }
 
+    /// The bytes of a contiguous buffer, to receive into them (`None` for the other
+    /// kinds).
+    #[inline]
+    pub(crate) fn as_bytes_mut(&mut self) -> Option<&mut [u8]> {
+        let (p, l) = self.raw()?;
+        Some(if l == 0 {
+            &mut []
+        } else {
+            // SAFETY: the receive's contract: p..p+l is writable and accessed by nothing
+            // else while the request is in progress (module invariant); the slice borrows
+            // the Buf mutably, so no other access through it overlaps.
+            unsafe { std::slice::from_raw_parts_mut(p, l) }
+        })
+    }
+
     /// The buffer as mutable slices, for one-copy transfers into it (none for a datatype).
     pub(crate) fn slices_mut(&mut self) -> Vec<&mut [u8]> {
         let one = |p: *mut u8, l: usize| -> &mut [u8] {
@@ -260,7 +286,7 @@ impl Buf {
                 unsafe { std::slice::from_raw_parts_mut(p, l) }
             }
         };
-        match &self.0 {
+        match &*self.0 {
             Mem::Contig { .. } | Mem::Owned(_) => {
                 self.raw().map(|(p, l)| one(p, l)).into_iter().collect()
             }
@@ -304,7 +330,7 @@ impl Buf {
     #[cold]
     #[inline(never)]
     fn write_at_scattered(&self, off: usize, data: &[u8]) -> usize {
-        match &self.0 {
+        match &*self.0 {
             Mem::Contig { .. } | Mem::Owned(_) => 0,
             Mem::Iov(segs) => {
                 let mut done = 0;
@@ -347,7 +373,7 @@ impl Buf {
     #[cold]
     #[inline(never)]
     fn read_at_scattered(&self, off: usize, dst: &mut [u8]) -> usize {
-        match &self.0 {
+        match &*self.0 {
             Mem::Contig { .. } | Mem::Owned(_) => 0,
             Mem::Iov(segs) => {
                 let mut done = 0;

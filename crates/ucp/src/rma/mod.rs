@@ -194,21 +194,37 @@ pub(crate) fn put_nb(
     new_req(core, st, cb, false)
 }
 
-/// A direct or CMA put of `src`, complete on return (a buffer that is not contiguous
-/// goes through a packed copy: off the common path).
+/// A direct or CMA put of `src`, complete on return.
+#[inline]
 fn put_direct(k: &uct::Rkey, addr: u64, src: &Buf) -> Result<()> {
     match src.as_bytes() {
         Some(data) => uct::rma::put_one(k, addr, data),
-        None => {
-            let mut v = vec![0u8; src.len()];
-            src.read_at(0, &mut v);
-            uct::rma::put(k, addr, &[&v])
-        }
+        None => put_packed(k, addr, src),
     }
 }
 
+/// [`put_direct`] of a buffer that is not contiguous: through a packed copy.
+#[cold]
+#[inline(never)]
+fn put_packed(k: &uct::Rkey, addr: u64, src: &Buf) -> Result<()> {
+    let mut v = vec![0u8; src.len()];
+    src.read_at(0, &mut v);
+    uct::rma::put(k, addr, &[&v])
+}
+
 /// A direct or CMA get into `dst`, complete on return.
+#[inline]
 fn get_direct(k: &uct::Rkey, addr: u64, dst: &mut Buf) -> Result<()> {
+    match dst.as_bytes_mut() {
+        Some(b) => uct::rma::get(k, addr, &mut [b]),
+        None => get_scattered(k, addr, dst),
+    }
+}
+
+/// [`get_direct`] into an I/O vector or an application datatype.
+#[cold]
+#[inline(never)]
+fn get_scattered(k: &uct::Rkey, addr: u64, dst: &mut Buf) -> Result<()> {
     if dst.is_generic() {
         let mut v = vec![0u8; dst.len()];
         uct::rma::get(k, addr, &mut [&mut v[..]])?;
