@@ -33,6 +33,15 @@ pub(crate) struct Tl {
     pub live: bool,
 }
 
+/// What a completed request reports into its completion queue.
+struct CqReport {
+    t: cq::CqTarget,
+    status: Status,
+    length: usize,
+    tag: u64,
+    ep: Option<u32>,
+}
+
 /// Active-message id of the wireup message (a core message: it creates endpoints).
 pub(crate) const AM_WIREUP: u8 = 8;
 /// Bytes of the wireup message in front of the sender's address.
@@ -77,7 +86,7 @@ pub(crate) struct Core {
     pub hot: Vec<usize>,
     /// Completion queues attached to this worker (`Worker::cq_attach`), by index; never
     /// removed, so an index stays valid for the worker's life.
-    pub cqs: Vec<cq::Cq>,
+    pub cqs: Vec<cq::Attached>,
 }
 
 impl Core {
@@ -184,23 +193,30 @@ impl Core {
         }))
     }
 
-    /// Marks `r` complete with `status` and schedules its callback.
+    /// Marks `r` complete with `status` and schedules its callback; one that reports
+    /// into a completion queue pushes its entry and is freed right here, from the one
+    /// lookup of the request.
     #[inline]
     pub(crate) fn complete(&mut self, r: Request, status: Status) {
-        if let Some(q) = self.reqs.get_mut(r.0) {
-            if q.status.is_some() {
-                return;
-            }
-            q.status = Some(status);
-            let counted = match &q.kind {
-                ReqKind::Send(s) if s.remote_pending => Some(s.ep),
-                ReqKind::Rma(s) => Some(s.ep),
-                _ => None,
-            };
-            if let Some(Some(e)) = counted.and_then(|ep| self.eps.get_mut(ep as usize)) {
-                e.outstanding = e.outstanding.saturating_sub(1);
-            }
-            self.settle(r);
+        let Some(q) = self.reqs.get_mut(r.0) else {
+            return;
+        };
+        if q.status.is_some() {
+            return;
+        }
+        q.status = Some(status);
+        let counted = match &q.kind {
+            ReqKind::Send(s) if s.remote_pending => Some(s.ep),
+            ReqKind::Rma(s) => Some(s.ep),
+            _ => None,
+        };
+        let entry = Self::cq_entry(q);
+        if let Some(Some(e)) = counted.and_then(|ep| self.eps.get_mut(ep as usize)) {
+            e.outstanding = e.outstanding.saturating_sub(1);
+        }
+        match entry {
+            Some(e) => self.report_cq(r, e),
+            None => self.settle(r),
         }
     }
 
@@ -213,7 +229,11 @@ impl Core {
             return;
         };
         match (&q.cb, q.released) {
-            (Some(Callback::Cq(_)), _) => self.report_cq(r),
+            (Some(Callback::Cq(_)), _) => {
+                if let Some(e) = Self::cq_entry(q) {
+                    self.report_cq(r, e);
+                }
+            }
             (Some(Callback::Word(word)), true) => {
                 let c = Completed {
                     request: r,
@@ -247,10 +267,10 @@ impl Core {
 
     /// Attaches `q` (once: a queue attached before gets its index again).
     pub(crate) fn cq_attach(&mut self, q: &cq::Cq) -> cq::CqId {
-        let idx = match self.cqs.iter().position(|c| c.same(q)) {
+        let idx = match self.cqs.iter().position(|c| c.cq.same(q)) {
             Some(i) => i,
             None => {
-                self.cqs.push(q.clone());
+                self.cqs.push(cq::Attached::new(q));
                 self.cqs.len() - 1
             }
         };
@@ -260,16 +280,15 @@ impl Core {
         }
     }
 
-    /// Pushes the queue entry of completed request `r` and frees it: nothing runs for it
-    /// later, and nobody needs to free it. The request is read where it lies and dropped
-    /// there (moving it out of the pool would copy all of it).
+    /// Takes the queue target of completed request `q` with what its entry reports
+    /// (length, tag, endpoint slot); `None` when it reports otherwise.
     #[inline]
-    fn report_cq(&mut self, r: Request) {
-        let Some(q) = self.reqs.get_mut(r.0) else {
-            return;
-        };
+    fn cq_entry(q: &mut Req) -> Option<CqReport> {
+        if !matches!(q.cb, Some(Callback::Cq(_))) {
+            return None;
+        }
         let Some(Callback::Cq(t)) = q.cb.take() else {
-            return;
+            return None;
         };
         let (length, tag, ep) = match &q.kind {
             ReqKind::Send(s) => (s.buf.len(), s.tag, Some(s.ep)),
@@ -278,10 +297,23 @@ impl Core {
             ReqKind::Flush(e) => (0, 0, *e),
             ReqKind::Close(e) => (0, 0, Some(*e)),
         };
-        let status = q.status.unwrap_or(Status::Ok);
+        Some(CqReport {
+            t,
+            status: q.status.unwrap_or(Status::Ok),
+            length,
+            tag,
+            ep,
+        })
+    }
+
+    /// Frees completed request `r` and pushes its queue entry `e`: nothing runs for it
+    /// later, and nobody needs to free it. The request is dropped where it lies (moving
+    /// it out of the pool would copy all of it).
+    #[inline]
+    fn report_cq(&mut self, r: Request, e: CqReport) {
         self.reqs.remove(r.0);
-        let ep = ep.map(|e| self.handle(e));
-        t.report(&self.cqs, status, length, tag, ep);
+        let ep = e.ep.map(|ep| self.handle(ep));
+        e.t.report(&mut self.cqs, e.status, e.length, e.tag, ep);
     }
 
     /// The state of receive `r` (`None` for another kind of request, or a stale one).
