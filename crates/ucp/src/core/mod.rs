@@ -33,15 +33,6 @@ pub(crate) struct Tl {
     pub live: bool,
 }
 
-/// What a completed request reports into its completion queue.
-struct CqReport {
-    t: cq::CqTarget,
-    status: Status,
-    length: usize,
-    tag: u64,
-    ep: Option<u32>,
-}
-
 /// Active-message id of the wireup message (a core message: it creates endpoints).
 pub(crate) const AM_WIREUP: u8 = 8;
 /// Bytes of the wireup message in front of the sender's address.
@@ -193,30 +184,23 @@ impl Core {
         }))
     }
 
-    /// Marks `r` complete with `status` and schedules its callback; one that reports
-    /// into a completion queue pushes its entry and is freed right here, from the one
-    /// lookup of the request.
+    /// Marks `r` complete with `status` and schedules its callback.
     #[inline]
     pub(crate) fn complete(&mut self, r: Request, status: Status) {
-        let Some(q) = self.reqs.get_mut(r.0) else {
-            return;
-        };
-        if q.status.is_some() {
-            return;
-        }
-        q.status = Some(status);
-        let counted = match &q.kind {
-            ReqKind::Send(s) if s.remote_pending => Some(s.ep),
-            ReqKind::Rma(s) => Some(s.ep),
-            _ => None,
-        };
-        let entry = Self::cq_entry(q);
-        if let Some(Some(e)) = counted.and_then(|ep| self.eps.get_mut(ep as usize)) {
-            e.outstanding = e.outstanding.saturating_sub(1);
-        }
-        match entry {
-            Some(e) => self.report_cq(r, e),
-            None => self.settle(r),
+        if let Some(q) = self.reqs.get_mut(r.0) {
+            if q.status.is_some() {
+                return;
+            }
+            q.status = Some(status);
+            let counted = match &q.kind {
+                ReqKind::Send(s) if s.remote_pending => Some(s.ep),
+                ReqKind::Rma(s) => Some(s.ep),
+                _ => None,
+            };
+            if let Some(Some(e)) = counted.and_then(|ep| self.eps.get_mut(ep as usize)) {
+                e.outstanding = e.outstanding.saturating_sub(1);
+            }
+            self.settle(r);
         }
     }
 
@@ -229,10 +213,20 @@ impl Core {
             return;
         };
         match (&q.cb, q.released) {
-            (Some(Callback::Cq(_)), _) => {
-                if let Some(e) = Self::cq_entry(q) {
-                    self.report_cq(r, e);
-                }
+            (Some(Callback::Cq(t)), _) => {
+                // Reported from where the request lies, then dropped there: nothing of
+                // it is moved or copied but the entry's fields.
+                let (length, tag, ep) = match &q.kind {
+                    ReqKind::Send(s) => (s.buf.len(), s.tag, Some(s.ep)),
+                    ReqKind::Recv(_) => (q.info.length, q.info.sender_tag, None),
+                    ReqKind::Rma(s) => (s.len, 0, Some(s.ep)),
+                    ReqKind::Flush(e) => (0, 0, *e),
+                    ReqKind::Close(e) => (0, 0, Some(*e)),
+                };
+                let ep = ep.map(|e| ids::Ep(e, self.ep_gens.get(e as usize).copied().unwrap_or(0)));
+                let status = q.status.unwrap_or(Status::Ok);
+                t.report_ref(&mut self.cqs, status, length, tag, ep);
+                self.reqs.remove(r.0);
             }
             (Some(Callback::Word(word)), true) => {
                 let c = Completed {
@@ -278,42 +272,6 @@ impl Core {
             worker: self.uuid,
             idx: idx as u32,
         }
-    }
-
-    /// Takes the queue target of completed request `q` with what its entry reports
-    /// (length, tag, endpoint slot); `None` when it reports otherwise.
-    #[inline]
-    fn cq_entry(q: &mut Req) -> Option<CqReport> {
-        if !matches!(q.cb, Some(Callback::Cq(_))) {
-            return None;
-        }
-        let Some(Callback::Cq(t)) = q.cb.take() else {
-            return None;
-        };
-        let (length, tag, ep) = match &q.kind {
-            ReqKind::Send(s) => (s.buf.len(), s.tag, Some(s.ep)),
-            ReqKind::Recv(_) => (q.info.length, q.info.sender_tag, None),
-            ReqKind::Rma(s) => (s.len, 0, Some(s.ep)),
-            ReqKind::Flush(e) => (0, 0, *e),
-            ReqKind::Close(e) => (0, 0, Some(*e)),
-        };
-        Some(CqReport {
-            t,
-            status: q.status.unwrap_or(Status::Ok),
-            length,
-            tag,
-            ep,
-        })
-    }
-
-    /// Frees completed request `r` and pushes its queue entry `e`: nothing runs for it
-    /// later, and nobody needs to free it. The request is dropped where it lies (moving
-    /// it out of the pool would copy all of it).
-    #[inline]
-    fn report_cq(&mut self, r: Request, e: CqReport) {
-        self.reqs.remove(r.0);
-        let ep = e.ep.map(|ep| self.handle(ep));
-        e.t.report(&mut self.cqs, e.status, e.length, e.tag, ep);
     }
 
     /// The state of receive `r` (`None` for another kind of request, or a stale one).

@@ -412,6 +412,20 @@ impl CqTarget {
         tag: u64,
         ep: Option<Ep>,
     ) {
+        self.report_ref(attached, status, length, tag, ep);
+    }
+
+    /// [`CqTarget::report`] for a target that stays where it is (in a request about to be
+    /// dropped in place).
+    #[inline]
+    pub(crate) fn report_ref(
+        &self,
+        attached: &mut [Attached],
+        status: Status,
+        length: usize,
+        tag: u64,
+        ep: Option<Ep>,
+    ) {
         let cq = match &self.dest {
             Dest::Shared(cq) => cq,
             // Checked when the operation started; queues are never detached.
