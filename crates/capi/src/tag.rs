@@ -8,11 +8,12 @@
 //! of the caller's (`UCP_OP_ATTR_FIELD_REQUEST`) is marked completed either way.
 
 use crate::core::{self, ep_get, CbKind, EpH, Op, Outcome, RecvOut, Wk, F_RECV};
-use crate::dispatch::{run, run_try};
+use crate::dispatch::{dispatch_requests, run};
 use crate::dt::{self, Dir};
 use crate::ffi::*;
 use crate::guard;
 use crate::handle::Handle;
+use crate::posted::{PostedOp, What};
 use std::ffi::{c_int, c_void};
 use ucs::{Result, Status};
 
@@ -29,13 +30,58 @@ unsafe fn send(
     let (e, wk) = unsafe { ep_get(ep)? };
     // SAFETY: the caller's buffer as its datatype describes it.
     let buf = unsafe { dt::buf(buffer, count, op.datatype, Dir::Send)? };
-    let rep = e.ep;
-    run_try(wk, |w, side| {
-        let hdr = wk.begin(side, &op, 0)?;
-        // SAFETY: the API's contract: the buffer stays valid until the send completes.
-        let out = unsafe { w.tag_send_nb(rep, buf, tag, sync, op.callback(hdr)) }.map(Outcome::of);
-        wk.conclude(w, side, &op, hdr, out, RecvOut::None)
-    })
+    let what = What::TagSend {
+        ep: e.ep,
+        tag,
+        sync,
+    };
+    // SAFETY: the API's contract: the buffer stays valid until the send completes.
+    unsafe { start(wk, PostedOp { what, buf }, op, 0, RecvOut::None) }
+}
+
+/// Starts a tag operation: in the worker, or (thread mode multi, worker held by another
+/// thread) posted for the holder, returning its request at once.
+///
+/// # Safety
+/// The buffer must stay valid until the operation completes.
+#[inline(always)]
+unsafe fn start(
+    wk: &Wk,
+    p: PostedOp,
+    op: Op,
+    flags: u32,
+    recv: RecvOut,
+) -> Result<ucs_status_ptr_t> {
+    // A completion queue, a forced immediate completion and a generic datatype need the
+    // worker in this call: they wait for it.
+    let postable =
+        wk.delegates() && op.cq.is_null() && !op.force_imm() && PostedOp::movable(&p.buf);
+    let mut slot = Some(p);
+    let body = |w: &mut ucp::Worker, side: &mut core::Side| {
+        let hdr = wk.begin(side, &op, flags)?;
+        let p = slot.take().ok_or(Status::InvalidParam)?;
+        // SAFETY: forwarded contract.
+        let out = unsafe { p.start(w, op.callback(hdr)) }.map(Outcome::of);
+        wk.conclude(w, side, &op, hdr, out, recv)
+    };
+    let r = if postable {
+        wk.try_with_try(body)
+    } else {
+        Some(wk.with_try(body))
+    };
+    let r = match r {
+        Some(r) => r,
+        None => {
+            let p = slot.take().ok_or(Status::InvalidParam)?;
+            let hdr = wk.begin_posted(&op, flags)?;
+            wk.post(p, hdr);
+            Ok(core::ReqHdr::user(hdr))
+        }
+    };
+    if wk.has_ready() {
+        dispatch_requests(wk);
+    }
+    r
 }
 
 #[no_mangle]
@@ -149,12 +195,12 @@ unsafe fn recv(
     let wk = unsafe { core::get(worker)? };
     // SAFETY: the caller's buffer as its datatype describes it.
     let buf = unsafe { dt::buf(buffer, count, op.datatype, Dir::Recv)? };
-    run_try(wk, |w, side| {
-        let hdr = wk.begin(side, &op, F_RECV)?;
-        // SAFETY: the API's contract: the buffer stays valid until the receive completes.
-        let out = unsafe { w.tag_recv_nb(buf, tag, tag_mask, op.callback(hdr)) }.map(Outcome::Req);
-        wk.conclude(w, side, &op, hdr, out, RecvOut::Tag)
-    })
+    let what = What::TagRecv {
+        tag,
+        mask: tag_mask,
+    };
+    // SAFETY: the API's contract: the buffer stays valid until the receive completes.
+    unsafe { start(wk, PostedOp { what, buf }, op, F_RECV, RecvOut::Tag) }
 }
 
 #[no_mangle]

@@ -225,6 +225,16 @@ fn thread_mode_multi() {
     }
 }
 
+/// Thread mode multi does not make a thread wait for another one inside the worker:
+/// progress returns 0, tag sends and receives return requests at once, and they all
+/// complete (bytes checked) once the worker is released.
+#[test]
+fn thread_mode_multi_does_not_block() {
+    for out in build_and_run_on("threads_nonblock.c", &[]) {
+        assert!(out.contains("threads nonblock test passed"), "{out}");
+    }
+}
+
 #[test]
 fn request_alloc_stream_poll_ep_modify_and_query() {
     for out in build_and_run("extras.c", &[]) {
