@@ -1258,6 +1258,11 @@ impl Wk {
     #[inline(always)]
     pub(crate) fn progress(&self) -> Result<(usize, *mut ReqHdr)> {
         let Some(_lock) = self.lock(true) else {
+            // Another thread is inside the worker and does this thread's work too (its
+            // posted operations, the completions): give it the CPU, which matters when
+            // threads outnumber cores. Only on this contended path; never in the
+            // single-threaded modes, which have no lock or never find it held.
+            std::thread::yield_now();
             return Ok((0, std::ptr::null_mut()));
         };
         if self.busy.replace(true) {
