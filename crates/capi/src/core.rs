@@ -718,23 +718,6 @@ struct Posted {
     op: PostedOp,
 }
 
-/// The worker's lock while held; releasing it looks for operations posted meanwhile.
-struct Held<'a> {
-    wk: &'a Wk,
-    guard: Option<MutexGuard<'a, ()>>,
-}
-
-impl Drop for Held<'_> {
-    fn drop(&mut self) {
-        if let Some(g) = self.guard.take() {
-            drop(g);
-            if self.wk.delegate {
-                self.wk.after_release();
-            }
-        }
-    }
-}
-
 struct Unbusy<'a>(&'a Cell<bool>);
 
 impl Drop for Unbusy<'_> {
@@ -1032,20 +1015,24 @@ impl Wk {
         if self.lock.is_none() {
             return Turn::Busy;
         }
-        let Some(_lock) = self.lock(true) else {
+        let Some(g) = self.lock_try() else {
             return Turn::Busy;
         };
         if self.busy.replace(true) {
             return Turn::Busy;
         }
-        let _busy = Unbusy(&self.busy);
-        // SAFETY: as in `with`.
-        let inner = unsafe { &mut *self.inner.get() };
-        if self.delegate {
-            // Posted operations run no application code: the thread may start them.
-            self.run_posted(&mut inner.w, &mut inner.side);
-        }
-        ucp::progress_thread::serve_turn(&mut inner.w, mark)
+        let turn = {
+            let _busy = Unbusy(&self.busy);
+            // SAFETY: as in `with`.
+            let inner = unsafe { &mut *self.inner.get() };
+            if self.delegate {
+                // Posted operations run no application code: the thread may start them.
+                self.run_posted(&mut inner.w, &mut inner.side);
+            }
+            ucp::progress_thread::serve_turn(&mut inner.w, mark)
+        };
+        self.unlock(g);
+        turn
     }
 
     /// A pointer to the event queue, for Rust handlers.
@@ -1062,19 +1049,23 @@ impl Wk {
     /// Runs `f` with the Rust worker and the side state, then collects completions.
     #[inline(always)]
     pub(crate) fn with<R>(&self, f: impl FnOnce(&mut Worker, &mut Side) -> R) -> Result<R> {
-        let _lock = self.lock(false);
+        let g = self.lock_wait();
         if self.busy.replace(true) {
             return Err(Status::InvalidParam);
         }
-        let _busy = Unbusy(&self.busy);
-        // SAFETY: the busy flag (under the mutex in thread mode multi) makes this the only
-        // reference to the worker's inner state until `_busy` drops.
-        let inner = unsafe { &mut *self.inner.get() };
-        if self.delegate {
-            self.run_posted(&mut inner.w, &mut inner.side);
-        }
-        let r = f(&mut inner.w, &mut inner.side);
-        self.collect(&mut inner.w, &mut inner.side);
+        let r = {
+            let _busy = Unbusy(&self.busy);
+            // SAFETY: the busy flag (under the mutex in thread mode multi) makes this the
+            // only reference to the worker's inner state until `_busy` drops.
+            let inner = unsafe { &mut *self.inner.get() };
+            if self.delegate {
+                self.run_posted(&mut inner.w, &mut inner.side);
+            }
+            let r = f(&mut inner.w, &mut inner.side);
+            self.collect(&mut inner.w, &mut inner.side);
+            r
+        };
+        self.unlock(g);
         Ok(r)
     }
 
@@ -1085,19 +1076,7 @@ impl Wk {
         &self,
         f: impl FnOnce(&mut Worker, &mut Side) -> Result<T>,
     ) -> Result<T> {
-        let _lock = self.lock(false);
-        if self.busy.replace(true) {
-            return Err(Status::InvalidParam);
-        }
-        let _busy = Unbusy(&self.busy);
-        // SAFETY: as in `with`.
-        let inner = unsafe { &mut *self.inner.get() };
-        if self.delegate {
-            self.run_posted(&mut inner.w, &mut inner.side);
-        }
-        let r = f(&mut inner.w, &mut inner.side);
-        self.collect(&mut inner.w, &mut inner.side);
-        r
+        self.with(f)?
     }
 
     /// True for thread mode multi: calls that find the worker held may post their
@@ -1113,18 +1092,22 @@ impl Wk {
         &self,
         f: impl FnOnce(&mut Worker, &mut Side) -> Result<T>,
     ) -> Option<Result<T>> {
-        let _lock = self.lock(true)?;
+        let g = self.lock_try()?;
         if self.busy.replace(true) {
             return Some(Err(Status::InvalidParam));
         }
-        let _busy = Unbusy(&self.busy);
-        // SAFETY: as in `with`.
-        let inner = unsafe { &mut *self.inner.get() };
-        if self.delegate {
-            self.run_posted(&mut inner.w, &mut inner.side);
-        }
-        let r = f(&mut inner.w, &mut inner.side);
-        self.collect(&mut inner.w, &mut inner.side);
+        let r = {
+            let _busy = Unbusy(&self.busy);
+            // SAFETY: as in `with`.
+            let inner = unsafe { &mut *self.inner.get() };
+            if self.delegate {
+                self.run_posted(&mut inner.w, &mut inner.side);
+            }
+            let r = f(&mut inner.w, &mut inner.side);
+            self.collect(&mut inner.w, &mut inner.side);
+            r
+        };
+        self.unlock(g);
         Some(r)
     }
 
@@ -1138,20 +1121,40 @@ impl Wk {
         self.after_release();
     }
 
-    /// The worker's lock, if it has one: waited for, or (`try_only`) `None` when another
-    /// thread holds it.
+    /// The worker's lock, if it has one, waited for.
     #[inline(always)]
-    fn lock(&self, try_only: bool) -> Option<Held<'_>> {
-        let guard = match &self.lock {
-            None => None,
-            Some(m) if try_only => match m.try_lock() {
-                Ok(g) => Some(g),
-                Err(std::sync::TryLockError::WouldBlock) => return None,
-                Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+    fn lock_wait(&self) -> Option<MutexGuard<'_, ()>> {
+        self.lock
+            .as_ref()
+            .map(|m| m.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// The worker's lock, if it has one, without waiting: `None` when another thread
+    /// holds it.
+    #[inline(always)]
+    fn lock_try(&self) -> Option<Option<MutexGuard<'_, ()>>> {
+        match &self.lock {
+            None => Some(None),
+            Some(m) => match m.try_lock() {
+                Ok(g) => Some(Some(g)),
+                Err(std::sync::TryLockError::WouldBlock) => None,
+                Err(std::sync::TryLockError::Poisoned(p)) => Some(Some(p.into_inner())),
             },
-            Some(m) => Some(m.lock().unwrap_or_else(|p| p.into_inner())),
-        };
-        Some(Held { wk: self, guard })
+        }
+    }
+
+    /// Releases the lock taken by [`Wk::lock_wait`] or [`Wk::lock_try`] (the busy flag
+    /// already cleared), then looks for operations posted meanwhile. A call that leaves
+    /// early (an error, a panic) releases its guard by dropping it and skips the look:
+    /// the next call runs what was posted.
+    #[inline(always)]
+    fn unlock(&self, g: Option<MutexGuard<'_, ()>>) {
+        if let Some(g) = g {
+            drop(g);
+            if self.delegate {
+                self.after_release();
+            }
+        }
     }
 
     /// Starts the operations posted while the worker was held, in posting order. Runs
@@ -1235,21 +1238,26 @@ impl Wk {
     }
 
     /// Runs `f` on the side state only (the request pool, the ready list): the lock and
-    /// the busy flag as in [`Wk::with`], without collecting completions.
+    /// the busy flag as in [`Wk::with`], without collecting completions. In thread mode
+    /// multi it does not wait: `Busy` while another thread holds the worker.
     #[inline(always)]
-    /// In thread mode multi it does not wait: `Busy` while another thread holds the
-    /// worker.
     fn with_side<R>(&self, f: impl FnOnce(&mut Side) -> R) -> Result<R> {
-        let Some(_lock) = self.lock(self.delegate) else {
-            return Err(Status::Busy);
+        let g = if self.delegate {
+            self.lock_try().ok_or(Status::Busy)?
+        } else {
+            self.lock_wait()
         };
         if self.busy.replace(true) {
             return Err(Status::InvalidParam);
         }
-        let _busy = Unbusy(&self.busy);
-        // SAFETY: as in `with`.
-        let inner = unsafe { &mut *self.inner.get() };
-        Ok(f(&mut inner.side))
+        let r = {
+            let _busy = Unbusy(&self.busy);
+            // SAFETY: as in `with`.
+            let inner = unsafe { &mut *self.inner.get() };
+            f(&mut inner.side)
+        };
+        self.unlock(g);
+        Ok(r)
     }
 
     /// Progress for `ucp_worker_progress`: in thread mode multi, a thread that finds
@@ -1257,7 +1265,7 @@ impl Wk {
     /// [`Wk::take_ready`]) in the same turn inside the worker.
     #[inline(always)]
     pub(crate) fn progress(&self) -> Result<(usize, *mut ReqHdr)> {
-        let Some(_lock) = self.lock(true) else {
+        let Some(g) = self.lock_try() else {
             // Another thread is inside the worker and does this thread's work too (its
             // posted operations, the completions): give it the CPU, which matters when
             // threads outnumber cores. Only on this contended path; never in the
@@ -1268,21 +1276,25 @@ impl Wk {
         if self.busy.replace(true) {
             return Err(Status::InvalidParam);
         }
-        let _busy = Unbusy(&self.busy);
-        // SAFETY: as in `with`.
-        let inner = unsafe { &mut *self.inner.get() };
-        if self.delegate {
-            self.run_posted(&mut inner.w, &mut inner.side);
-        }
-        let n = inner.w.progress();
-        self.collect(&mut inner.w, &mut inner.side);
-        let ready = if self.has_ready() {
-            self.has_ready.store(false, Ordering::Relaxed);
-            inner.side.ready.take()
-        } else {
-            std::ptr::null_mut()
+        let r = {
+            let _busy = Unbusy(&self.busy);
+            // SAFETY: as in `with`.
+            let inner = unsafe { &mut *self.inner.get() };
+            if self.delegate {
+                self.run_posted(&mut inner.w, &mut inner.side);
+            }
+            let n = inner.w.progress();
+            self.collect(&mut inner.w, &mut inner.side);
+            let ready = if self.has_ready() {
+                self.has_ready.store(false, Ordering::Relaxed);
+                inner.side.ready.take()
+            } else {
+                std::ptr::null_mut()
+            };
+            (n, ready)
         };
-        Ok((n, ready))
+        self.unlock(g);
+        Ok(r)
     }
 
     /// Moves the worker's completions (and finished polled requests) onto the ready list.

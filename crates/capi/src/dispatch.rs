@@ -45,6 +45,19 @@ pub(crate) fn run<R>(wk: &Wk, f: impl FnOnce(&mut Worker, &mut Side) -> R) -> Re
     r
 }
 
+/// [`run`] for a call that returns a `Result` itself.
+#[inline(always)]
+pub(crate) fn run_try<T>(
+    wk: &Wk,
+    f: impl FnOnce(&mut Worker, &mut Side) -> Result<T>,
+) -> Result<T> {
+    let r = wk.with_try(f);
+    if wk.has_ready() {
+        dispatch_requests(wk);
+    }
+    r
+}
+
 /// True when queued events wait for their handlers and this thread may run them.
 #[inline(always)]
 pub(crate) fn events_due(wk: &Wk) -> bool {

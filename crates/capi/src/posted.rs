@@ -47,9 +47,46 @@ impl PostedOp {
         // SAFETY: forwarded contract.
         unsafe {
             match self.what {
-                What::TagSend { ep, tag, sync } => w.tag_send_nb(ep, self.buf, tag, sync, cb),
-                What::TagRecv { tag, mask } => w.tag_recv_nb(self.buf, tag, mask, cb).map(Some),
+                What::TagSend { ep, tag, sync } => tag_send(w, ep, self.buf, tag, sync, cb),
+                What::TagRecv { tag, mask } => tag_recv(w, self.buf, tag, mask, cb).map(Some),
             }
         }
     }
+}
+
+// The Rust calls are reached through these two functions only, so the C API's direct
+// path and the posted path share one copy of each (the compiler inlines a protocol call
+// into a function that is its only caller, not into two).
+
+/// `Worker::tag_send_nb`.
+///
+/// # Safety
+/// As for `Worker::tag_send_nb`.
+#[inline(never)]
+pub(crate) unsafe fn tag_send(
+    w: &mut Worker,
+    ep: ucp::Ep,
+    buf: Buf,
+    tag: u64,
+    sync: bool,
+    cb: Option<Callback>,
+) -> Result<Option<Request>> {
+    // SAFETY: forwarded contract.
+    unsafe { w.tag_send_nb(ep, buf, tag, sync, cb) }
+}
+
+/// `Worker::tag_recv_nb`.
+///
+/// # Safety
+/// As for `Worker::tag_recv_nb`.
+#[inline(never)]
+pub(crate) unsafe fn tag_recv(
+    w: &mut Worker,
+    buf: Buf,
+    tag: u64,
+    mask: u64,
+    cb: Option<Callback>,
+) -> Result<Request> {
+    // SAFETY: forwarded contract.
+    unsafe { w.tag_recv_nb(buf, tag, mask, cb) }
 }

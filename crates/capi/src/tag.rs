@@ -8,12 +8,12 @@
 //! of the caller's (`UCP_OP_ATTR_FIELD_REQUEST`) is marked completed either way.
 
 use crate::core::{self, ep_get, CbKind, EpH, Op, Outcome, RecvOut, Wk, F_RECV};
-use crate::dispatch::{dispatch_requests, run};
+use crate::dispatch::{dispatch_requests, run, run_try};
 use crate::dt::{self, Dir};
 use crate::ffi::*;
 use crate::guard;
 use crate::handle::Handle;
-use crate::posted::{PostedOp, What};
+use crate::posted::{self, PostedOp, What};
 use std::ffi::{c_int, c_void};
 use ucs::{Result, Status};
 
@@ -30,45 +30,54 @@ unsafe fn send(
     let (e, wk) = unsafe { ep_get(ep)? };
     // SAFETY: the caller's buffer as its datatype describes it.
     let buf = unsafe { dt::buf(buffer, count, op.datatype, Dir::Send)? };
-    let what = What::TagSend {
-        ep: e.ep,
-        tag,
-        sync,
-    };
-    // SAFETY: the API's contract: the buffer stays valid until the send completes.
-    unsafe { start(wk, PostedOp { what, buf }, op, 0, RecvOut::None) }
+    if postable(wk, &op, &buf) {
+        let what = What::TagSend {
+            ep: e.ep,
+            tag,
+            sync,
+        };
+        // SAFETY: forwarded contract.
+        return unsafe { start_or_post(wk, PostedOp { what, buf }, op, 0, RecvOut::None) };
+    }
+    let rep = e.ep;
+    run_try(wk, |w, side| {
+        let hdr = wk.begin(side, &op, 0)?;
+        // SAFETY: the API's contract: the buffer stays valid until the send completes.
+        let out =
+            unsafe { posted::tag_send(w, rep, buf, tag, sync, op.callback(hdr)) }.map(Outcome::of);
+        wk.conclude(w, side, &op, hdr, out, RecvOut::None)
+    })
 }
 
-/// Starts a tag operation: in the worker, or (thread mode multi, worker held by another
-/// thread) posted for the holder, returning its request at once.
+/// True when an operation may be posted for the thread that holds the worker (thread
+/// mode multi). A completion queue, a forced immediate completion and a generic datatype
+/// need the worker in the call: they wait for it.
+#[inline(always)]
+fn postable(wk: &Wk, op: &Op, buf: &ucp::Buf) -> bool {
+    wk.delegates() && op.cq.is_null() && !op.force_imm() && PostedOp::movable(buf)
+}
+
+/// Starts a tag operation in thread mode multi: in the worker if it is free, else
+/// posted for the thread that holds it, returning its request at once.
 ///
 /// # Safety
 /// The buffer must stay valid until the operation completes.
-#[inline(always)]
-unsafe fn start(
+#[inline(never)]
+unsafe fn start_or_post(
     wk: &Wk,
     p: PostedOp,
     op: Op,
     flags: u32,
     recv: RecvOut,
 ) -> Result<ucs_status_ptr_t> {
-    // A completion queue, a forced immediate completion and a generic datatype need the
-    // worker in this call: they wait for it.
-    let postable =
-        wk.delegates() && op.cq.is_null() && !op.force_imm() && PostedOp::movable(&p.buf);
     let mut slot = Some(p);
-    let body = |w: &mut ucp::Worker, side: &mut core::Side| {
-        let hdr = wk.begin(side, &op, flags)?;
+    let r = wk.try_with_try(|w, side| {
         let p = slot.take().ok_or(Status::InvalidParam)?;
+        let hdr = wk.begin(side, &op, flags)?;
         // SAFETY: forwarded contract.
         let out = unsafe { p.start(w, op.callback(hdr)) }.map(Outcome::of);
         wk.conclude(w, side, &op, hdr, out, recv)
-    };
-    let r = if postable {
-        wk.try_with_try(body)
-    } else {
-        Some(wk.with_try(body))
-    };
+    });
     let r = match r {
         Some(r) => r,
         None => {
@@ -195,12 +204,21 @@ unsafe fn recv(
     let wk = unsafe { core::get(worker)? };
     // SAFETY: the caller's buffer as its datatype describes it.
     let buf = unsafe { dt::buf(buffer, count, op.datatype, Dir::Recv)? };
-    let what = What::TagRecv {
-        tag,
-        mask: tag_mask,
-    };
-    // SAFETY: the API's contract: the buffer stays valid until the receive completes.
-    unsafe { start(wk, PostedOp { what, buf }, op, F_RECV, RecvOut::Tag) }
+    if postable(wk, &op, &buf) {
+        let what = What::TagRecv {
+            tag,
+            mask: tag_mask,
+        };
+        // SAFETY: forwarded contract.
+        return unsafe { start_or_post(wk, PostedOp { what, buf }, op, F_RECV, RecvOut::Tag) };
+    }
+    run_try(wk, |w, side| {
+        let hdr = wk.begin(side, &op, F_RECV)?;
+        // SAFETY: the API's contract: the buffer stays valid until the receive completes.
+        let out =
+            unsafe { posted::tag_recv(w, buf, tag, tag_mask, op.callback(hdr)) }.map(Outcome::Req);
+        wk.conclude(w, side, &op, hdr, out, RecvOut::Tag)
+    })
 }
 
 #[no_mangle]
