@@ -1076,7 +1076,21 @@ impl Wk {
         &self,
         f: impl FnOnce(&mut Worker, &mut Side) -> Result<T>,
     ) -> Result<T> {
-        self.with(f)?
+        let g = self.lock_wait();
+        if self.busy.replace(true) {
+            return Err(Status::InvalidParam);
+        }
+        let _busy = Unbusy(&self.busy);
+        // SAFETY: as in `with`.
+        let inner = unsafe { &mut *self.inner.get() };
+        if self.delegate {
+            self.run_posted(&mut inner.w, &mut inner.side);
+        }
+        let r = f(&mut inner.w, &mut inner.side);
+        self.collect(&mut inner.w, &mut inner.side);
+        drop(_busy);
+        self.unlock(g);
+        r
     }
 
     /// True for thread mode multi: calls that find the worker held may post their

@@ -13,7 +13,7 @@ use crate::dt::{self, Dir};
 use crate::ffi::*;
 use crate::guard;
 use crate::handle::Handle;
-use crate::posted::{self, PostedOp, What};
+use crate::posted::{self, PostedOp};
 use std::ffi::{c_int, c_void};
 use ucs::{Result, Status};
 
@@ -31,20 +31,20 @@ unsafe fn send(
     // SAFETY: the caller's buffer as its datatype describes it.
     let buf = unsafe { dt::buf(buffer, count, op.datatype, Dir::Send)? };
     if postable(wk, &op, &buf) {
-        let what = What::TagSend {
+        let p = PostedOp::TagSend {
             ep: e.ep,
+            buf,
             tag,
             sync,
         };
         // SAFETY: forwarded contract.
-        return unsafe { start_or_post(wk, PostedOp { what, buf }, op, 0, RecvOut::None) };
+        return unsafe { start_or_post(wk, p, op, 0, RecvOut::None) };
     }
     let rep = e.ep;
     run_try(wk, |w, side| {
         let hdr = wk.begin(side, &op, 0)?;
         // SAFETY: the API's contract: the buffer stays valid until the send completes.
-        let out =
-            unsafe { posted::tag_send(w, rep, buf, tag, sync, op.callback(hdr)) }.map(Outcome::of);
+        let out = unsafe { w.tag_send_nb(rep, buf, tag, sync, op.callback(hdr)) }.map(Outcome::of);
         wk.conclude(w, side, &op, hdr, out, RecvOut::None)
     })
 }
@@ -54,7 +54,7 @@ unsafe fn send(
 /// need the worker in the call: they wait for it.
 #[inline(always)]
 fn postable(wk: &Wk, op: &Op, buf: &ucp::Buf) -> bool {
-    wk.delegates() && op.cq.is_null() && !op.force_imm() && PostedOp::movable(buf)
+    wk.delegates() && op.cq.is_null() && !op.force_imm() && posted::movable(buf)
 }
 
 /// Starts a tag operation in thread mode multi: in the worker if it is free, else
@@ -205,18 +205,18 @@ unsafe fn recv(
     // SAFETY: the caller's buffer as its datatype describes it.
     let buf = unsafe { dt::buf(buffer, count, op.datatype, Dir::Recv)? };
     if postable(wk, &op, &buf) {
-        let what = What::TagRecv {
+        let p = PostedOp::TagRecv {
+            buf,
             tag,
             mask: tag_mask,
         };
         // SAFETY: forwarded contract.
-        return unsafe { start_or_post(wk, PostedOp { what, buf }, op, F_RECV, RecvOut::Tag) };
+        return unsafe { start_or_post(wk, p, op, F_RECV, RecvOut::Tag) };
     }
     run_try(wk, |w, side| {
         let hdr = wk.begin(side, &op, F_RECV)?;
         // SAFETY: the API's contract: the buffer stays valid until the receive completes.
-        let out =
-            unsafe { posted::tag_recv(w, buf, tag, tag_mask, op.callback(hdr)) }.map(Outcome::Req);
+        let out = unsafe { w.tag_recv_nb(buf, tag, tag_mask, op.callback(hdr)) }.map(Outcome::Req);
         wk.conclude(w, side, &op, hdr, out, RecvOut::Tag)
     })
 }

@@ -114,6 +114,22 @@ fn send_like(r: Option<Request>) -> Issue {
 }
 
 impl Op {
+    /// Starts the operation on a worker the caller holds (a layer with a lock of its own,
+    /// such as the C API's thread mode multi, running operations other threads posted):
+    /// `None` when it completed in the call, else its request, which reports through
+    /// `cb`.
+    ///
+    /// # Safety
+    /// The memory the operation names must stay valid until it completes, as for the
+    /// worker call of the same name.
+    #[inline(never)]
+    pub unsafe fn start(self, w: &mut Worker, cb: Option<Callback>) -> Result<Option<Request>> {
+        Ok(match self.issue(w, cb)? {
+            Issue::Done(_) => None,
+            Issue::Pending(r) => Some(r),
+        })
+    }
+
     /// Runs the operation's nonblocking call on the locked worker.
     pub(crate) fn issue(self, w: &mut Worker, cb: Option<Callback>) -> Result<Issue> {
         // SAFETY: every call below gets buffers that stay valid until the operation
