@@ -16,7 +16,8 @@
 //! A worker of thread mode multi has a mutex that the hot calls never wait for. Tag sends
 //! and receives, `ucp_worker_progress`, taking the ready list and giving a request back
 //! take it with a try-lock. A send or receive that finds the worker held is posted as a
-//! value ([`crate::posted::PostedOp`], with its request header made and given out at once)
+//! value (`ucp::shared::Op`, see [`crate::posted`]; its request header made and given out
+//! at once)
 //! on a lock-free FIFO; whoever holds the worker runs the FIFO before its own call, and
 //! after releasing the worker looks at it again, so nothing posted is left behind (each
 //! side fences before looking at the other's part). `ucp_worker_progress` that finds the
