@@ -16,14 +16,14 @@
 //! A worker of thread mode multi has a mutex that the hot calls never wait for. Tag sends
 //! and receives, `ucp_worker_progress`, taking the ready list and giving a request back
 //! take it with a try-lock. A send or receive that finds the worker held is posted as a
-//! value (`ucp::shared::Op`, see [`crate::posted`]; its request header made and given out
-//! at once)
-//! on a lock-free FIFO; whoever holds the worker runs the FIFO before its own call, and
-//! after releasing the worker looks at it again, so nothing posted is left behind (each
-//! side fences before looking at the other's part). `ucp_worker_progress` that finds the
-//! worker held returns 0. A request block given back while the worker is held goes to a
-//! lock-free spare list. Other calls (endpoints, memory, active messages, RMA, flush)
-//! still wait for the mutex: they are not on the per-message path.
+//! value (`ucp::shared::Op`, see [`crate::posted`]), with its request header made and
+//! given out at once, on a lock-free FIFO; whoever holds the worker runs the FIFO before
+//! its own call, and after releasing the worker looks at it again, so nothing posted is
+//! left behind (each side fences before looking at the other's part).
+//! `ucp_worker_progress` that finds the worker held returns 0. A request block given back
+//! while the worker is held goes to a lock-free spare list. Other calls (endpoints,
+//! memory, active messages, RMA, flush) still wait for the mutex: they are not on the
+//! per-message path.
 //!
 //! # Requests
 //! ```text
