@@ -12,6 +12,19 @@
 //! the completions the worker reported onto the worker's ready list. The C callbacks run
 //! later, from `dispatch`, with the worker released.
 //!
+//! # Thread mode multi
+//! A worker of thread mode multi has a mutex that the hot calls never wait for. Tag sends
+//! and receives, `ucp_worker_progress`, taking the ready list and giving a request back
+//! take it with a try-lock. A send or receive that finds the worker held is posted as a
+//! value (`ucp::shared::Op`, see [`crate::posted`]), with its request header made and
+//! given out at once, on a lock-free FIFO; whoever holds the worker runs the FIFO before
+//! its own call, and after releasing the worker looks at it again, so nothing posted is
+//! left behind (each side fences before looking at the other's part).
+//! `ucp_worker_progress` that finds the worker held returns 0. A request block given back
+//! while the worker is held goes to a lock-free spare list. Other calls (endpoints,
+//! memory, active messages, RMA, flush) still wait for the mutex: they are not on the
+//! per-message path.
+//!
 //! # Requests
 //! ```text
 //!  block (pooled, or memory of the caller for UCP_OP_ATTR_FIELD_REQUEST)
@@ -44,7 +57,9 @@
 use crate::ffi::*;
 use crate::guard;
 use crate::handle::{handle_kind, Handle};
+use crate::posted::PostedOp;
 use crate::text;
+use crossbeam_queue::SegQueue;
 use std::alloc::Layout;
 use std::cell::{Cell, UnsafeCell};
 use std::collections::{HashMap, VecDeque};
@@ -52,7 +67,7 @@ use std::ffi::{c_char, c_void};
 use std::net::SocketAddr;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 use ucp::{Callback, Completed, ConnReqId, ListenerId, RecvInfo, Request, Worker};
 use ucs::{Result, Status};
 
@@ -234,18 +249,34 @@ impl ReqPool {
             .map_err(|_| Status::InvalidParam)
     }
 
-    /// A block: reused, or new (then `request_init` runs on its user area).
-    #[inline]
-    fn get(&mut self) -> Result<*mut ReqHdr> {
-        if let Some(p) = self.free.pop() {
-            return Ok(p);
-        }
-        self.grow()
-    }
-
     #[cold]
     fn grow(&mut self) -> Result<*mut ReqHdr> {
-        let layout = self.layout()?;
+        self.spec().block()
+    }
+
+    /// What a new block of this pool is.
+    fn spec(&self) -> BlockSpec {
+        BlockSpec {
+            user_size: self.user_size,
+            init: self.init,
+        }
+    }
+}
+
+/// The size and initialisation of a worker's request blocks, kept apart from the pool so
+/// that a thread outside the worker can make a block.
+#[derive(Clone, Copy)]
+struct BlockSpec {
+    user_size: usize,
+    init: ucp_request_init_callback_t,
+}
+
+impl BlockSpec {
+    /// A new block (`request_init` runs on its user area).
+    #[cold]
+    fn block(self) -> Result<*mut ReqHdr> {
+        let layout = Layout::from_size_align(HDR_SIZE + self.user_size, BLOCK_ALIGN)
+            .map_err(|_| Status::InvalidParam)?;
         // SAFETY: the layout has a non-zero size (at least the header).
         let p = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<ReqHdr>();
         if p.is_null() {
@@ -264,7 +295,9 @@ impl ReqPool {
         }
         Ok(p)
     }
+}
 
+impl ReqPool {
     /// Returns a block.
     ///
     /// # Safety
@@ -636,6 +669,14 @@ pub(crate) struct WkParts {
 /// A worker handle's value.
 pub(crate) struct Wk {
     lock: Option<Mutex<()>>,
+    /// Thread mode multi: hot calls that find the worker held post their operation.
+    delegate: bool,
+    /// Operations posted while the worker was held (thread mode multi).
+    posted: SegQueue<Posted>,
+    /// Request blocks given back while the worker was held, and taken by threads that
+    /// post (thread mode multi); moved to the pool when the worker goes.
+    spare: SegQueue<BlockPtr>,
+    blocks: BlockSpec,
     busy: Cell<bool>,
     inner: UnsafeCell<Inner>,
     /// Set when the ready list may be non-empty (a hint read without the worker).
@@ -666,6 +707,19 @@ handle_kind!(Wk, 0x7275_6378_776b_7231);
 unsafe impl Sync for Wk {}
 // SAFETY: as above; a worker may be destroyed on another thread than it was created.
 unsafe impl Send for Wk {}
+
+/// A request block on a lock-free list.
+struct BlockPtr(*mut ReqHdr);
+
+// SAFETY: a block of the worker's pool that nobody uses while it is on the list.
+unsafe impl Send for BlockPtr {}
+
+/// An operation posted for the thread that holds the worker, with its request header
+/// (given out already).
+struct Posted {
+    hdr: BlockPtr,
+    op: PostedOp,
+}
 
 struct Unbusy<'a>(&'a Cell<bool>);
 
@@ -865,7 +919,7 @@ impl Op {
     }
 
     #[inline]
-    fn force_imm(&self) -> bool {
+    pub(crate) fn force_imm(&self) -> bool {
         self.mask & UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL != 0
     }
 }
@@ -888,6 +942,10 @@ impl Wk {
             // worker needs its lock even in thread modes single and serialized.
             lock: (p.thread_mode == UCS_THREAD_MODE_MULTI || p.progress_thread)
                 .then(|| Mutex::new(())),
+            delegate: p.thread_mode == UCS_THREAD_MODE_MULTI,
+            posted: SegQueue::new(),
+            spare: SegQueue::new(),
+            blocks: p.pool.spec(),
             busy: Cell::new(false),
             inner: UnsafeCell::new(Inner {
                 w: p.w,
@@ -956,22 +1014,28 @@ impl Wk {
     /// for the C callbacks here: the application's next call does that.
     fn serve_turn(&self, mark: &mut u32) -> ucp::progress_thread::Turn {
         use ucp::progress_thread::Turn;
-        let _lock = match &self.lock {
-            // Without a lock the thread could not know the application is outside.
-            None => return Turn::Busy,
-            Some(m) => match m.try_lock() {
-                Ok(g) => g,
-                Err(std::sync::TryLockError::WouldBlock) => return Turn::Busy,
-                Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
-            },
+        // Without a lock the thread could not know the application is outside.
+        if self.lock.is_none() {
+            return Turn::Busy;
+        }
+        let Some(g) = self.lock_try() else {
+            return Turn::Busy;
         };
         if self.busy.replace(true) {
             return Turn::Busy;
         }
-        let _busy = Unbusy(&self.busy);
-        // SAFETY: as in `with`.
-        let inner = unsafe { &mut *self.inner.get() };
-        ucp::progress_thread::serve_turn(&mut inner.w, mark)
+        let turn = {
+            let _busy = Unbusy(&self.busy);
+            // SAFETY: as in `with`.
+            let inner = unsafe { &mut *self.inner.get() };
+            if self.delegate {
+                // Posted operations run no application code: the thread may start them.
+                self.run_posted(&mut inner.w, &mut inner.side);
+            }
+            ucp::progress_thread::serve_turn(&mut inner.w, mark)
+        };
+        self.unlock(g);
+        turn
     }
 
     /// A pointer to the event queue, for Rust handlers.
@@ -988,19 +1052,23 @@ impl Wk {
     /// Runs `f` with the Rust worker and the side state, then collects completions.
     #[inline(always)]
     pub(crate) fn with<R>(&self, f: impl FnOnce(&mut Worker, &mut Side) -> R) -> Result<R> {
-        let _lock = self
-            .lock
-            .as_ref()
-            .map(|m| m.lock().unwrap_or_else(|p| p.into_inner()));
+        let g = self.lock_wait();
         if self.busy.replace(true) {
             return Err(Status::InvalidParam);
         }
-        let _busy = Unbusy(&self.busy);
-        // SAFETY: the busy flag (under the mutex in thread mode multi) makes this the only
-        // reference to the worker's inner state until `_busy` drops.
-        let inner = unsafe { &mut *self.inner.get() };
-        let r = f(&mut inner.w, &mut inner.side);
-        self.collect(&mut inner.w, &mut inner.side);
+        let r = {
+            let _busy = Unbusy(&self.busy);
+            // SAFETY: the busy flag (under the mutex in thread mode multi) makes this the
+            // only reference to the worker's inner state until `_busy` drops.
+            let inner = unsafe { &mut *self.inner.get() };
+            if self.delegate {
+                self.run_posted(&mut inner.w, &mut inner.side);
+            }
+            let r = f(&mut inner.w, &mut inner.side);
+            self.collect(&mut inner.w, &mut inner.side);
+            r
+        };
+        self.unlock(g);
         Ok(r)
     }
 
@@ -1011,36 +1079,201 @@ impl Wk {
         &self,
         f: impl FnOnce(&mut Worker, &mut Side) -> Result<T>,
     ) -> Result<T> {
-        let _lock = self
-            .lock
-            .as_ref()
-            .map(|m| m.lock().unwrap_or_else(|p| p.into_inner()));
+        let g = self.lock_wait();
         if self.busy.replace(true) {
             return Err(Status::InvalidParam);
         }
         let _busy = Unbusy(&self.busy);
         // SAFETY: as in `with`.
         let inner = unsafe { &mut *self.inner.get() };
+        if self.delegate {
+            self.run_posted(&mut inner.w, &mut inner.side);
+        }
         let r = f(&mut inner.w, &mut inner.side);
         self.collect(&mut inner.w, &mut inner.side);
+        drop(_busy);
+        self.unlock(g);
         r
     }
 
+    /// True for thread mode multi: calls that find the worker held may post their
+    /// operation ([`Wk::try_with_try`], [`Wk::post`]).
+    #[inline(always)]
+    pub(crate) fn delegates(&self) -> bool {
+        self.delegate
+    }
+
+    /// [`Wk::with_try`] that does not wait: `None` when another thread holds the worker.
+    #[inline(always)]
+    pub(crate) fn try_with_try<T>(
+        &self,
+        f: impl FnOnce(&mut Worker, &mut Side) -> Result<T>,
+    ) -> Option<Result<T>> {
+        let g = self.lock_try()?;
+        if self.busy.replace(true) {
+            return Some(Err(Status::InvalidParam));
+        }
+        let r = {
+            let _busy = Unbusy(&self.busy);
+            // SAFETY: as in `with`.
+            let inner = unsafe { &mut *self.inner.get() };
+            if self.delegate {
+                self.run_posted(&mut inner.w, &mut inner.side);
+            }
+            let r = f(&mut inner.w, &mut inner.side);
+            self.collect(&mut inner.w, &mut inner.side);
+            r
+        };
+        self.unlock(g);
+        Some(r)
+    }
+
+    /// Leaves `op` (its request `hdr` made by [`Wk::begin_posted`]) for the thread that
+    /// holds the worker, or runs it if the worker was released meanwhile.
+    pub(crate) fn post(&self, op: PostedOp, hdr: *mut ReqHdr) {
+        self.posted.push(Posted {
+            hdr: BlockPtr(hdr),
+            op,
+        });
+        self.after_release();
+    }
+
+    /// The worker's lock, if it has one, waited for.
+    #[inline(always)]
+    fn lock_wait(&self) -> Option<MutexGuard<'_, ()>> {
+        self.lock
+            .as_ref()
+            .map(|m| m.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// The worker's lock, if it has one, without waiting: `None` when another thread
+    /// holds it.
+    #[inline(always)]
+    fn lock_try(&self) -> Option<Option<MutexGuard<'_, ()>>> {
+        match &self.lock {
+            None => Some(None),
+            Some(m) => match m.try_lock() {
+                Ok(g) => Some(Some(g)),
+                Err(std::sync::TryLockError::WouldBlock) => None,
+                Err(std::sync::TryLockError::Poisoned(p)) => Some(Some(p.into_inner())),
+            },
+        }
+    }
+
+    /// Releases the lock taken by [`Wk::lock_wait`] or [`Wk::lock_try`] (the busy flag
+    /// already cleared), then looks for operations posted meanwhile. A call that leaves
+    /// early (an error, a panic) releases its guard by dropping it and skips the look:
+    /// the next call runs what was posted.
+    #[inline(always)]
+    fn unlock(&self, g: Option<MutexGuard<'_, ()>>) {
+        if let Some(g) = g {
+            drop(g);
+            if self.delegate {
+                self.after_release();
+            }
+        }
+    }
+
+    /// Starts the operations posted while the worker was held, in posting order. Runs
+    /// with the worker held.
+    #[inline(always)]
+    fn run_posted(&self, w: &mut Worker, side: &mut Side) {
+        if !self.posted.is_empty() {
+            self.run_posted_slow(w, side);
+        }
+    }
+
+    #[inline(never)]
+    fn run_posted_slow(&self, w: &mut Worker, side: &mut Side) {
+        while let Some(Posted { hdr, op }) = self.posted.pop() {
+            let hdr = hdr.0;
+            match op.start(w, Wk::word(hdr)) {
+                Ok(Some(r)) => self.outstanding(w, side, hdr, r),
+                done => {
+                    let s = done.err().unwrap_or(Status::Ok);
+                    // SAFETY: the header given out with the posted operation, on no
+                    // list; its callback runs from the dispatch.
+                    unsafe {
+                        ReqHdr::set_outcome(hdr, s, RecvInfo::default());
+                        side.ready.push(hdr);
+                    }
+                    self.has_ready.store(true, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+
+    /// After the worker was released: runs what was posted meanwhile, unless another
+    /// thread holds the worker again (it runs it then).
+    #[cold]
+    fn after_release(&self) {
+        loop {
+            // Pairs with the fence of a posting thread: either it sees the worker free,
+            // or this thread sees its operation.
+            std::sync::atomic::fence(Ordering::SeqCst);
+            if self.posted.is_empty() {
+                return;
+            }
+            let Some(m) = &self.lock else { return };
+            let g = match m.try_lock() {
+                Ok(g) => g,
+                Err(std::sync::TryLockError::WouldBlock) => return,
+                Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            };
+            if self.busy.replace(true) {
+                return;
+            }
+            {
+                let _busy = Unbusy(&self.busy);
+                // SAFETY: as in `with`.
+                let inner = unsafe { &mut *self.inner.get() };
+                self.run_posted(&mut inner.w, &mut inner.side);
+                self.collect(&mut inner.w, &mut inner.side);
+            }
+            drop(g);
+        }
+    }
+
+    /// A request header for an operation posted by a thread that does not hold the
+    /// worker: the caller's memory, a spare block or a new one; filled and given out.
+    pub(crate) fn begin_posted(&self, op: &Op, flags: u32) -> Result<*mut ReqHdr> {
+        if op.user_req() {
+            return self.begin_user(op, flags);
+        }
+        let hdr = match self.spare.pop() {
+            Some(b) => b.0,
+            None => self.blocks.block()?,
+        };
+        // SAFETY: a block of this worker that nobody uses, given out now.
+        unsafe {
+            (*hdr).flags.store(flags, Ordering::Relaxed);
+            (*hdr).result = std::ptr::null_mut();
+            self.fill(hdr, op);
+        }
+        Ok(hdr)
+    }
+
     /// Runs `f` on the side state only (the request pool, the ready list): the lock and
-    /// the busy flag as in [`Wk::with`], without collecting completions.
+    /// the busy flag as in [`Wk::with`], without collecting completions. In thread mode
+    /// multi it does not wait: `Busy` while another thread holds the worker.
     #[inline(always)]
     fn with_side<R>(&self, f: impl FnOnce(&mut Side) -> R) -> Result<R> {
-        let _lock = self
-            .lock
-            .as_ref()
-            .map(|m| m.lock().unwrap_or_else(|p| p.into_inner()));
+        let g = if self.delegate {
+            self.lock_try().ok_or(Status::Busy)?
+        } else {
+            self.lock_wait()
+        };
         if self.busy.replace(true) {
             return Err(Status::InvalidParam);
         }
-        let _busy = Unbusy(&self.busy);
-        // SAFETY: as in `with`.
-        let inner = unsafe { &mut *self.inner.get() };
-        Ok(f(&mut inner.side))
+        let r = {
+            let _busy = Unbusy(&self.busy);
+            // SAFETY: as in `with`.
+            let inner = unsafe { &mut *self.inner.get() };
+            f(&mut inner.side)
+        };
+        self.unlock(g);
+        Ok(r)
     }
 
     /// Progress for `ucp_worker_progress`: in thread mode multi, a thread that finds
@@ -1048,29 +1281,36 @@ impl Wk {
     /// [`Wk::take_ready`]) in the same turn inside the worker.
     #[inline(always)]
     pub(crate) fn progress(&self) -> Result<(usize, *mut ReqHdr)> {
-        let _lock = match &self.lock {
-            None => None,
-            Some(m) => match m.try_lock() {
-                Ok(g) => Some(g),
-                Err(std::sync::TryLockError::WouldBlock) => return Ok((0, std::ptr::null_mut())),
-                Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
-            },
+        let Some(g) = self.lock_try() else {
+            // Another thread is inside the worker and does this thread's work too (its
+            // posted operations, the completions): give it the CPU, which matters when
+            // threads outnumber cores. Only on this contended path; never in the
+            // single-threaded modes, which have no lock or never find it held.
+            std::thread::yield_now();
+            return Ok((0, std::ptr::null_mut()));
         };
         if self.busy.replace(true) {
             return Err(Status::InvalidParam);
         }
-        let _busy = Unbusy(&self.busy);
-        // SAFETY: as in `with`.
-        let inner = unsafe { &mut *self.inner.get() };
-        let n = inner.w.progress();
-        self.collect(&mut inner.w, &mut inner.side);
-        let ready = if self.has_ready() {
-            self.has_ready.store(false, Ordering::Relaxed);
-            inner.side.ready.take()
-        } else {
-            std::ptr::null_mut()
+        let r = {
+            let _busy = Unbusy(&self.busy);
+            // SAFETY: as in `with`.
+            let inner = unsafe { &mut *self.inner.get() };
+            if self.delegate {
+                self.run_posted(&mut inner.w, &mut inner.side);
+            }
+            let n = inner.w.progress();
+            self.collect(&mut inner.w, &mut inner.side);
+            let ready = if self.has_ready() {
+                self.has_ready.store(false, Ordering::Relaxed);
+                inner.side.ready.take()
+            } else {
+                std::ptr::null_mut()
+            };
+            (n, ready)
         };
-        Ok((n, ready))
+        self.unlock(g);
+        Ok(r)
     }
 
     /// Moves the worker's completions (and finished polled requests) onto the ready list.
@@ -1146,7 +1386,10 @@ impl Wk {
         if op.user_req() {
             return self.begin_user(op, flags);
         }
-        let hdr = side.pool.get()?;
+        let hdr = match side.pool.free.pop() {
+            Some(p) => p,
+            None => self.fresh_block(side)?,
+        };
         // SAFETY: a block of the pool, not in use. Only what an immediate completion reads
         // is set now; the rest when the header is given out ([`Wk::fill`]).
         unsafe {
@@ -1154,6 +1397,16 @@ impl Wk {
             (*hdr).result = std::ptr::null_mut();
         }
         Ok(hdr)
+    }
+
+    /// A block when the pool has none: one given back while the worker was held, or a
+    /// new one.
+    #[cold]
+    fn fresh_block(&self, side: &mut Side) -> Result<*mut ReqHdr> {
+        match self.spare.pop() {
+            Some(b) => Ok(b.0),
+            None => side.pool.grow(),
+        }
     }
 
     /// [`Wk::begin`] for the caller's request memory: filled at once.
@@ -1408,6 +1661,18 @@ impl Wk {
     pub(crate) fn shut_down(self) -> Side {
         let Inner { w, mut side } = self.inner.into_inner();
         drop(w);
+        // Nothing is posted once every call returned (see `after_release`); should
+        // anything be, its request reads as canceled.
+        while let Some(p) = self.posted.pop() {
+            // SAFETY: a header given out with a posted operation that never started.
+            unsafe {
+                ReqHdr::set_outcome(p.hdr.0, Status::Canceled, RecvInfo::default());
+                (*p.hdr.0).flags.fetch_or(F_COMPLETED, Ordering::Release);
+            }
+        }
+        while let Some(b) = self.spare.pop() {
+            side.pool.free.push(b.0);
+        }
         let mut h = side.inflight.head;
         side.inflight.head = std::ptr::null_mut();
         while !h.is_null() {
@@ -1547,11 +1812,19 @@ unsafe fn recycle(hdr: *mut ReqHdr) {
     // never freed, and the generation check catches a destroyed or reused worker.
     if let Ok(wk) = unsafe { Handle::<Wk>::get_gen(w, gen) } {
         // SAFETY: the block is a pooled block of this worker, unused now.
-        if wk.with_side(|side| unsafe { side.pool.put(hdr) }).is_ok() {
-            return;
+        match wk.with_side(|side| unsafe { side.pool.put(hdr) }) {
+            Ok(()) => return,
+            // Held by another thread (thread mode multi): the spare list takes it.
+            Err(Status::Busy) => {
+                // SAFETY: a block of ours, unused from now on.
+                unsafe { (*hdr).magic.store(MAGIC_FREE, Ordering::Release) };
+                wk.spare.push(BlockPtr(hdr));
+                return;
+            }
+            // The worker is busy on this thread (a free from inside a generic datatype
+            // callback): let the block go.
+            Err(_) => {}
         }
-        // The worker is busy on this thread (a free from inside a generic datatype
-        // callback): let the block go.
     }
     // SAFETY: a block of ours that nobody uses.
     unsafe { free_block(hdr, size) };

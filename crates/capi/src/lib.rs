@@ -33,6 +33,7 @@ mod text;
 mod core;
 // The event dispatch: C callbacks of requests and C handlers of events.
 mod dispatch;
+mod posted;
 
 // One module per API family, each with its exported functions.
 mod am;

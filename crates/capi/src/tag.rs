@@ -8,11 +8,12 @@
 //! of the caller's (`UCP_OP_ATTR_FIELD_REQUEST`) is marked completed either way.
 
 use crate::core::{self, ep_get, CbKind, EpH, Op, Outcome, RecvOut, Wk, F_RECV};
-use crate::dispatch::{run, run_try};
+use crate::dispatch::{dispatch_requests, run, run_try};
 use crate::dt::{self, Dir};
 use crate::ffi::*;
 use crate::guard;
 use crate::handle::Handle;
+use crate::posted::{self, PostedOp};
 use std::ffi::{c_int, c_void};
 use ucp::RecvPosted;
 use ucs::{Result, Status};
@@ -31,6 +32,16 @@ unsafe fn send(
     // SAFETY: the caller's buffer as its datatype describes it, valid until the operation
     // completes (the UCP API's contract for the application, which dt::buf passes on).
     let buf = unsafe { dt::buf(buffer, count, op.datatype, Dir::Send)? };
+    if postable(wk, &op, &buf) {
+        let p = PostedOp::TagSend {
+            ep: e.ep,
+            buf,
+            tag,
+            sync,
+        };
+        // SAFETY: forwarded contract.
+        return unsafe { start_or_post(wk, p, op, 0, RecvOut::None) };
+    }
     let rep = e.ep;
     run_try(wk, |w, side| {
         let hdr = wk.begin(side, &op, 0)?;
@@ -39,6 +50,49 @@ unsafe fn send(
             .map(Outcome::of);
         wk.conclude(w, side, &op, hdr, out, RecvOut::None)
     })
+}
+
+/// True when an operation may be posted for the thread that holds the worker (thread
+/// mode multi). A completion queue, a forced immediate completion and a generic datatype
+/// need the worker in the call: they wait for it.
+#[inline(always)]
+fn postable(wk: &Wk, op: &Op, buf: &ucp::Buf) -> bool {
+    wk.delegates() && op.cq.is_null() && !op.force_imm() && posted::movable(buf)
+}
+
+/// Starts a tag operation in thread mode multi: in the worker if it is free, else
+/// posted for the thread that holds it, returning its request at once.
+///
+/// # Safety
+/// The buffer must stay valid until the operation completes.
+#[inline(never)]
+unsafe fn start_or_post(
+    wk: &Wk,
+    p: PostedOp,
+    op: Op,
+    flags: u32,
+    recv: RecvOut,
+) -> Result<ucs_status_ptr_t> {
+    let mut slot = Some(p);
+    let r = wk.try_with_try(|w, side| {
+        let p = slot.take().ok_or(Status::InvalidParam)?;
+        let hdr = wk.begin(side, &op, flags)?;
+        let out = p.start(w, op.callback(hdr)).map(Outcome::of);
+        wk.conclude(w, side, &op, hdr, out, recv)
+    });
+    let r = match r {
+        Some(r) => r,
+        None => {
+            let p = slot.take().ok_or(Status::InvalidParam)?;
+            let hdr = wk.begin_posted(&op, flags)?;
+            wk.post(p, hdr);
+            Ok(core::ReqHdr::user(hdr))
+        }
+    };
+    if wk.has_ready() {
+        dispatch_requests(wk);
+    }
+    r
 }
 
 #[no_mangle]
@@ -153,6 +207,15 @@ unsafe fn recv(
     // SAFETY: the caller's buffer as its datatype describes it, valid until the operation
     // completes (the UCP API's contract for the application, which dt::buf passes on).
     let buf = unsafe { dt::buf(buffer, count, op.datatype, Dir::Recv)? };
+    if postable(wk, &op, &buf) {
+        let p = PostedOp::TagRecv {
+            buf,
+            tag,
+            mask: tag_mask,
+        };
+        // SAFETY: forwarded contract.
+        return unsafe { start_or_post(wk, p, op, F_RECV, RecvOut::Tag) };
+    }
     run_try(wk, |w, side| {
         let hdr = wk.begin(side, &op, F_RECV)?;
         let cb = op.callback(hdr);

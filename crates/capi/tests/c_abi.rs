@@ -225,6 +225,22 @@ fn thread_mode_multi() {
     }
 }
 
+/// Thread mode multi does not make a thread wait for another one inside the worker:
+/// progress returns 0, tag sends and receives return requests at once, and they all
+/// complete (bytes checked) once the worker is released. Also with a progress thread,
+/// which may be the one that starts the posted operations.
+#[test]
+fn thread_mode_multi_does_not_block() {
+    for env in [&[][..], &[("UCX_RUCX_PROGRESS_THREAD", "y")][..]] {
+        for out in build_and_run_on("threads_nonblock.c", env) {
+            assert!(
+                out.contains("threads nonblock test passed"),
+                "{env:?}: {out}"
+            );
+        }
+    }
+}
+
 #[test]
 fn request_alloc_stream_poll_ep_modify_and_query() {
     for out in build_and_run("extras.c", &[]) {

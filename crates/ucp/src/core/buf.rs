@@ -241,7 +241,7 @@ impl Buf {
     }
 
     /// True for an application-packed datatype.
-    pub(crate) fn is_generic(&self) -> bool {
+    pub fn is_generic(&self) -> bool {
         matches!(*self.0, Mem::Generic(_))
     }
 

@@ -80,7 +80,7 @@ pub(crate) struct Core {
     pub hot: Vec<usize>,
     /// Completion queues attached to this worker (`Worker::cq_attach`), by index; never
     /// removed, so an index stays valid for the worker's life.
-    pub cqs: Vec<cq::Cq>,
+    pub cqs: Vec<cq::Attached>,
 }
 
 impl Core {
@@ -221,7 +221,21 @@ impl Core {
             return;
         };
         match (&q.cb, q.released) {
-            (Some(Callback::Cq(_)), _) => self.report_cq(r),
+            (Some(Callback::Cq(t)), _) => {
+                // Reported from where the request lies, then dropped there: nothing of
+                // it is moved or copied but the entry's fields.
+                let (length, tag, ep) = match &q.kind {
+                    ReqKind::Send(s) => (s.buf.len(), s.tag, Some(s.ep)),
+                    ReqKind::Recv(_) => (q.info.length, q.info.sender_tag, None),
+                    ReqKind::Rma(s) => (s.len, 0, Some(s.ep)),
+                    ReqKind::Flush(e) => (0, 0, *e),
+                    ReqKind::Close(e) => (0, 0, Some(*e)),
+                };
+                let ep = ep.map(|e| ids::Ep(e, self.ep_gens.get(e as usize).copied().unwrap_or(0)));
+                let status = q.status.unwrap_or(Status::Ok);
+                t.report_ref(&mut self.cqs, status, length, tag, ep);
+                self.reqs.remove(r.0);
+            }
             (Some(Callback::Word(word)), true) => {
                 let c = Completed {
                     request: r,
@@ -255,10 +269,10 @@ impl Core {
 
     /// Attaches `q` (once: a queue attached before gets its index again).
     pub(crate) fn cq_attach(&mut self, q: &cq::Cq) -> cq::CqId {
-        let idx = match self.cqs.iter().position(|c| c.same(q)) {
+        let idx = match self.cqs.iter().position(|c| c.cq.same(q)) {
             Some(i) => i,
             None => {
-                self.cqs.push(q.clone());
+                self.cqs.push(cq::Attached::new(q));
                 self.cqs.len() - 1
             }
         };
@@ -266,30 +280,6 @@ impl Core {
             worker: self.uuid,
             idx: idx as u32,
         }
-    }
-
-    /// Pushes the queue entry of completed request `r` and frees it: nothing runs for it
-    /// later, and nobody needs to free it. The request is read where it lies and dropped
-    /// there (moving it out of the pool would copy all of it).
-    #[inline]
-    fn report_cq(&mut self, r: Request) {
-        let Some(q) = self.reqs.get_mut(r.0) else {
-            return;
-        };
-        let Some(Callback::Cq(t)) = q.cb.take() else {
-            return;
-        };
-        let (length, tag, ep) = match &q.kind {
-            ReqKind::Send(s) => (s.buf.len(), s.tag, Some(s.ep)),
-            ReqKind::Recv(_) => (q.info.length, q.info.sender_tag, None),
-            ReqKind::Rma(s) => (s.len, 0, Some(s.ep)),
-            ReqKind::Flush(e) => (0, 0, *e),
-            ReqKind::Close(e) => (0, 0, Some(*e)),
-        };
-        let status = q.status.unwrap_or(Status::Ok);
-        self.reqs.remove(r.0);
-        let ep = ep.map(|e| self.handle(e));
-        t.report(&self.cqs, status, length, tag, ep);
     }
 
     /// The state of receive `r` (`None` for another kind of request, or a stale one).

@@ -365,7 +365,7 @@ pub(crate) fn run_completions(core: &mut Core) {
             }),
             // Reported when it completed (`Core::settle`); kept for completeness.
             Some(Callback::Cq(t)) => {
-                t.report(&core.cqs, status, info.length, info.sender_tag, None)
+                t.report(&mut core.cqs, status, info.length, info.sender_tag, None)
             }
             None => {}
         }

@@ -105,6 +105,18 @@ fn send_like(r: Option<Request>) -> Issue {
 }
 
 impl Op {
+    /// Starts the operation on a worker the caller holds (a layer with a lock of its own,
+    /// such as the C API's thread mode multi, running operations other threads posted):
+    /// `None` when it completed in the call, else its request, which reports through
+    /// `cb`. (The memory it names is covered by the contract of the `Buf` constructors.)
+    #[inline(never)]
+    pub fn start(self, w: &mut Worker, cb: Option<Callback>) -> Result<Option<Request>> {
+        Ok(match self.issue(w, cb)? {
+            Issue::Done(_) => None,
+            Issue::Pending(r) => Some(r),
+        })
+    }
+
     /// Runs the operation's nonblocking call on the locked worker.
     pub(crate) fn issue(self, w: &mut Worker, cb: Option<Callback>) -> Result<Issue> {
         Ok(match self {

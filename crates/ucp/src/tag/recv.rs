@@ -164,8 +164,8 @@ pub(crate) fn rts(core: &mut Core, st: &mut TagState, rndv: &mut RndvState, h: R
 /// entry. Off the common path.
 #[cold]
 #[inline(never)]
-pub(crate) fn report_in_call(core: &Core, t: CqTarget, status: Status, info: RecvInfo) {
-    t.report(&core.cqs, status, info.length, info.sender_tag, None);
+pub(crate) fn report_in_call(core: &mut Core, t: CqTarget, status: Status, info: RecvInfo) {
+    t.report(&mut core.cqs, status, info.length, info.sender_tag, None);
 }
 
 /// Hands an unexpected message to the receive `r` that matched it.

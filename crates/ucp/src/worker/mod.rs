@@ -490,7 +490,7 @@ impl Worker {
             if t.op == crate::core::cq::CqOp::None {
                 t.op = op;
             }
-            t.report(&self.core.cqs, status, 0, 0, None);
+            t.report(&mut self.core.cqs, status, 0, 0, None);
         }
     }
 
@@ -588,7 +588,7 @@ impl Worker {
             self.core.release_idle_queues(target);
             if let Some(Callback::Cq(t)) = cb {
                 let ep = target.map(|e| self.core.handle(e));
-                t.report(&self.core.cqs, Status::Ok, 0, 0, ep);
+                t.report(&mut self.core.cqs, Status::Ok, 0, 0, ep);
             }
             return Ok(None);
         }
@@ -774,7 +774,7 @@ fn posted(
 #[inline(never)]
 fn report_in_call(core: &mut Core, ep: u32, t: crate::core::cq::CqTarget, imm: Imm) {
     let ep = Some(core.handle(ep));
-    t.report(&core.cqs, Status::Ok, imm.length, imm.tag, ep);
+    t.report(&mut core.cqs, Status::Ok, imm.length, imm.tag, ep);
 }
 
 /// What a completion-queue entry of an operation that completed in the call reports.

@@ -6,13 +6,22 @@
 //! any number of workers may report into. It is independent of every worker: polling
 //! never takes a worker's lock and never blocks.
 //!
-//! Capacity and overflow: entries go into a bounded lock-free ring (`ArrayQueue`) sized at
-//! creation; when it is full, or while older entries wait in the overflow list, they go to
-//! an unbounded lock-free overflow list (`SegQueue`) instead, so a completion is never
-//! lost and never waits for a consumer. The ring costs no allocation per entry; the
-//! overflow list allocates a block per 31 entries, and only when the ring was too small.
-//! [`Cq::poll`] takes the ring first, then the overflow list, so one consumer sees
-//! entries in completion order.
+//! Two ways in:
+//! - A worker the queue is attached to (`Worker::cq_attach`) gets a lane of its own
+//!   ([`lane`]): a ring that only that worker writes (it reports from one thread at a
+//!   time), so a completion is a 48-byte record written with no read-modify-write, and
+//!   a poll takes a run of records with one compare-and-swap. Up to [`MAX_LANES`] workers
+//!   hold a lane at once; a worker beyond them uses the shared ring.
+//! - Everything else (a queue held by the operation, active-message arrivals, entries
+//!   pushed by any thread) goes through the shared ring: a bounded lock-free ring
+//!   (`ArrayQueue`) that overflows into an unbounded lock-free list (`SegQueue`).
+//!
+//! Capacity: every lane and the shared ring hold `capacity` entries (a lane rounds it up
+//! to a power of two); beyond that entries go to the ring's overflow list, which
+//! allocates a block per 31 entries. A completion is never lost and never waits for a
+//! consumer. [`Cq::poll`] takes the lanes first, then the shared ring, then its overflow
+//! list; one consumer sees the entries of one producer (a worker's lane, or the shared
+//! ring) in completion order.
 //!
 //! Active-message arrivals reported into a queue carry their header and data in an
 //! [`AmPayload`], a buffer recycled through the queue: dropping the payload (or the entry
@@ -22,9 +31,16 @@
 //! Invariant: an entry is pushed exactly once per operation that named the queue (see
 //! `Core::settle` for requests and `worker::posted` for operations completed in the call).
 
+// The per-worker completion ring: slots written by one producer and claimed by any
+// consumer, published with release/acquire (the crate's third module with `unsafe`).
+#[allow(unsafe_code)]
+mod lane;
+
 use super::ids::{AmDesc, Ep};
 use crossbeam_queue::{ArrayQueue, SegQueue};
-use std::sync::Arc;
+use lane::{Lane, Producer};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 use ucs::{Result, Status};
 
 /// The operation an entry reports. The values are those of `rucx_cq_op_t` in C.
@@ -157,7 +173,41 @@ impl Default for Entry {
     }
 }
 
+/// An entry as a lane carries it: everything but the active-message payload (arrivals
+/// never go through a lane), in 48 bytes.
+struct Rec {
+    user: u64,
+    tag: u64,
+    length: usize,
+    ep: Option<Ep>,
+    op: CqOp,
+    status: Status,
+}
+
+const _: () = assert!(std::mem::size_of::<Rec>() <= 48);
+
+impl Rec {
+    #[inline]
+    fn entry(self) -> Entry {
+        Entry {
+            user: self.user,
+            op: self.op,
+            status: self.status,
+            length: self.length,
+            tag: self.tag,
+            ep: self.ep,
+            am: None,
+        }
+    }
+}
+
+/// Workers that may hold a lane of one queue at the same time.
+pub const MAX_LANES: usize = 16;
+
 struct Inner {
+    /// Lanes made so far: `lanes[..made]` are set.
+    lanes: [OnceLock<Arc<Lane<Rec>>>; MAX_LANES],
+    made: AtomicUsize,
     ring: ArrayQueue<Entry>,
     overflow: SegQueue<Entry>,
     free: ArrayQueue<Box<AmBuf>>,
@@ -189,6 +239,8 @@ impl Cq {
             return Err(Status::InvalidParam);
         }
         Ok(Cq(Arc::new(Inner {
+            lanes: std::array::from_fn(|_| OnceLock::new()),
+            made: AtomicUsize::new(0),
             ring: ArrayQueue::new(capacity),
             overflow: SegQueue::new(),
             free: ArrayQueue::new(FREE_BUFS),
@@ -207,7 +259,30 @@ impl Cq {
 
     /// Entries waiting (a snapshot: other threads may push or poll meanwhile).
     pub fn len(&self) -> usize {
-        self.0.ring.len() + self.0.overflow.len()
+        self.lanes().map(|l| l.len()).sum::<usize>() + self.0.ring.len() + self.0.overflow.len()
+    }
+
+    /// The lanes made so far.
+    #[inline]
+    fn lanes(&self) -> impl Iterator<Item = &Lane<Rec>> {
+        let made = self.0.made.load(Ordering::Acquire);
+        self.0.lanes[..made]
+            .iter()
+            .filter_map(|l| l.get().map(|l| &**l))
+    }
+
+    /// A lane for one more producer (a worker attaching the queue): a free one, or a new
+    /// one while fewer than [`MAX_LANES`] exist.
+    fn producer(&self) -> Option<Producer<Rec>> {
+        let cap = self.0.ring.capacity();
+        for (i, slot) in self.0.lanes.iter().enumerate() {
+            let lane = slot.get_or_init(|| Arc::new(Lane::new(cap)));
+            self.0.made.fetch_max(i + 1, Ordering::Release);
+            if let Some(p) = lane.claim() {
+                return Some(p);
+            }
+        }
+        None
     }
 
     /// True when no entry waits (a snapshot).
@@ -220,6 +295,15 @@ impl Cq {
     #[inline]
     pub fn poll(&self, out: &mut [Entry]) -> usize {
         let mut n = 0;
+        for lane in self.lanes() {
+            let max = out.len() - n;
+            let mut slots = out[n..].iter_mut();
+            n += lane.pop_into(max, |r| {
+                if let Some(o) = slots.next() {
+                    *o = r.entry();
+                }
+            });
+        }
         while n < out.len() {
             match self.0.ring.pop().or_else(|| self.0.overflow.pop()) {
                 Some(e) => {
@@ -286,6 +370,21 @@ pub struct CqId {
     pub(crate) idx: u32,
 }
 
+/// A queue as a worker holds it once attached: with the worker's lane when it got one.
+pub(crate) struct Attached {
+    pub cq: Cq,
+    lane: Option<Producer<Rec>>,
+}
+
+impl Attached {
+    pub(crate) fn new(cq: &Cq) -> Attached {
+        Attached {
+            lane: cq.producer(),
+            cq: cq.clone(),
+        }
+    }
+}
+
 /// Where an operation's entry goes.
 #[derive(Clone, Debug)]
 pub(crate) enum Dest {
@@ -310,7 +409,21 @@ impl CqTarget {
     #[inline]
     pub(crate) fn report(
         self,
-        attached: &[Cq],
+        attached: &mut [Attached],
+        status: Status,
+        length: usize,
+        tag: u64,
+        ep: Option<Ep>,
+    ) {
+        self.report_ref(attached, status, length, tag, ep);
+    }
+
+    /// [`CqTarget::report`] for a target that stays where it is (in a request about to be
+    /// dropped in place).
+    #[inline]
+    pub(crate) fn report_ref(
+        &self,
+        attached: &mut [Attached],
         status: Status,
         length: usize,
         tag: u64,
@@ -319,8 +432,21 @@ impl CqTarget {
         let cq = match &self.dest {
             Dest::Shared(cq) => cq,
             // Checked when the operation started; queues are never detached.
-            Dest::Attached { idx, .. } => match attached.get(*idx as usize) {
-                Some(cq) => cq,
+            Dest::Attached { idx, .. } => match attached.get_mut(*idx as usize) {
+                Some(Attached {
+                    lane: Some(lane), ..
+                }) => {
+                    lane.push(Rec {
+                        user: self.user,
+                        tag,
+                        length,
+                        ep,
+                        op: self.op,
+                        status,
+                    });
+                    return;
+                }
+                Some(a) => &a.cq,
                 None => return,
             },
         };
@@ -370,6 +496,60 @@ mod tests {
         }
         assert_eq!(seen, (0..11).collect::<Vec<_>>());
         assert!(cq.is_empty());
+    }
+
+    fn report(a: &mut [Attached], idx: u32, user: u64) {
+        CqTarget {
+            dest: Dest::Attached { idx, worker: 1 },
+            user,
+            op: CqOp::TagRecv,
+        }
+        .report(a, Status::MessageTruncated, 3, 77, Some(Ep(2, 5)));
+    }
+
+    #[test]
+    fn producers_beyond_the_lanes_use_the_shared_ring_and_lanes_are_reused() {
+        let cq = Cq::new(2).unwrap();
+        let mut a: Vec<Attached> = (0..MAX_LANES + 1).map(|_| Attached::new(&cq)).collect();
+        assert!(a[..MAX_LANES].iter().all(|x| x.lane.is_some()));
+        assert!(a[MAX_LANES].lane.is_none());
+        for (i, user) in (0..a.len() as u32).zip(100..) {
+            // Three each: one more than a lane's ring holds.
+            for k in 0..3 {
+                report(&mut a, i, user * 10 + k);
+            }
+        }
+        assert_eq!(cq.len(), 3 * (MAX_LANES + 1));
+        let mut out: Vec<Entry> = (0..7).map(|_| Entry::default()).collect();
+        let mut seen = Vec::new();
+        loop {
+            let n = cq.poll(&mut out);
+            if n == 0 {
+                break;
+            }
+            for e in &out[..n] {
+                assert_eq!(
+                    (e.op, e.status, e.length, e.tag, e.ep),
+                    (
+                        CqOp::TagRecv,
+                        Status::MessageTruncated,
+                        3,
+                        77,
+                        Some(Ep(2, 5))
+                    )
+                );
+                seen.push(e.user);
+            }
+        }
+        // Each producer's entries in order, every entry once.
+        for user in 100..100 + a.len() as u64 {
+            let mine: Vec<u64> = seen.iter().copied().filter(|u| u / 10 == user).collect();
+            assert_eq!(mine, vec![user * 10, user * 10 + 1, user * 10 + 2]);
+        }
+        assert_eq!(seen.len(), 3 * (MAX_LANES + 1));
+        // A worker that goes gives its lane back.
+        a.remove(3);
+        assert!(Attached::new(&cq).lane.is_some());
     }
 
     #[test]
