@@ -425,7 +425,9 @@ impl Iface {
 
     /// Writes the concatenation of `iov` at `addr`: in one copy (CMA or mapping) on self
     /// and shm; over tcp by sending it, and the peer reads it straight into its memory
-    /// (the key must be a wire key of the peer's tcp domain).
+    /// (the key must be a wire key of the peer's tcp domain); over udp by datagrams
+    /// gathered from `iov`, `InProgress` until the endpoint is flushed (see
+    /// [`crate::udp::UdpIface::put_zcopy`]).
     pub fn put_zcopy(
         &mut self,
         ep: EpId,
@@ -435,6 +437,9 @@ impl Iface {
         _comp: Comp,
     ) -> Result<Outcome> {
         if let Tl::Tcp(t) = &mut self.tl {
+            return t.put_zcopy(ep, iov, addr, rkey);
+        }
+        if let Tl::Udp(t) = &mut self.tl {
             return t.put_zcopy(ep, iov, addr, rkey);
         }
         #[cfg(feature = "fabric")]

@@ -166,33 +166,42 @@ pub(crate) fn put_data(tls: &mut [Tl], core: &mut Core, d: Work) -> Result<Optio
         let ptr = ptr.ok_or(Status::InvalidParam)?;
         let lane = connect(tls, core, ep)?;
         let t = &mut tls[lane.tl];
-        let rk = t.md.rkey_unpack(&rkey)?;
-        let max = t.iface.attr().max_put_zcopy;
-        if max == 0 {
-            return Err(Status::Unsupported);
-        }
-        while off < len {
-            if !t.iface.ep_is_flushed(lane.ep)? {
-                return Ok(false);
+        // udp's puts are sent from the buffer whatever else is queued (nothing is copied),
+        // so they need not wait for an empty send queue; its flush is the peer's
+        // acknowledgement, a round trip, which the completion below waits for once.
+        let wait_empty = t.transport != uct::Transport::Udp;
+        if off < len {
+            let rk = t.md.rkey_unpack(&rkey)?;
+            let max = t.iface.attr().max_put_zcopy;
+            if max == 0 {
+                return Err(Status::Unsupported);
             }
-            let n = max.min(len - off);
-            // SAFETY: off + n <= len <= the send buffer's length (checked when the Rtr
-            // arrived); the sender keeps the buffer readable until the send completes,
-            // which is after this.
-            let data = unsafe { std::slice::from_raw_parts(ptr.add(off), n) };
-            match t
-                .iface
-                .put_zcopy(lane.ep, &[data], addr + off as u64, &rk, 0)?
-            {
-                Outcome::Done(()) => off += n,
-                _ => return Ok(false),
+            while off < len {
+                if wait_empty && !t.iface.ep_is_flushed(lane.ep)? {
+                    return Ok(false);
+                }
+                let n = max.min(len - off);
+                // SAFETY: off + n <= len <= the send buffer's length (checked when the Rtr
+                // arrived); the sender keeps the buffer readable until the send completes,
+                // which is after this and after the endpoint was flushed (udp's puts read
+                // it until then).
+                let data = unsafe { std::slice::from_raw_parts(ptr.add(off), n) };
+                match t
+                    .iface
+                    .put_zcopy(lane.ep, &[data], addr + off as u64, &rk, 0)?
+                {
+                    // InProgress: the transport reads the buffer until the endpoint is
+                    // flushed, which completion waits for.
+                    Outcome::Done(()) | Outcome::InProgress => off += n,
+                    Outcome::NoResource => return Ok(false),
+                }
             }
         }
         // The send completes only once its last piece and the RndvFin left this process
         // (the transport's send buffer is empty): a sender may stop progressing once its
         // send completed, and bytes still in the send buffer would then never leave.
         if !fin {
-            if !t.iface.ep_is_flushed(lane.ep)? {
+            if wait_empty && !t.iface.ep_is_flushed(lane.ep)? {
                 return Ok(false);
             }
             // am_short's header travels in native order: its bytes are the message's first 8.

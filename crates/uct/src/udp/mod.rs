@@ -136,8 +136,8 @@ use ucs::config::{self, Var};
 use ucs::sys::udp_batch::{self, OutMsg, RecvBatch, SendBatch};
 use ucs::{EventSet, Events, Result, Status};
 use uct_rel::packet::{Body, Packet, HEADER_LEN};
-use uct_rel::{Engine, Event, PeerId, PeerStatus, SendError, TxBatch};
-use wire::FRAME_HDR;
+use uct_rel::{Engine, Event, ExtPayload, PeerId, PeerStatus, SendError, TxBatch};
+use wire::{Frame, FRAME_HDR, PUT_HDR};
 
 pub static VARS: &[Var] = &[
     Var {
@@ -390,6 +390,10 @@ pub struct UdpStats {
     pub rx_calls: u64,
     /// Datagrams that arrived coalesced by GRO.
     pub rx_gro_segments: u64,
+    /// Put pieces queued (one datagram each, sent from the caller's buffer).
+    pub tx_put_pieces: u64,
+    /// Put pieces dropped because their target is not a live registration holding them.
+    pub rx_put_refused: u64,
 }
 
 /// A remote interface.
@@ -518,6 +522,58 @@ fn io_would_block(e: &std::io::Error) -> bool {
     )
 }
 
+/// Largest `put_zcopy`: large enough that a rendezvous moves a megabyte in one call, small
+/// enough that its pieces fit one send window.
+pub const MAX_PUT: usize = 1 << 20;
+
+/// The caller's bytes an external payload of this interface's engine names, or nothing.
+///
+/// # Safety
+///
+/// `x` must come from this interface's engine (a `Transmit` of it, or its `materialize`):
+/// the engine hands back only tokens that `put_zcopy` made from its caller's buffers, and
+/// only while their packet is unacknowledged and its peer live, which is within the time
+/// `put_zcopy`'s caller keeps them readable.
+#[allow(unsafe_code)] // zero-copy sends read their caller's memory until acknowledged
+unsafe fn ext_bytes<'a>(x: Option<ExtPayload>) -> &'a [u8] {
+    match x {
+        // SAFETY: see above; the token is the address of `len` readable bytes.
+        Some(x) => unsafe {
+            std::slice::from_raw_parts(x.token as usize as *const u8, x.len as usize)
+        },
+        None => &[],
+    }
+}
+
+/// What became of the reliable messages handed up in one go.
+#[derive(Default)]
+struct RxCount {
+    delivered: usize,
+    bad: u64,
+    refused: u64,
+}
+
+impl RxCount {
+    /// Hands an active message to `f`, or writes a put piece into its registration.
+    #[inline]
+    fn frame(&mut self, m: &[u8], f: &mut impl FnMut(u8, &[u8])) {
+        match wire::parse(m) {
+            Ok(Frame::Am(id, data)) => {
+                f(id, data);
+                self.delivered += 1;
+            }
+            Ok(Frame::Put { reg, addr, data }) => {
+                let mut alive = crate::md::wire_target(reg, addr, data.len() as u64);
+                match crate::rma::registered_mut(&mut alive, addr, data.len()) {
+                    Some(dst) => dst.copy_from_slice(data),
+                    None => self.refused += 1,
+                }
+            }
+            Err(_) => self.bad += 1,
+        }
+    }
+}
+
 impl UdpIface {
     /// Opens an interface bound to `ip` (port chosen by the kernel) of `device`.
     pub fn open(device: &str, ip: IpAddr, cfg: UdpConfig) -> Result<UdpIface> {
@@ -593,6 +649,7 @@ impl UdpIface {
             caps: Caps::AM_SHORT
                 | Caps::AM_BCOPY
                 | Caps::AM_ZCOPY
+                | Caps::PUT_ZCOPY
                 | Caps::CONNECT_TO_IFACE
                 | Caps::EVENT_RECV,
             max_am_short: max_am - 8,
@@ -601,13 +658,18 @@ impl UdpIface {
             max_am_hdr: max_am.min(128),
             max_put_short: 0,
             max_put_bcopy: 0,
-            max_put_zcopy: 0,
+            max_put_zcopy: MAX_PUT,
             max_get_bcopy: 0,
             max_get_zcopy: 0,
             iface_addr_len: wire::encode_addr(&local, seg_size as u16).len(),
             device_addr_len: crate::shm::address::DEVICE_ADDR_LEN,
             cost,
-            rma_cost: cost,
+            // A put goes from the caller's buffer to the kernel: one copy fewer than an
+            // active message on the sending side.
+            rma_cost: CostModel {
+                bandwidth: 1.5e9,
+                ..cost
+            },
         };
         tracing::debug!(
             "udp: interface on {device} at {local}, datagrams of {seg_size} bytes, \
@@ -788,6 +850,14 @@ impl UdpIface {
     /// delivered (flush first to know that it was).
     pub fn ep_destroy(&mut self, ep: EpId) -> Result<()> {
         let e = self.eps.remove(ep)?;
+        // Puts through it may still refer to their caller's buffer, which the caller may
+        // release once the endpoint is gone: their data moves into the engine.
+        self.engine.materialize(PeerId(e.peer), |x, buf| {
+            #[allow(unsafe_code)] // see ext_bytes
+            // SAFETY: `x` comes from this interface's engine (see `ext_bytes`), and the
+            // endpoint, whose destruction ends the buffer's promise, is destroyed only now.
+            buf.copy_from_slice(unsafe { ext_bytes(Some(x)) });
+        });
         if let Some(pe) = self.peers.get_mut(e.peer as usize) {
             pe.eps -= 1;
             if pe.eps == 0 {
@@ -957,6 +1027,65 @@ impl UdpIface {
         })
     }
 
+    /// Writes the concatenation of `iov` at `addr` of the peer, inside the registration
+    /// `rkey` names (a wire key of the peer's udp domain). The data goes from `iov` to the
+    /// kernel without a copy: each datagram is a put header in the engine's send pool
+    /// followed by a piece of a buffer of `iov`, gathered by `sendmmsg`. So the put is
+    /// `InProgress` on success: the buffers must stay readable and unchanged until the
+    /// endpoint is flushed (the peer acknowledged every piece, [`UdpIface::ep_is_flushed`]),
+    /// it failed, or it was destroyed. `NoResource` when not every piece fits the peer's
+    /// window now; nothing is queued then. Remote completion is ordered like any message:
+    /// an active message sent after the put is delivered after its data was written.
+    pub fn put_zcopy(
+        &mut self,
+        ep: EpId,
+        iov: &[&[u8]],
+        addr: u64,
+        rkey: &crate::Rkey,
+    ) -> Result<Outcome> {
+        let peer = self.ep_peer(ep)?;
+        let reg = rkey.wire_reg().ok_or(Status::InvalidParam)?;
+        let total: usize = iov.iter().map(|b| b.len()).sum();
+        if total > MAX_PUT {
+            return Err(Status::InvalidParam);
+        }
+        rkey.check(addr, total)?;
+        let piece = self.max_msg - FRAME_HDR - PUT_HDR;
+        let packets: usize = iov.iter().map(|b| b.len().div_ceil(piece)).sum();
+        let wire_bytes = (total + packets * (HEADER_LEN + FRAME_HDR + PUT_HDR)) as u64;
+        if !self
+            .engine
+            .room_for_ext(PeerId(peer), packets as u32, wire_bytes)
+        {
+            return Ok(Outcome::NoResource);
+        }
+        let now = ucs::now_ns();
+        let mut at = addr;
+        for b in iov {
+            for chunk in b.chunks(piece) {
+                let ext = ExtPayload {
+                    token: chunk.as_ptr() as u64,
+                    len: chunk.len() as u32, // <= piece < 64 KiB
+                };
+                let head = wire::put_header(reg, at);
+                let r = self.engine.send_ext(PeerId(peer), now, ext, |buf| {
+                    buf[..head.len()].copy_from_slice(&head);
+                    head.len()
+                });
+                match r {
+                    Ok(()) => {}
+                    // room_for_ext said every piece fits; only a failure can intervene.
+                    Err(SendError::Failed) => return Err(Status::EndpointTimeout),
+                    Err(_) => return Err(Status::NoResource),
+                }
+                at += chunk.len() as u64;
+            }
+        }
+        self.stats.tx_put_pieces += packets as u64;
+        self.transmit(now);
+        Ok(Outcome::InProgress)
+    }
+
     /// True when no peer is known: nothing can be in flight and nothing is expected, so
     /// progress may poll rarely (the first datagram of a new peer waits a little).
     pub fn is_idle(&self) -> bool {
@@ -1044,22 +1173,12 @@ impl UdpIface {
                             None => continue,
                         },
                     };
-                    let (mut direct, mut bad) = (0usize, 0u64);
+                    let mut n = RxCount::default();
                     self.engine
-                        .on_packet_with(
-                            PeerId(peer),
-                            d,
-                            now,
-                            &mut |_, m| match wire::parse_frame(m) {
-                                Ok((id, data)) => {
-                                    f(id, data);
-                                    direct += 1;
-                                }
-                                Err(_) => bad += 1,
-                            },
-                        );
-                    self.stats.rx_bad_frame += bad;
-                    delivered += direct;
+                        .on_packet_with(PeerId(peer), d, now, &mut |_, m| n.frame(m, f));
+                    self.stats.rx_bad_frame += n.bad;
+                    self.stats.rx_put_refused += n.refused;
+                    delivered += n.delivered;
                     if self.engine.has_events() {
                         delivered += self.deliver(f);
                     }
@@ -1123,7 +1242,11 @@ impl UdpIface {
         for m in &self.tx.out_msgs[from..] {
             for k in m.first..m.first + m.count {
                 let t = self.engine.batch_item(&self.tx.txb, k as usize);
-                self.stalled.push_back((t.peer.0, t.bytes.to_vec()));
+                // SAFETY: `t.ext` comes from this interface's engine (see `ext_bytes`).
+                #[allow(unsafe_code)] // see ext_bytes
+                let tail = unsafe { ext_bytes(t.ext) };
+                self.stalled
+                    .push_back((t.peer.0, [t.bytes, tail].concat()));
             }
         }
     }
@@ -1151,7 +1274,11 @@ impl UdpIface {
                 .tx
                 .sendb
                 .send(self.sock.as_fd(), &self.tx.out_msgs, |i| {
-                    engine.batch_item(txb, i).bytes
+                    let t = engine.batch_item(txb, i);
+                    // SAFETY: `t.ext` comes from this interface's engine (see `ext_bytes`).
+                    #[allow(unsafe_code)] // see ext_bytes
+                    let tail = unsafe { ext_bytes(t.ext) };
+                    (t.bytes, tail)
                 });
             self.stats.tx_calls += 1;
             match r {
@@ -1197,7 +1324,8 @@ impl UdpIface {
         let mut cur: Option<(u32, OutMsg, usize, usize)> = None; // peer, msg, seg, bytes
         for i in 0..n {
             let t = self.engine.batch_item(&self.tx.txb, i);
-            let (peer, len) = (t.peer.0, t.bytes.len());
+            let len = t.bytes.len() + t.ext.map_or(0, |x| x.len as usize);
+            let peer = t.peer.0;
             if let Some((p, mut m, seg, bytes)) = cur {
                 let fits = self.gso
                     && p == peer
@@ -1241,11 +1369,8 @@ impl UdpIface {
 
     fn finish(&mut self, mut m: OutMsg) {
         if m.count > 1 {
-            let seg = self
-                .engine
-                .batch_item(&self.tx.txb, m.first as usize)
-                .bytes
-                .len();
+            let t = self.engine.batch_item(&self.tx.txb, m.first as usize);
+            let seg = t.bytes.len() + t.ext.map_or(0, |x| x.len as usize);
             m.gso = Some(seg as u16);
             self.stats.tx_gso_segments += u64::from(m.count);
         }
@@ -1253,29 +1378,26 @@ impl UdpIface {
     }
 
     fn deliver(&mut self, f: &mut impl FnMut(u8, &[u8])) -> usize {
-        let mut n = 0;
+        let mut n = RxCount::default();
         let mut failed: Option<u32> = None;
         while let Some(ev) = self.engine.poll_event() {
             match ev {
-                Event::Deliver { payload, .. } => match wire::parse_frame(payload) {
-                    Ok((id, data)) => {
-                        f(id, data);
-                        n += 1;
-                    }
-                    Err(_) => self.stats.rx_bad_frame += 1,
-                },
+                Event::Deliver { payload, .. } => n.frame(payload, f),
                 Event::PeerFailed(p) => {
                     failed = Some(p.0);
                     break;
                 }
             }
         }
+        self.stats.rx_bad_frame += n.bad;
+        self.stats.rx_put_refused += n.refused;
+        let mut delivered = n.delivered;
         if let Some(p) = failed {
             self.peer_failed(p);
             // More events may follow the failure.
-            n += self.deliver(f);
+            delivered += self.deliver(f);
         }
-        n
+        delivered
     }
 
     #[cold]
