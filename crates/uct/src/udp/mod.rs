@@ -1519,6 +1519,80 @@ mod tests {
         b.ep_destroy(back).unwrap();
     }
 
+    /// Progresses both until `done` holds (10 s at most).
+    fn pump(a: &mut UdpIface, b: &mut UdpIface, mut done: impl FnMut(&UdpIface, &UdpIface) -> bool) {
+        let start = std::time::Instant::now();
+        while !done(a, b) {
+            a.poll(&mut |_, _| {});
+            b.poll(&mut |_, _| {});
+            assert!(start.elapsed() < Duration::from_secs(10), "timed out");
+            std::thread::sleep(Duration::from_micros(50));
+        }
+    }
+
+    #[test]
+    fn put_pieces_land_in_the_registration() {
+        let (mut a, mut b) = pair(UdpConfig::default());
+        let md = crate::Md::open(crate::Transport::Udp);
+        let len = 200_000;
+        let mut target = vec![0u8; len + 16];
+        // SAFETY: `target` outlives the registration (dropped at the end of the test) and
+        // is only read after the puts completed.
+        #[allow(unsafe_code)] // testing puts into registered memory
+        let mem = unsafe { md.mem_reg(target.as_mut_ptr(), target.len()) }.unwrap();
+        let rkey = md.rkey_unpack(&mem.pack_rkey()).unwrap();
+        let ep = a.ep_create(&b.address()).unwrap();
+        let src: Vec<u8> = (0..len).map(|i| (i * 11 + i / 257) as u8).collect();
+        let (x, y) = src.split_at(70_001);
+        let at = mem.address() as u64 + 8;
+        let r = a.put_zcopy(ep, &[x, &[], y], at, &rkey).unwrap();
+        assert_eq!(r, Outcome::InProgress);
+        // Each buffer is cut on its own into pieces of 64962 bytes: 2 + 3.
+        assert_eq!(a.stats().tx_put_pieces, 5);
+        pump(&mut a, &mut b, |a, _| a.ep_is_flushed(ep).unwrap());
+        // Delivered in order: once acknowledged, written.
+        assert!(target[8..8 + len] == src[..], "the bytes differ");
+        assert_eq!(&target[..8], &[0; 8]);
+        assert_eq!(&target[8 + len..], &[0; 8]);
+        // A range past the registration is refused before anything is sent.
+        assert!(a.put_zcopy(ep, &[&src[..20]], at + len as u64, &rkey).is_err());
+        drop(mem);
+        // The registration is gone: a put to it is dropped on arrival, and counted.
+        target.fill(0);
+        assert_eq!(a.put_zcopy(ep, &[&src[..100]], at, &rkey).unwrap(), Outcome::InProgress);
+        pump(&mut a, &mut b, |a, b| a.ep_is_flushed(ep).unwrap() && b.stats().rx_put_refused > 0);
+        assert_eq!(b.stats().rx_put_refused, 1);
+        assert!(target.iter().all(|&v| v == 0));
+    }
+
+    #[test]
+    fn destroying_the_endpoint_frees_the_putters_buffer() {
+        let (mut a, mut b) = pair(UdpConfig::default());
+        let md = crate::Md::open(crate::Transport::Udp);
+        let len = 300_000;
+        let mut target = vec![0u8; len];
+        // SAFETY: as in put_pieces_land_in_the_registration.
+        #[allow(unsafe_code)] // testing puts into registered memory
+        let mem = unsafe { md.mem_reg(target.as_mut_ptr(), len) }.unwrap();
+        let rkey = md.rkey_unpack(&mem.pack_rkey()).unwrap();
+        let ep = a.ep_create(&b.address()).unwrap();
+        let want: Vec<u8> = (0..len).map(|i| (i * 5 + i / 101) as u8).collect();
+        let mut src = want.clone();
+        assert_eq!(
+            a.put_zcopy(ep, &[&src], mem.address() as u64, &rkey).unwrap(),
+            Outcome::InProgress
+        );
+        // Lose whatever went already: the engine must resend from its own copy.
+        let mut sink = [0u8; 70_000];
+        while b.sock.recv_from(&mut sink).is_ok() {}
+        a.ep_destroy(ep).unwrap();
+        src.fill(0xee); // the caller may reuse its buffer once the endpoint is gone
+        pump(&mut a, &mut b, |a, _| a.is_flushed());
+        assert!(a.engine_counters().tx_retransmits > 0);
+        assert!(target == want, "the bytes differ");
+        drop(mem);
+    }
+
     #[test]
     fn other_seg_size_is_unreachable() {
         let (a, _) = pair(UdpConfig::default());
