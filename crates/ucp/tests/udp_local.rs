@@ -70,7 +70,11 @@ fn same_host_peer_goes_through_the_loopback_interface() {
     // A network device's datagrams carry at most 1472 bytes; the loopback's ~65000.
     assert!(th.mid_frag > 60_000, "fragments of {} bytes", th.mid_frag);
     // The message went by rendezvous: the sender put it from its buffer.
-    assert!(th.put && th.rndv <= len, "rendezvous from {} bytes", th.rndv);
+    assert!(
+        th.put && th.rndv <= len,
+        "rendezvous from {} bytes",
+        th.rndv
+    );
 }
 
 /// Several 1 MiB rendezvous sends at once (the puts of later ones queue behind earlier
@@ -85,7 +89,11 @@ fn concurrent_rendezvous_puts_deliver_every_byte() {
     const N: usize = 6;
     let len = 1 << 20;
     let mut data: Vec<Vec<u8>> = (0..N)
-        .map(|m| (0..len).map(|i| (i * 13 + i / 509 + m * 31) as u8).collect())
+        .map(|m| {
+            (0..len)
+                .map(|i| (i * 13 + i / 509 + m * 31) as u8)
+                .collect()
+        })
         .collect();
     let want = data.clone();
     let mut out = vec![vec![0u8; len]; N];

@@ -230,7 +230,10 @@ impl SendBatch {
             let h = &mut self.hdrs[i].msg_hdr;
             h.msg_name = (&mut self.addrs[i] as *mut libc::sockaddr_storage).cast();
             h.msg_iov = self.iovs[iov_at..].as_mut_ptr();
-            iov_at += h.msg_iovlen as usize;
+            #[allow(clippy::unnecessary_cast)] // its type differs between C libraries
+            {
+                iov_at += h.msg_iovlen as usize;
+            }
             if let Some(seg) = m.gso {
                 let room = &mut self.cmsgs[i];
                 h.msg_control = room.as_mut_ptr().cast();

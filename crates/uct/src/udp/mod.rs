@@ -1242,11 +1242,10 @@ impl UdpIface {
         for m in &self.tx.out_msgs[from..] {
             for k in m.first..m.first + m.count {
                 let t = self.engine.batch_item(&self.tx.txb, k as usize);
-                // SAFETY: `t.ext` comes from this interface's engine (see `ext_bytes`).
                 #[allow(unsafe_code)] // see ext_bytes
+                // SAFETY: `t.ext` comes from this interface's engine (see `ext_bytes`).
                 let tail = unsafe { ext_bytes(t.ext) };
-                self.stalled
-                    .push_back((t.peer.0, [t.bytes, tail].concat()));
+                self.stalled.push_back((t.peer.0, [t.bytes, tail].concat()));
             }
         }
     }
@@ -1275,8 +1274,8 @@ impl UdpIface {
                 .sendb
                 .send(self.sock.as_fd(), &self.tx.out_msgs, |i| {
                     let t = engine.batch_item(txb, i);
-                    // SAFETY: `t.ext` comes from this interface's engine (see `ext_bytes`).
                     #[allow(unsafe_code)] // see ext_bytes
+                    // SAFETY: `t.ext` comes from this interface's engine (see `ext_bytes`).
                     let tail = unsafe { ext_bytes(t.ext) };
                     (t.bytes, tail)
                 });
@@ -1520,7 +1519,11 @@ mod tests {
     }
 
     /// Progresses both until `done` holds (10 s at most).
-    fn pump(a: &mut UdpIface, b: &mut UdpIface, mut done: impl FnMut(&UdpIface, &UdpIface) -> bool) {
+    fn pump(
+        a: &mut UdpIface,
+        b: &mut UdpIface,
+        mut done: impl FnMut(&UdpIface, &UdpIface) -> bool,
+    ) {
         let start = std::time::Instant::now();
         while !done(a, b) {
             a.poll(&mut |_, _| {});
@@ -1536,9 +1539,9 @@ mod tests {
         let md = crate::Md::open(crate::Transport::Udp);
         let len = 200_000;
         let mut target = vec![0u8; len + 16];
+        #[allow(unsafe_code)] // testing puts into registered memory
         // SAFETY: `target` outlives the registration (dropped at the end of the test) and
         // is only read after the puts completed.
-        #[allow(unsafe_code)] // testing puts into registered memory
         let mem = unsafe { md.mem_reg(target.as_mut_ptr(), target.len()) }.unwrap();
         let rkey = md.rkey_unpack(&mem.pack_rkey()).unwrap();
         let ep = a.ep_create(&b.address()).unwrap();
@@ -1555,12 +1558,19 @@ mod tests {
         assert_eq!(&target[..8], &[0; 8]);
         assert_eq!(&target[8 + len..], &[0; 8]);
         // A range past the registration is refused before anything is sent.
-        assert!(a.put_zcopy(ep, &[&src[..20]], at + len as u64, &rkey).is_err());
+        assert!(a
+            .put_zcopy(ep, &[&src[..20]], at + len as u64, &rkey)
+            .is_err());
         drop(mem);
         // The registration is gone: a put to it is dropped on arrival, and counted.
         target.fill(0);
-        assert_eq!(a.put_zcopy(ep, &[&src[..100]], at, &rkey).unwrap(), Outcome::InProgress);
-        pump(&mut a, &mut b, |a, b| a.ep_is_flushed(ep).unwrap() && b.stats().rx_put_refused > 0);
+        assert_eq!(
+            a.put_zcopy(ep, &[&src[..100]], at, &rkey).unwrap(),
+            Outcome::InProgress
+        );
+        pump(&mut a, &mut b, |a, b| {
+            a.ep_is_flushed(ep).unwrap() && b.stats().rx_put_refused > 0
+        });
         assert_eq!(b.stats().rx_put_refused, 1);
         assert!(target.iter().all(|&v| v == 0));
     }
@@ -1571,15 +1581,16 @@ mod tests {
         let md = crate::Md::open(crate::Transport::Udp);
         let len = 300_000;
         let mut target = vec![0u8; len];
-        // SAFETY: as in put_pieces_land_in_the_registration.
         #[allow(unsafe_code)] // testing puts into registered memory
+        // SAFETY: as in put_pieces_land_in_the_registration.
         let mem = unsafe { md.mem_reg(target.as_mut_ptr(), len) }.unwrap();
         let rkey = md.rkey_unpack(&mem.pack_rkey()).unwrap();
         let ep = a.ep_create(&b.address()).unwrap();
         let want: Vec<u8> = (0..len).map(|i| (i * 5 + i / 101) as u8).collect();
         let mut src = want.clone();
         assert_eq!(
-            a.put_zcopy(ep, &[&src], mem.address() as u64, &rkey).unwrap(),
+            a.put_zcopy(ep, &[&src], mem.address() as u64, &rkey)
+                .unwrap(),
             Outcome::InProgress
         );
         // Lose whatever went already: the engine must resend from its own copy.

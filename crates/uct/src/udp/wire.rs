@@ -191,7 +191,11 @@ mod tests {
         assert_eq!(parse(&[31, 0]).unwrap(), Frame::Am(31, &[][..]));
         assert_eq!(
             parse(&put_header(7, 9)).unwrap(),
-            Frame::Put { reg: 7, addr: 9, data: &[][..] }
+            Frame::Put {
+                reg: 7,
+                addr: 9,
+                data: &[][..]
+            }
         );
     }
 }
