@@ -26,9 +26,23 @@
 //! payload ([`UdpConfig::seg_size`]; by default 1472 bytes on IPv4 and 1452 on IPv6, a
 //! 1500-byte MTU path, and 65000 bytes on a loopback device, whose path is this host)
 //! minus the engine's 20-byte header and the frame header. The protocol layer fragments
-//! larger messages. Every send (short, bcopy's packer, zcopy's gather) writes the message
-//! straight into its slot of the engine's send pool ([`uct_rel::Engine::send_with`]),
-//! where it stays for retransmission: the only other copy is the kernel's. A message to
+//! larger messages, or sends them by rendezvous through `put_zcopy` (below). Every active
+//! message (short, bcopy's packer, zcopy's gather) is written straight into its slot of
+//! the engine's send pool ([`uct_rel::Engine::send_with`]), where it stays for
+//! retransmission: the only other copy is the kernel's.
+//!
+//! # Puts
+//!
+//! [`UdpIface::put_zcopy`] moves data without that copy: each datagram is a put header
+//! (registration and address, [`wire`]) in the send pool and a piece of the caller's
+//! buffer named by an external payload ([`uct_rel::Engine::send_ext`]); `sendmmsg`
+//! gathers the two, also for retransmissions. The put is therefore `InProgress` until the
+//! endpoint is flushed (every piece acknowledged), and the caller keeps its buffer until
+//! then; destroying the endpoint copies what is still unacknowledged into the engine
+//! ([`uct_rel::Engine::materialize`]), so the buffer is free from then on too. The
+//! receiver writes a piece into its destination when the engine delivers it (in order,
+//! once), after checking that a live registration of this process's udp domain holds the
+//! whole piece ([`crate::md::wire_target`]); other pieces are counted and dropped. A message to
 //! an idle peer is handed to the socket at once; one queued behind others waits for the
 //! next progress call or until [`TX_DEFER`] messages or [`TX_DEFER_BYTES`] have
 //! gathered, so that they go to the kernel together while still in the CPU's cache. When the peer's window (or the interface's send pool) is full, the send
