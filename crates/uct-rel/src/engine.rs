@@ -1104,6 +1104,26 @@ impl Engine {
         Ok(())
     }
 
+    /// A mark of what was queued to `peer` so far (the number the next message will
+    /// get), for [`Engine::acked_to`]; `None` unless the peer is active.
+    pub fn queued_mark(&self, peer: PeerId) -> Option<u32> {
+        match self.peers.get(peer.0 as usize) {
+            Some(PeerSlot::Active(p)) => Some(p.snd_nxt),
+            _ => None,
+        }
+    }
+
+    /// Whether `peer` acknowledged every message queued before `mark` was taken
+    /// ([`Engine::queued_mark`]), whatever was queued since; `None` unless the peer is
+    /// active. Lets one message's sender wait for its own acknowledgement, not for a
+    /// queue that later messages keep from ever draining.
+    pub fn acked_to(&self, peer: PeerId, mark: u32) -> Option<bool> {
+        match self.peers.get(peer.0 as usize) {
+            Some(PeerSlot::Active(p)) => Some(!seq::lt(p.snd_una, mark)),
+            _ => None,
+        }
+    }
+
     /// Tells the engine how many bytes of datagrams its owner can now hold unread (see
     /// [`Config::rcv_buf`]); the credit advertised from the next packet on follows.
     pub fn set_rcv_buf(&mut self, bytes: u32) {
@@ -2095,6 +2115,24 @@ mod tests {
             delivered(&mut b),
             [b"h:abc".to_vec(), [&b"h:"[..], &[9; 1000][..]].concat()]
         );
+    }
+
+    #[test]
+    fn a_mark_is_acknowledged_whatever_follows_it() {
+        let (mut a, mut b) = pair(cfg());
+        a.send(B, b"m0", 0).unwrap();
+        a.send(B, b"m1", 0).unwrap();
+        let mark = a.queued_mark(B).unwrap();
+        assert_eq!(a.acked_to(B, mark), Some(false));
+        let first = out(&mut a, 0);
+        a.send(B, b"m2", 0).unwrap(); // queued after the mark, never sent here
+        feed(&mut b, A, &first, 0);
+        b.on_timeout(2 * MS); // the delayed acknowledgement
+        let acks = out(&mut b, 2 * MS);
+        feed(&mut a, B, &acks, 2 * MS);
+        assert_eq!(a.acked_to(B, mark), Some(true));
+        assert_eq!(a.peer_status(B), PeerStatus::Active { unacked: 1 });
+        assert_eq!(a.acked_to(PeerId(9), mark), None);
     }
 
     #[test]

@@ -274,6 +274,26 @@ impl Iface {
         }
     }
 
+    /// A mark of what `ep` was given so far, for [`Iface::ep_flushed_to`]: `Some` where
+    /// a flush is an acknowledgement that later sends can keep from ever coming (udp),
+    /// `None` elsewhere.
+    pub fn ep_flush_mark(&self, ep: EpId) -> Result<Option<u64>> {
+        match &self.tl {
+            Tl::Udp(t) => t.ep_flush_mark(ep).map(Some),
+            _ => self.ep_is_flushed(ep).map(|_| None),
+        }
+    }
+
+    /// True when what `ep` was given before `mark` ([`Iface::ep_flush_mark`]) has left
+    /// this process as [`Iface::ep_is_flushed`] says, whatever it was given since; with
+    /// `None`, the same as `ep_is_flushed`.
+    pub fn ep_flushed_to(&self, ep: EpId, mark: Option<u64>) -> Result<bool> {
+        match (&self.tl, mark) {
+            (Tl::Udp(t), Some(m)) => t.ep_flushed_to(ep, m),
+            _ => self.ep_is_flushed(ep),
+        }
+    }
+
     /// Connection events (failed endpoints, closed peers) since the last call; empty for
     /// transports without connections.
     pub fn take_events(&mut self) -> Vec<IfaceEvent> {

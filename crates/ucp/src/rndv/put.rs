@@ -1,7 +1,7 @@
-//! Rendezvous where the sender puts the data (lanes without a one-copy read: tcp).
+//! Rendezvous where the sender puts the data (lanes without a one-copy read: tcp, udp).
 //!
 //! The sender's Rts carries no key. The receiver, once the message matched, registers its
-//! buffer with the tcp domain (a bounce buffer when the receive is not contiguous) and
+//! buffer with the lane's domain (a bounce buffer when the receive is not contiguous) and
 //! answers with an Rtr naming it; the sender puts the data there in `put_zcopy` pieces —
 //! the receiving transport reads them from the socket straight into the buffer — and sends
 //! RndvFin behind them on the same connection, so that the receiver completes only after
@@ -15,6 +15,12 @@
 //! It completes the send only once the last piece and the RndvFin are out of the send
 //! buffer, so that a sender that stops progressing after its send completed does not keep
 //! them (and the receiver waits for them forever).
+//!
+//! udp differs in two ways: its puts go from the user's buffer to the kernel whatever is
+//! queued (nothing is copied), so pieces and fin do not wait for an empty queue; and they
+//! read the buffer until the receiver acknowledged them, so the send completes once the
+//! peer acknowledged everything up to its fin (a mark taken after the fin, not the whole
+//! endpoint, which later sends could keep from ever draining).
 
 use super::{RndvState, Work};
 use crate::core::request::{Buf, Req, ReqKind, Request};
@@ -148,6 +154,7 @@ pub(crate) fn put_data(tls: &mut [Tl], core: &mut Core, d: Work) -> Result<Optio
         rkey,
         mut off,
         mut fin,
+        mut mark,
     } = d
     else {
         return Err(Status::InvalidParam);
@@ -212,8 +219,13 @@ pub(crate) fn put_data(tls: &mut [Tl], core: &mut Core, d: Work) -> Result<Optio
                 .iface
                 .am_short(lane.ep, AmId::RndvFin.id(), hdr, rest)?
                 .is_done();
+            if fin {
+                // udp: the send waits for the acknowledgement of its own pieces and fin
+                // only, which later sends on the endpoint cannot put off forever.
+                mark = t.iface.ep_flush_mark(lane.ep)?;
+            }
         }
-        Ok(fin && t.iface.ep_is_flushed(lane.ep)?)
+        Ok(fin && t.iface.ep_flushed_to(lane.ep, mark)?)
     })();
     match res {
         Ok(false) => Ok(Some(Work::Put {
@@ -224,6 +236,7 @@ pub(crate) fn put_data(tls: &mut [Tl], core: &mut Core, d: Work) -> Result<Optio
             rkey,
             off,
             fin,
+            mark,
         })),
         Ok(true) => {
             core.complete(r, Status::Ok);
@@ -260,6 +273,7 @@ impl RndvState {
             rkey: h.rkey.to_vec(),
             off: 0,
             fin: false,
+            mark: None,
         });
         Ok(())
     }

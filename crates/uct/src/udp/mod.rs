@@ -920,6 +920,24 @@ impl UdpIface {
         }
     }
 
+    /// A mark of everything sent on `ep`'s peer so far, for [`UdpIface::ep_flushed_to`].
+    pub fn ep_flush_mark(&self, ep: EpId) -> Result<u64> {
+        let peer = self.ep_peer(ep)?;
+        self.engine
+            .queued_mark(PeerId(peer))
+            .map(u64::from)
+            .ok_or(Status::EndpointTimeout)
+    }
+
+    /// True when the peer of `ep` acknowledged everything sent before `mark` was taken,
+    /// whatever was sent since.
+    pub fn ep_flushed_to(&self, ep: EpId, mark: u64) -> Result<bool> {
+        let peer = self.ep_peer(ep)?;
+        self.engine
+            .acked_to(PeerId(peer), mark as u32)
+            .ok_or(Status::EndpointTimeout)
+    }
+
     /// True when every peer that has not failed acknowledged everything sent to it.
     pub fn is_flushed(&self) -> bool {
         (0..self.peers.len() as u32).all(|p| {
