@@ -536,8 +536,8 @@ fn io_would_block(e: &std::io::Error) -> bool {
     )
 }
 
-/// Largest `put_zcopy`: large enough that a rendezvous moves a megabyte in one call, small
-/// enough that its pieces fit one send window.
+/// Largest `put_zcopy` (less when half the message window or send pool holds fewer
+/// pieces): large enough that a rendezvous moves a megabyte in one call.
 pub const MAX_PUT: usize = 1 << 20;
 
 /// The caller's bytes an external payload of this interface's engine names, or nothing.
@@ -649,6 +649,11 @@ impl UdpIface {
         engine.set_rcv_buf(u32::try_from(usable.max(seg_size)).unwrap_or(u32::MAX));
         let max_msg = seg_size - HEADER_LEN;
         let max_am = max_msg - FRAME_HDR;
+        // A put must fit a peer's message window and the send pool at once (put_zcopy
+        // queues all its pieces or none); half of them, so that one can queue while
+        // another is in flight.
+        let put_pieces = (cfg.window.min(cfg.tx_queue_for(seg_size)) / 2).max(1) as usize;
+        let max_put = MAX_PUT.min(put_pieces * (max_msg - FRAME_HDR - PUT_HDR));
         // A loopback interface reaches only this host's peers, over a path with large
         // datagrams; it is the cheaper way to them, so that the protocol layer, which
         // takes the cheapest interface that reaches a peer, sends to a same-host peer
@@ -672,7 +677,7 @@ impl UdpIface {
             max_am_hdr: max_am.min(128),
             max_put_short: 0,
             max_put_bcopy: 0,
-            max_put_zcopy: MAX_PUT,
+            max_put_zcopy: max_put,
             max_get_bcopy: 0,
             max_get_zcopy: 0,
             iface_addr_len: wire::encode_addr(&local, seg_size as u16).len(),
@@ -1078,7 +1083,7 @@ impl UdpIface {
         let peer = self.ep_peer(ep)?;
         let reg = rkey.wire_reg().ok_or(Status::InvalidParam)?;
         let total: usize = iov.iter().map(|b| b.len()).sum();
-        if total > MAX_PUT {
+        if total > self.attr.max_put_zcopy {
             return Err(Status::InvalidParam);
         }
         rkey.check(addr, total)?;
@@ -1605,6 +1610,18 @@ mod tests {
         });
         assert_eq!(b.stats().rx_put_refused, 1);
         assert!(target.iter().all(|&v| v == 0));
+    }
+
+    #[test]
+    fn a_put_fits_a_small_window() {
+        let cfg = UdpConfig {
+            seg_size: Some(1472),
+            window: 8,
+            ..UdpConfig::default()
+        };
+        let (a, _b) = pair(cfg);
+        // Four pieces of 1472 - 20 - 2 - 16 bytes: half the window.
+        assert_eq!(a.attr().max_put_zcopy, 4 * 1434);
     }
 
     #[test]
