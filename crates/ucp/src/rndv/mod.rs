@@ -49,6 +49,9 @@ pub(crate) enum Work {
         off: usize,
         fin: bool,
         mark: Option<u64>,
+        /// `rkey` unpacked, once a piece was tried (a piece that finds no room is retried
+        /// on every progress: unpacking once is enough).
+        key: Option<uct::Rkey>,
     },
 }
 

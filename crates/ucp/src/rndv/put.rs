@@ -155,6 +155,7 @@ pub(crate) fn put_data(tls: &mut [Tl], core: &mut Core, d: Work) -> Result<Optio
         mut off,
         mut fin,
         mut mark,
+        mut key,
     } = d
     else {
         return Err(Status::InvalidParam);
@@ -178,7 +179,11 @@ pub(crate) fn put_data(tls: &mut [Tl], core: &mut Core, d: Work) -> Result<Optio
         // acknowledgement, a round trip, which the completion below waits for once.
         let wait_empty = t.transport != uct::Transport::Udp;
         if off < len {
-            let rk = t.md.rkey_unpack(&rkey)?;
+            let rk = match key.take() {
+                Some(k) => k,
+                None => t.md.rkey_unpack(&rkey)?,
+            };
+            let rk = &*key.insert(rk);
             let max = t.iface.attr().max_put_zcopy;
             if max == 0 {
                 return Err(Status::Unsupported);
@@ -195,7 +200,7 @@ pub(crate) fn put_data(tls: &mut [Tl], core: &mut Core, d: Work) -> Result<Optio
                 let data = unsafe { std::slice::from_raw_parts(ptr.add(off), n) };
                 match t
                     .iface
-                    .put_zcopy(lane.ep, &[data], addr + off as u64, &rk, 0)?
+                    .put_zcopy(lane.ep, &[data], addr + off as u64, rk, 0)?
                 {
                     // InProgress: the transport reads the buffer until the endpoint is
                     // flushed, which completion waits for.
@@ -237,6 +242,7 @@ pub(crate) fn put_data(tls: &mut [Tl], core: &mut Core, d: Work) -> Result<Optio
             off,
             fin,
             mark,
+            key,
         })),
         Ok(true) => {
             core.complete(r, Status::Ok);
@@ -274,6 +280,7 @@ impl RndvState {
             off: 0,
             fin: false,
             mark: None,
+            key: None,
         });
         Ok(())
     }
