@@ -446,8 +446,8 @@ impl Iface {
     /// Writes the concatenation of `iov` at `addr`: in one copy (CMA or mapping) on self
     /// and shm; over tcp by sending it, and the peer reads it straight into its memory
     /// (the key must be a wire key of the peer's tcp domain); over udp by datagrams
-    /// gathered from `iov`, `InProgress` until the endpoint is flushed (see
-    /// [`crate::udp::UdpIface::put_zcopy`]).
+    /// copied into the send pool (see [`Iface::put_zcopy_lent`] for udp without the
+    /// copy).
     pub fn put_zcopy(
         &mut self,
         ep: EpId,
@@ -468,6 +468,30 @@ impl Iface {
         }
         self.check_ep(ep)?;
         rma::put(rkey, addr, iov).map(Outcome::Done)
+    }
+
+    /// [`Iface::put_zcopy`], except that udp sends the data from `iov` without copying it
+    /// ([`crate::udp::UdpIface::put_zcopy_lent`]) and returns `InProgress`.
+    ///
+    /// # Safety
+    ///
+    /// After an `InProgress`, the buffers of `iov` must stay allocated and unchanged until
+    /// [`Iface::ep_is_flushed`] (or [`Iface::ep_flushed_to`] with a mark taken after the
+    /// put) says the endpoint is flushed, the endpoint failed, or it was destroyed.
+    #[allow(unsafe_code)] // the lent buffers' lifetime is the caller's promise
+    pub unsafe fn put_zcopy_lent(
+        &mut self,
+        ep: EpId,
+        iov: &[&[u8]],
+        addr: u64,
+        rkey: &Rkey,
+        comp: Comp,
+    ) -> Result<Outcome> {
+        if let Tl::Udp(t) = &mut self.tl {
+            // SAFETY: the caller's promise is the one udp's lent put asks for.
+            return unsafe { t.put_zcopy_lent(ep, iov, addr, rkey) };
+        }
+        self.put_zcopy(ep, iov, addr, rkey, comp)
     }
 
     /// Reads `len` bytes at `addr` and hands them to `unpack`.

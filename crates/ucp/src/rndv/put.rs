@@ -198,10 +198,13 @@ pub(crate) fn put_data(tls: &mut [Tl], core: &mut Core, d: Work) -> Result<Optio
                 // which is after this and after the endpoint was flushed (udp's puts read
                 // it until then).
                 let data = unsafe { std::slice::from_raw_parts(ptr.add(off), n) };
-                match t
-                    .iface
-                    .put_zcopy(lane.ep, &[data], addr + off as u64, rk, 0)?
-                {
+                // SAFETY: as above: the send completes, and its buffer may go, only once
+                // the endpoint is flushed past this put (the mark below) or failed.
+                let out = unsafe {
+                    t.iface
+                        .put_zcopy_lent(lane.ep, &[data], addr + off as u64, rk, 0)?
+                };
+                match out {
                     // InProgress: the transport reads the buffer until the endpoint is
                     // flushed, which completion waits for.
                     Outcome::Done(()) | Outcome::InProgress => off += n,

@@ -33,7 +33,7 @@
 //!
 //! # Puts
 //!
-//! [`UdpIface::put_zcopy`] moves data without that copy: each datagram is a put header
+//! [`UdpIface::put_zcopy_lent`] moves data without that copy: each datagram is a put header
 //! (registration and address, [`wire`]) in the send pool and a piece of the caller's
 //! buffer named by an external payload ([`uct_rel::Engine::send_ext`]); `sendmmsg`
 //! gathers the two, also for retransmissions. The put is therefore `InProgress` until the
@@ -42,7 +42,9 @@
 //! ([`uct_rel::Engine::materialize`]), so the buffer is free from then on too. The
 //! receiver writes a piece into its destination when the engine delivers it (in order,
 //! once), after checking that a live registration of this process's udp domain holds the
-//! whole piece ([`crate::md::wire_target`]); other pieces are counted and dropped. A message to
+//! whole piece ([`crate::md::wire_target`]); other pieces are counted and dropped.
+//! [`UdpIface::put_zcopy`], whose caller's buffers are only borrowed for the call, copies
+//! the pieces into the engine before it returns `Done`. A message to
 //! an idle peer is handed to the socket at once; one queued behind others waits for the
 //! next progress call or until [`TX_DEFER`] messages or [`TX_DEFER_BYTES`] have
 //! gathered, so that they go to the kernel together while still in the CPU's cache. When the peer's window (or the interface's send pool) is full, the send
@@ -545,9 +547,10 @@ pub const MAX_PUT: usize = 1 << 20;
 /// # Safety
 ///
 /// `x` must come from this interface's engine (a `Transmit` of it, or its `materialize`):
-/// the engine hands back only tokens that `put_zcopy` made from its caller's buffers, and
-/// only while their packet is unacknowledged and its peer live, which is within the time
-/// `put_zcopy`'s caller keeps them readable.
+/// the engine hands back only tokens that a put made from its caller's buffers, and only
+/// while their packet is unacknowledged and its peer live, which is within the time
+/// `put_zcopy_lent`'s caller keeps them readable (`put_zcopy` copies them before it
+/// returns).
 #[allow(unsafe_code)] // zero-copy sends read their caller's memory until acknowledged
 unsafe fn ext_bytes<'a>(x: Option<ExtPayload>) -> &'a [u8] {
     match x {
@@ -1065,14 +1068,12 @@ impl UdpIface {
     }
 
     /// Writes the concatenation of `iov` at `addr` of the peer, inside the registration
-    /// `rkey` names (a wire key of the peer's udp domain). The data goes from `iov` to the
-    /// kernel without a copy: each datagram is a put header in the engine's send pool
-    /// followed by a piece of a buffer of `iov`, gathered by `sendmmsg`. So the put is
-    /// `InProgress` on success: the buffers must stay readable and unchanged until the
-    /// endpoint is flushed (the peer acknowledged every piece, [`UdpIface::ep_is_flushed`]),
-    /// it failed, or it was destroyed. `NoResource` when not every piece fits the peer's
-    /// window now; nothing is queued then. Remote completion is ordered like any message:
-    /// an active message sent after the put is delivered after its data was written.
+    /// `rkey` names (a wire key of the peer's udp domain), copying the data into the send
+    /// pool: `Done`, and the buffers are free on return. See
+    /// [`UdpIface::put_zcopy_lent`] for the variant without the copy. `NoResource` when
+    /// not every piece fits the peer's window now; nothing is queued then. Remote
+    /// completion is ordered like any message: an active message sent after the put is
+    /// delivered after its data was written.
     pub fn put_zcopy(
         &mut self,
         ep: EpId,
@@ -1081,6 +1082,57 @@ impl UdpIface {
         rkey: &crate::Rkey,
     ) -> Result<Outcome> {
         let peer = self.ep_peer(ep)?;
+        let out = self.queue_put(peer, iov, addr, rkey)?;
+        if out == Outcome::InProgress {
+            // The pieces just queued refer to `iov`, which is only borrowed: copy them.
+            self.engine.materialize(PeerId(peer), |x, buf| {
+                #[allow(unsafe_code)] // see ext_bytes
+                // SAFETY: `x` comes from this interface's engine (see `ext_bytes`); the
+                // pieces of this put refer to `iov`, still borrowed here, and those of
+                // earlier lent puts to buffers their callers still keep.
+                buf.copy_from_slice(unsafe { ext_bytes(Some(x)) });
+            });
+            self.transmit(ucs::now_ns());
+            return Ok(Outcome::Done(()));
+        }
+        Ok(out)
+    }
+
+    /// [`UdpIface::put_zcopy`] without the copy: each datagram is a put header in the
+    /// send pool followed by a piece of a buffer of `iov`, which `sendmmsg` gathers (also
+    /// for a retransmission). `InProgress` on success.
+    ///
+    /// # Safety
+    ///
+    /// After an `InProgress`, the buffers of `iov` must stay allocated and unchanged until
+    /// the endpoint is flushed past the put ([`UdpIface::ep_is_flushed`], or
+    /// [`UdpIface::ep_flushed_to`] a mark taken after it), its peer failed, or the
+    /// endpoint was destroyed (which copies what is still unacknowledged).
+    #[allow(unsafe_code)] // the lent buffers' lifetime is the caller's promise
+    pub unsafe fn put_zcopy_lent(
+        &mut self,
+        ep: EpId,
+        iov: &[&[u8]],
+        addr: u64,
+        rkey: &crate::Rkey,
+    ) -> Result<Outcome> {
+        let peer = self.ep_peer(ep)?;
+        let out = self.queue_put(peer, iov, addr, rkey)?;
+        if out == Outcome::InProgress {
+            self.transmit(ucs::now_ns());
+        }
+        Ok(out)
+    }
+
+    /// Queues the pieces of a put as external payloads referring to `iov` (all of them,
+    /// `InProgress`, or none, `NoResource`); transmits nothing.
+    fn queue_put(
+        &mut self,
+        peer: u32,
+        iov: &[&[u8]],
+        addr: u64,
+        rkey: &crate::Rkey,
+    ) -> Result<Outcome> {
         let reg = rkey.wire_reg().ok_or(Status::InvalidParam)?;
         let total: usize = iov.iter().map(|b| b.len()).sum();
         if total > self.attr.max_put_zcopy {
@@ -1119,7 +1171,6 @@ impl UdpIface {
             }
         }
         self.stats.tx_put_pieces += packets as u64;
-        self.transmit(now);
         Ok(Outcome::InProgress)
     }
 
@@ -1585,7 +1636,9 @@ mod tests {
         let src: Vec<u8> = (0..len).map(|i| (i * 11 + i / 257) as u8).collect();
         let (x, y) = src.split_at(70_001);
         let at = mem.address() as u64 + 8;
-        let r = a.put_zcopy(ep, &[x, &[], y], at, &rkey).unwrap();
+        #[allow(unsafe_code)] // testing the lent put
+        // SAFETY: `src` outlives the flush waited for below.
+        let r = unsafe { a.put_zcopy_lent(ep, &[x, &[], y], at, &rkey) }.unwrap();
         assert_eq!(r, Outcome::InProgress);
         // Each buffer is cut on its own into pieces of 64962 bytes: 2 + 3.
         assert_eq!(a.stats().tx_put_pieces, 5);
@@ -1594,6 +1647,16 @@ mod tests {
         assert!(target[8..8 + len] == src[..], "the bytes differ");
         assert_eq!(&target[..8], &[0; 8]);
         assert_eq!(&target[8 + len..], &[0; 8]);
+        // The copying put: its buffer is free on return.
+        let mut tmp = src[..1000].to_vec();
+        let r = a.put_zcopy(ep, &[&tmp], at + 1000, &rkey).unwrap();
+        assert_eq!(r, Outcome::Done(()));
+        tmp.fill(0x77);
+        pump(&mut a, &mut b, |a, _| a.ep_is_flushed(ep).unwrap());
+        assert!(
+            target[1008..2008] == src[..1000],
+            "the copied put's bytes differ"
+        );
         // A range past the registration is refused before anything is sent.
         assert!(a
             .put_zcopy(ep, &[&src[..20]], at + len as u64, &rkey)
@@ -1601,9 +1664,10 @@ mod tests {
         drop(mem);
         // The registration is gone: a put to it is dropped on arrival, and counted.
         target.fill(0);
+        // The copying put is done at once.
         assert_eq!(
             a.put_zcopy(ep, &[&src[..100]], at, &rkey).unwrap(),
-            Outcome::InProgress
+            Outcome::Done(())
         );
         pump(&mut a, &mut b, |a, b| {
             a.ep_is_flushed(ep).unwrap() && b.stats().rx_put_refused > 0
@@ -1637,11 +1701,10 @@ mod tests {
         let ep = a.ep_create(&b.address()).unwrap();
         let want: Vec<u8> = (0..len).map(|i| (i * 5 + i / 101) as u8).collect();
         let mut src = want.clone();
-        assert_eq!(
-            a.put_zcopy(ep, &[&src], mem.address() as u64, &rkey)
-                .unwrap(),
-            Outcome::InProgress
-        );
+        #[allow(unsafe_code)] // testing the lent put
+        // SAFETY: `src` stays unchanged until the endpoint is destroyed below.
+        let r = unsafe { a.put_zcopy_lent(ep, &[&src], mem.address() as u64, &rkey) };
+        assert_eq!(r.unwrap(), Outcome::InProgress);
         // Lose whatever went already: the engine must resend from its own copy.
         let mut sink = [0u8; 70_000];
         while b.sock.recv_from(&mut sink).is_ok() {}
