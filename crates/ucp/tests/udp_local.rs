@@ -69,4 +69,86 @@ fn same_host_peer_goes_through_the_loopback_interface() {
     let th = a.ep_thresholds(ep).unwrap().unwrap();
     // A network device's datagrams carry at most 1472 bytes; the loopback's ~65000.
     assert!(th.mid_frag > 60_000, "fragments of {} bytes", th.mid_frag);
+    // The message went by rendezvous: the sender put it from its buffer.
+    assert!(
+        th.put && th.rndv <= len,
+        "rendezvous from {} bytes",
+        th.rndv
+    );
+}
+
+/// Several 1 MiB rendezvous sends at once (the puts of later ones queue behind earlier
+/// ones' in the sender's window), half of them posted before the receives: every byte
+/// of every message arrives, and each send completes only after its data was
+/// acknowledged (the sender's buffers are overwritten right after completion).
+#[test]
+fn concurrent_rendezvous_puts_deliver_every_byte() {
+    let mut a = udp_worker();
+    let mut b = udp_worker();
+    let ep = a.ep_create(&b.address()).unwrap();
+    const N: usize = 6;
+    let len = 1 << 20;
+    let mut data: Vec<Vec<u8>> = (0..N)
+        .map(|m| {
+            (0..len)
+                .map(|i| (i * 13 + i / 509 + m * 31) as u8)
+                .collect()
+        })
+        .collect();
+    let want = data.clone();
+    let mut out = vec![vec![0u8; len]; N];
+    let mut rr = Vec::new();
+    for (m, o) in out.iter_mut().enumerate().take(N / 2) {
+        // SAFETY: `out` outlives the requests, which complete before it is dropped.
+        rr.push(unsafe {
+            b.tag_recv_nb(Buf::contig(o.as_mut_ptr(), len), m as u64, u64::MAX, None)
+                .unwrap()
+        });
+    }
+    let mut sr = Vec::new();
+    for (m, d) in data.iter_mut().enumerate() {
+        // SAFETY: `data` outlives the requests, which complete before it is dropped.
+        sr.push(unsafe {
+            a.tag_send_nb(ep, Buf::contig(d.as_mut_ptr(), len), m as u64, false, None)
+                .unwrap()
+        });
+    }
+    for (m, o) in out.iter_mut().enumerate().skip(N / 2) {
+        a.progress();
+        b.progress();
+        // SAFETY: as above.
+        rr.push(unsafe {
+            b.tag_recv_nb(Buf::contig(o.as_mut_ptr(), len), m as u64, u64::MAX, None)
+                .unwrap()
+        });
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut sent = [false; N];
+    loop {
+        a.progress();
+        b.progress();
+        for (m, r) in sr.iter().enumerate() {
+            let done = r.map_or(true, |r| a.request_test(r).unwrap().is_some());
+            if done && !sent[m] {
+                sent[m] = true;
+                // The sender may reuse its buffer now: the receiver must not see this.
+                data[m].fill(0xa5);
+            }
+        }
+        let received = rr.iter().all(|&r| b.request_test(r).unwrap().is_some());
+        if received && sent.iter().all(|&s| s) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the messages did not arrive");
+    }
+    for r in sr.into_iter().flatten() {
+        assert_eq!(a.request_test(r).unwrap(), Some(Status::Ok));
+        a.request_free(r).unwrap();
+    }
+    for (m, r) in rr.into_iter().enumerate() {
+        assert_eq!(b.request_test(r).unwrap(), Some(Status::Ok));
+        assert_eq!(b.request_info(r).unwrap().length, len);
+        b.request_free(r).unwrap();
+        assert!(out[m] == want[m], "message {m}: the bytes differ");
+    }
 }

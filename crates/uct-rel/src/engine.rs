@@ -340,8 +340,39 @@ pub enum Event<'a> {
 pub struct Transmit<'a> {
     /// Destination.
     pub peer: PeerId,
-    /// The whole datagram.
+    /// The datagram, or its first part when `ext` is set.
     pub bytes: &'a [u8],
+    /// The rest of the datagram, outside the engine (a packet queued by
+    /// [`Engine::send_ext`]): the datagram is `bytes` followed by the `ext.len` bytes
+    /// that `ext.token` names.
+    pub ext: Option<ExtPayload>,
+}
+
+/// The tail of a data packet's payload that the engine does not store: it stays in
+/// memory of the owner's caller, named by an opaque `token` (for the udp transport, the
+/// bytes' address), from [`Engine::send_ext`] until the packet is acknowledged or its
+/// peer dropped. The engine never reads it; every (re)transmission of the packet hands it
+/// back in [`Transmit::ext`], and [`Engine::materialize`] copies it into the engine when
+/// the memory is about to go away. This is what lets a large message go from its
+/// sender's buffer to the kernel without a copy into the send pool.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ExtPayload {
+    /// The owner's name for the bytes.
+    pub token: u64,
+    /// How many there are.
+    pub len: u32,
+}
+
+/// Bytes of a stored packet on the wire: what the slot holds and its external tail.
+fn packet_len(m: &crate::pool::SlotMeta) -> u32 {
+    u32::from(m.len) + m.ext_len
+}
+
+fn ext_of(m: &crate::pool::SlotMeta) -> Option<ExtPayload> {
+    (m.ext_len > 0).then_some(ExtPayload {
+        token: m.ext_token,
+        len: m.ext_len,
+    })
 }
 
 /// Where a datagram of a [`TxBatch`] lives.
@@ -942,6 +973,74 @@ impl Engine {
         now: u64,
         pack: impl FnOnce(&mut [u8]) -> usize,
     ) -> Result<(), SendError> {
+        self.enqueue(peer, now, None, pack)
+    }
+
+    /// Queues a message whose first part `pack` writes into the packet buffer (returning
+    /// its length) and whose rest, `ext`, stays where it is (see [`ExtPayload`]): the
+    /// caller keeps those bytes unchanged and readable until the peer acknowledged the
+    /// message (its [`PeerStatus::Active`] `unacked` count says so), the peer failed or
+    /// was removed, or [`Engine::materialize`] copied them. Not bounded by the bytes
+    /// waiting behind the flight, as [`Engine::send_with`] is (nothing is packed ahead):
+    /// callers bound that with [`Engine::room_for_ext`].
+    pub fn send_ext(
+        &mut self,
+        peer: PeerId,
+        now: u64,
+        ext: ExtPayload,
+        pack: impl FnOnce(&mut [u8]) -> usize,
+    ) -> Result<(), SendError> {
+        self.enqueue(peer, now, Some(ext), pack)
+    }
+
+    /// Whether `packets` messages of `bytes` in all, queued with [`Engine::send_ext`],
+    /// would all be taken by `peer` now: the message window and the send pool have room
+    /// for them, and what waits behind the packets in flight (them included) stays within
+    /// one send window, or nothing waits yet.
+    pub fn room_for_ext(&self, peer: PeerId, packets: u32, bytes: u64) -> bool {
+        let Some(PeerSlot::Active(p)) = self.peers.get(peer.0 as usize) else {
+            return false;
+        };
+        let cfg = &self.core.cfg;
+        let queued = u64::from(p.unacked_bytes.saturating_sub(p.flight_bytes));
+        p.unacked().saturating_add(packets) <= cfg.window
+            && self.core.tx.in_use().saturating_add(packets) <= cfg.tx_pool_packets
+            && (queued == 0 || queued + bytes <= u64::from(p.wnd()))
+    }
+
+    /// Copies the external payloads of `peer`'s unacknowledged messages into the engine:
+    /// `fill(ext, buf)` writes the `ext.len` bytes that `ext` names into `buf`. Afterwards
+    /// no packet of the peer refers to memory outside the engine. For an owner whose
+    /// caller's memory may go away before the peer acknowledged it (an endpoint closed
+    /// while its messages are still delivered).
+    pub fn materialize(&mut self, peer: PeerId, mut fill: impl FnMut(ExtPayload, &mut [u8])) {
+        let Some(PeerSlot::Active(p)) = self.peers.get(peer.0 as usize) else {
+            return;
+        };
+        let tx = &mut self.core.tx;
+        let mut s = p.tx_head;
+        while s != NIL {
+            let m = *tx.meta(s);
+            if let Some(ext) = ext_of(&m) {
+                let at = usize::from(m.len);
+                fill(ext, &mut tx.buf_mut(s)[at..at + ext.len as usize]);
+                let m = tx.meta_mut(s);
+                // Fits: enqueue checked the whole packet against the slot.
+                m.len += ext.len as u16;
+                m.ext_len = 0;
+                m.ext_token = 0;
+            }
+            s = m.next;
+        }
+    }
+
+    fn enqueue(
+        &mut self,
+        peer: PeerId,
+        now: u64,
+        ext: Option<ExtPayload>,
+        pack: impl FnOnce(&mut [u8]) -> usize,
+    ) -> Result<(), SendError> {
         let idx = peer.0;
         let core = &mut self.core;
         let p = match self.peers.get_mut(idx as usize) {
@@ -949,26 +1048,37 @@ impl Engine {
             Some(PeerSlot::Failed) => return Err(SendError::Failed),
             _ => return Err(SendError::UnknownPeer),
         };
-        if !p.has_room(&core.cfg) {
+        let room = match ext {
+            None => p.has_room(&core.cfg),
+            Some(_) => p.unacked() < core.cfg.window,
+        };
+        if !room {
             core.counters.window_full += 1;
             return Err(SendError::WindowFull);
+        }
+        let max = core.cfg.max_payload;
+        let ext_len = ext.map_or(0, |e| e.len as usize);
+        if ext_len > max {
+            return Err(SendError::TooLarge);
         }
         let Some(slot) = core.tx.alloc() else {
             core.counters.tx_pool_exhausted += 1;
             return Err(SendError::WindowFull);
         };
-        let max = core.cfg.max_payload;
         let buf = core.tx.buf_mut(slot);
-        let n = pack(&mut buf[HEADER_LEN..HEADER_LEN + max]);
-        if n > max {
+        let head = pack(&mut buf[HEADER_LEN..HEADER_LEN + max - ext_len]);
+        if head > max - ext_len {
             core.tx.free(slot);
             return Err(SendError::TooLarge);
         }
+        let n = head + ext_len;
         // The acknowledgement and credit are filled in when the packet is transmitted.
         packet::encode_data_header(buf, core.cfg.session, p.snd_nxt, n);
         let m = core.tx.meta_mut(slot);
         m.seq = p.snd_nxt;
-        m.len = (HEADER_LEN + n) as u16; // <= 65535: max_payload checked by validate
+        m.len = (HEADER_LEN + head) as u16; // <= 65535: max_payload checked by validate
+        m.ext_token = ext.map_or(0, |e| e.token);
+        m.ext_len = ext_len as u32;
         m.flags = 0;
         m.next = NIL;
         if p.tx_tail == NIL {
@@ -992,6 +1102,26 @@ impl Engine {
         core.mark_ready(p, idx);
         core.rearm(p, idx);
         Ok(())
+    }
+
+    /// A mark of what was queued to `peer` so far (the number the next message will
+    /// get), for [`Engine::acked_to`]; `None` unless the peer is active.
+    pub fn queued_mark(&self, peer: PeerId) -> Option<u32> {
+        match self.peers.get(peer.0 as usize) {
+            Some(PeerSlot::Active(p)) => Some(p.snd_nxt),
+            _ => None,
+        }
+    }
+
+    /// Whether `peer` acknowledged every message queued before `mark` was taken
+    /// ([`Engine::queued_mark`]), whatever was queued since; `None` unless the peer is
+    /// active. Lets one message's sender wait for its own acknowledgement, not for a
+    /// queue that later messages keep from ever draining.
+    pub fn acked_to(&self, peer: PeerId, mark: u32) -> Option<bool> {
+        match self.peers.get(peer.0 as usize) {
+            Some(PeerSlot::Active(p)) => Some(!seq::lt(p.snd_una, mark)),
+            _ => None,
+        }
     }
 
     /// Tells the engine how many bytes of datagrams its owner can now hold unread (see
@@ -1130,14 +1260,15 @@ impl Engine {
             let out = core.build_packet(p, now);
             core.mark_ready(p, idx);
             core.rearm(p, idx);
-            let bytes = match out {
+            let (bytes, ext) = match out {
                 None => continue,
-                Some(Out::Scratch(n)) => &core.scratch[..n],
-                Some(Out::Tx(slot)) => core.tx.data(slot),
+                Some(Out::Scratch(n)) => (&core.scratch[..n], None),
+                Some(Out::Tx(slot)) => (core.tx.data(slot), ext_of(core.tx.meta(slot))),
             };
             return Some(Transmit {
                 peer: PeerId(idx),
                 bytes,
+                ext,
             });
         }
         None
@@ -1182,13 +1313,14 @@ impl Engine {
     /// `&mut` call on the engine. Panics if `i >= batch.len()`.
     pub fn batch_item<'a>(&'a self, batch: &'a TxBatch, i: usize) -> Transmit<'a> {
         let (peer, loc) = batch.items[i];
-        let bytes = match loc {
-            Loc::Pool(slot) => self.core.tx.data(slot),
-            Loc::Ctl(off, n) => &batch.ctl[off as usize..(off + n) as usize],
+        let (bytes, ext) = match loc {
+            Loc::Pool(slot) => (self.core.tx.data(slot), ext_of(self.core.tx.meta(slot))),
+            Loc::Ctl(off, n) => (&batch.ctl[off as usize..(off + n) as usize], None),
         };
         Transmit {
             peer: PeerId(peer),
             bytes,
+            ext,
         }
     }
 
@@ -1339,7 +1471,7 @@ impl Core {
 
     /// Bytes of the peer's next new data packet, if it has one.
     fn next_new_len(&self, p: &Peer) -> Option<u32> {
-        (p.tx_cursor != NIL).then(|| u32::from(self.tx.meta(p.tx_cursor).len))
+        (p.tx_cursor != NIL).then(|| packet_len(self.tx.meta(p.tx_cursor)))
     }
 
     /// The credit we advertise to each peer: our receive space shared among the peers that
@@ -1428,7 +1560,7 @@ impl Core {
         for _ in 0..advance {
             let s = p.tx_head;
             let m = *tx.meta(s);
-            bytes += u32::from(m.len);
+            bytes += packet_len(&m);
             // Karn: only a packet sent once gives an unambiguous round trip; and when a
             // resent packet filled a hole, the packets after it waited for the repair,
             // not for the path: no sample from this acknowledgement at all.
@@ -1896,6 +2028,135 @@ mod tests {
             }
         }
         panic!("did not settle");
+    }
+
+    /// Datagrams of `e`, each with its external tail resolved from `mem` (token =
+    /// index in `mem`, the tail starts at the front of that buffer).
+    fn out_ext(e: &mut Engine, now: u64, mem: &[Vec<u8>]) -> Vec<Vec<u8>> {
+        let mut v = Vec::new();
+        while let Some(t) = e.poll_transmit(now) {
+            let mut d = t.bytes.to_vec();
+            if let Some(x) = t.ext {
+                d.extend_from_slice(&mem[x.token as usize][..x.len as usize]);
+            }
+            v.push(d);
+        }
+        v
+    }
+
+    fn send_tails(a: &mut Engine, mem: &[Vec<u8>]) {
+        for (i, m) in mem.iter().enumerate() {
+            let ext = ExtPayload {
+                token: i as u64,
+                len: m.len() as u32,
+            };
+            a.send_ext(B, 0, ext, |buf| {
+                buf[..2].copy_from_slice(b"h:");
+                2
+            })
+            .unwrap();
+        }
+    }
+
+    #[test]
+    fn external_payloads_are_sent_and_resent_from_their_owner() {
+        let (mut a, mut b) = pair(cfg());
+        let mem = vec![b"first tail".to_vec(), b"second".to_vec(), vec![7; 300]];
+        send_tails(&mut a, &mem);
+        let p = out_ext(&mut a, 0, &mem);
+        assert_eq!(p.len(), 3);
+        assert_eq!(
+            kind(&p[1]),
+            Body::Data {
+                seq: 1,
+                ack_req: false,
+                payload: b"h:second"
+            }
+        );
+        // The first is lost: b NAKs it, a resends it with its tail.
+        feed(&mut b, A, &p[1..], 0);
+        let mut now = 3 * MS;
+        for _ in 0..100 {
+            a.on_timeout(now);
+            b.on_timeout(now);
+            let pa = out_ext(&mut a, now, &mem);
+            let pb = out(&mut b, now);
+            feed(&mut b, A, &pa, now);
+            feed(&mut a, B, &pb, now);
+            if a.peer_status(B) == (PeerStatus::Active { unacked: 0 }) {
+                break;
+            }
+            now += MS;
+        }
+        assert_eq!(a.peer_status(B), PeerStatus::Active { unacked: 0 });
+        assert!(a.counters().tx_retransmits >= 1);
+        let mut want: Vec<Vec<u8>> = Vec::new();
+        for m in &mem {
+            want.push([&b"h:"[..], m].concat());
+        }
+        assert_eq!(delivered(&mut b), want);
+    }
+
+    #[test]
+    fn materialized_payloads_no_longer_need_their_owner() {
+        let (mut a, mut b) = pair(cfg());
+        let mem = vec![b"abc".to_vec(), vec![9; 1000]];
+        send_tails(&mut a, &mem);
+        a.materialize(B, |x, buf| {
+            buf.copy_from_slice(&mem[x.token as usize][..x.len as usize]);
+        });
+        let mut now = 0;
+        // From here on the plain `out` would lose any tail still external.
+        let p = out(&mut a, now);
+        assert_eq!(p.len(), 2);
+        feed(&mut b, A, &p, now);
+        settle(&mut a, &mut b, &mut now);
+        assert_eq!(
+            delivered(&mut b),
+            [b"h:abc".to_vec(), [&b"h:"[..], &[9; 1000][..]].concat()]
+        );
+    }
+
+    #[test]
+    fn a_mark_is_acknowledged_whatever_follows_it() {
+        let (mut a, mut b) = pair(cfg());
+        a.send(B, b"m0", 0).unwrap();
+        a.send(B, b"m1", 0).unwrap();
+        let mark = a.queued_mark(B).unwrap();
+        assert_eq!(a.acked_to(B, mark), Some(false));
+        let first = out(&mut a, 0);
+        a.send(B, b"m2", 0).unwrap(); // queued after the mark, never sent here
+        feed(&mut b, A, &first, 0);
+        b.on_timeout(2 * MS); // the delayed acknowledgement
+        let acks = out(&mut b, 2 * MS);
+        feed(&mut a, B, &acks, 2 * MS);
+        assert_eq!(a.acked_to(B, mark), Some(true));
+        assert_eq!(a.peer_status(B), PeerStatus::Active { unacked: 1 });
+        assert_eq!(a.acked_to(PeerId(9), mark), None);
+    }
+
+    #[test]
+    fn room_for_external_payloads_is_all_or_nothing() {
+        let (mut a, _b) = pair(cfg());
+        assert!(a.room_for_ext(B, 8, 8000));
+        assert!(!a.room_for_ext(B, 9, 9000), "beyond the message window");
+        assert!(!a.room_for_ext(PeerId(7), 1, 10), "unknown peer");
+        let mem = vec![vec![1; 100]; 3];
+        send_tails(&mut a, &mem);
+        assert!(a.room_for_ext(B, 5, 500));
+        assert!(!a.room_for_ext(B, 6, 600));
+        // Nothing is in flight yet: what waits may not grow past one send window.
+        let wnd = a.peer_window(B).map(|(c, k)| c.min(k)).unwrap();
+        assert!(!a.room_for_ext(B, 1, u64::from(wnd)));
+        let too_long = ExtPayload {
+            token: 0,
+            len: a.config().max_payload as u32 - 1,
+        };
+        assert_eq!(
+            // One byte is lent for the head; claiming two is refused.
+            a.send_ext(B, 0, too_long, |b| b.len() + 1),
+            Err(SendError::TooLarge)
+        );
     }
 
     #[test]

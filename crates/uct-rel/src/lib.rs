@@ -41,6 +41,6 @@ pub mod seq;
 mod timers;
 
 pub use engine::{
-    AddPeerError, Config, ConfigError, Counters, Engine, Event, PeerId, PeerStatus, SendError,
-    Transmit, TxBatch, MAX_WINDOW,
+    AddPeerError, Config, ConfigError, Counters, Engine, Event, ExtPayload, PeerId, PeerStatus,
+    SendError, Transmit, TxBatch, MAX_WINDOW,
 };

@@ -27,6 +27,11 @@ pub(crate) struct SlotMeta {
     pub flags: u8,
     /// When the packet was last put on the wire (send pool only).
     pub sent_at: u64,
+    /// Send pool only: the part of the packet's payload that lives outside the pool
+    /// (see `ExtPayload` in the engine): its owner's token and length; 0 bytes when the
+    /// whole packet is in the slot.
+    pub ext_token: u64,
+    pub ext_len: u32,
 }
 
 const EMPTY: SlotMeta = SlotMeta {
@@ -35,6 +40,8 @@ const EMPTY: SlotMeta = SlotMeta {
     len: 0,
     flags: 0,
     sent_at: 0,
+    ext_token: 0,
+    ext_len: 0,
 };
 
 pub(crate) struct Pool {

@@ -274,6 +274,26 @@ impl Iface {
         }
     }
 
+    /// A mark of what `ep` was given so far, for [`Iface::ep_flushed_to`]: `Some` where
+    /// a flush is an acknowledgement that later sends can keep from ever coming (udp),
+    /// `None` elsewhere.
+    pub fn ep_flush_mark(&self, ep: EpId) -> Result<Option<u64>> {
+        match &self.tl {
+            Tl::Udp(t) => t.ep_flush_mark(ep).map(Some),
+            _ => self.ep_is_flushed(ep).map(|_| None),
+        }
+    }
+
+    /// True when what `ep` was given before `mark` ([`Iface::ep_flush_mark`]) has left
+    /// this process as [`Iface::ep_is_flushed`] says, whatever it was given since; with
+    /// `None`, the same as `ep_is_flushed`.
+    pub fn ep_flushed_to(&self, ep: EpId, mark: Option<u64>) -> Result<bool> {
+        match (&self.tl, mark) {
+            (Tl::Udp(t), Some(m)) => t.ep_flushed_to(ep, m),
+            _ => self.ep_is_flushed(ep),
+        }
+    }
+
     /// Connection events (failed endpoints, closed peers) since the last call; empty for
     /// transports without connections.
     pub fn take_events(&mut self) -> Vec<IfaceEvent> {
@@ -425,7 +445,9 @@ impl Iface {
 
     /// Writes the concatenation of `iov` at `addr`: in one copy (CMA or mapping) on self
     /// and shm; over tcp by sending it, and the peer reads it straight into its memory
-    /// (the key must be a wire key of the peer's tcp domain).
+    /// (the key must be a wire key of the peer's tcp domain); over udp by datagrams
+    /// copied into the send pool (see [`Iface::put_zcopy_lent`] for udp without the
+    /// copy).
     pub fn put_zcopy(
         &mut self,
         ep: EpId,
@@ -437,12 +459,39 @@ impl Iface {
         if let Tl::Tcp(t) = &mut self.tl {
             return t.put_zcopy(ep, iov, addr, rkey);
         }
+        if let Tl::Udp(t) = &mut self.tl {
+            return t.put_zcopy(ep, iov, addr, rkey);
+        }
         #[cfg(feature = "fabric")]
         if let Tl::Fabric(t) = &mut self.tl {
             return t.put_zcopy(ep, iov, addr, rkey);
         }
         self.check_ep(ep)?;
         rma::put(rkey, addr, iov).map(Outcome::Done)
+    }
+
+    /// [`Iface::put_zcopy`], except that udp sends the data from `iov` without copying it
+    /// ([`crate::udp::UdpIface::put_zcopy_lent`]) and returns `InProgress`.
+    ///
+    /// # Safety
+    ///
+    /// After an `InProgress`, the buffers of `iov` must stay allocated and unchanged until
+    /// [`Iface::ep_is_flushed`] (or [`Iface::ep_flushed_to`] with a mark taken after the
+    /// put) says the endpoint is flushed, the endpoint failed, or it was destroyed.
+    #[allow(unsafe_code)] // the lent buffers' lifetime is the caller's promise
+    pub unsafe fn put_zcopy_lent(
+        &mut self,
+        ep: EpId,
+        iov: &[&[u8]],
+        addr: u64,
+        rkey: &Rkey,
+        comp: Comp,
+    ) -> Result<Outcome> {
+        if let Tl::Udp(t) = &mut self.tl {
+            // SAFETY: the caller's promise is the one udp's lent put asks for.
+            return unsafe { t.put_zcopy_lent(ep, iov, addr, rkey) };
+        }
+        self.put_zcopy(ep, iov, addr, rkey, comp)
     }
 
     /// Reads `len` bytes at `addr` and hands them to `unpack`.

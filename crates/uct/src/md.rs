@@ -8,8 +8,8 @@
 //! The owner's process id comes from the key or, for the compact keys ucp packs, from the
 //! endpoint's peer ([`Md::rkey_unpack_from`], [`owner_pid`]).
 //!
-//! The tcp domain registers memory for the tcp transport's `put_zcopy` only: its keys
-//! (kind "wire") name a registration id that the receiving transport looks up in a
+//! The tcp and udp domains register memory for their transports' `put_zcopy` only: their
+//! keys (kind "wire") name a registration id that the receiving transport looks up in a
 //! process-wide table ([`wire_target`]) before it writes a single byte received from a
 //! socket, so a peer can only write into memory this process registered for that purpose.
 //!
@@ -181,10 +181,10 @@ impl Md {
         )
     }
 
-    /// True when `mem_reg` works: every domain but udp's (tcp's keys only serve its
-    /// `put_zcopy`; see [`Md::supports_rkeys`]).
+    /// True when `mem_reg` works: in every domain (tcp's and udp's keys only serve their
+    /// transport's `put_zcopy`; see [`Md::supports_rkeys`]).
     pub fn registers(&self) -> bool {
-        self.transport != Transport::Udp
+        true
     }
 
     /// Allocates `len` bytes (zeroed) in a shared segment.
@@ -238,8 +238,7 @@ impl Md {
         let reg = self.insert(base, len as u64, &alive)?;
         let kind = match self.transport {
             Transport::SelfTl | Transport::Shm => RkeyKind::Memory,
-            Transport::Tcp | Transport::Fabric => RkeyKind::Wire,
-            Transport::Udp => return Err(Status::Unsupported),
+            Transport::Tcp | Transport::Udp | Transport::Fabric => RkeyKind::Wire,
         };
         if kind == RkeyKind::Wire {
             WIRE_REGS
@@ -294,7 +293,10 @@ impl Md {
         let me = current_pid();
         let bad = Status::InvalidParam;
         // A wire key is for the tcp domain and the tcp domain has no other kind.
-        let wire_domain = matches!(self.transport, Transport::Tcp | Transport::Fabric);
+        let wire_domain = matches!(
+            self.transport,
+            Transport::Tcp | Transport::Udp | Transport::Fabric
+        );
         if (k.kind == RkeyKind::Wire) != wire_domain {
             return Err(bad);
         }

@@ -38,7 +38,8 @@ pub(crate) enum Work {
     /// Send (again) the Rtr of this rendezvous receive.
     Rtr { rreq: u64 },
     /// Put the data of send `sreq` from `off` on into the receiver's buffer; `fin`: the
-    /// RndvFin was sent, the send completes once the transport's send buffer is empty.
+    /// RndvFin was sent, the send completes once the transport's send buffer is empty, up
+    /// to `mark` where the transport gives one (`uct::Iface::ep_flush_mark`).
     Put {
         sreq: u64,
         rreq: u64,
@@ -47,6 +48,10 @@ pub(crate) enum Work {
         rkey: Vec<u8>,
         off: usize,
         fin: bool,
+        mark: Option<u64>,
+        /// `rkey` unpacked, once a piece was tried (a piece that finds no room is retried
+        /// on every progress: unpacking once is enough).
+        key: Option<uct::Rkey>,
     },
 }
 

@@ -1,7 +1,7 @@
-//! Rendezvous where the sender puts the data (lanes without a one-copy read: tcp).
+//! Rendezvous where the sender puts the data (lanes without a one-copy read: tcp, udp).
 //!
 //! The sender's Rts carries no key. The receiver, once the message matched, registers its
-//! buffer with the tcp domain (a bounce buffer when the receive is not contiguous) and
+//! buffer with the lane's domain (a bounce buffer when the receive is not contiguous) and
 //! answers with an Rtr naming it; the sender puts the data there in `put_zcopy` pieces —
 //! the receiving transport reads them from the socket straight into the buffer — and sends
 //! RndvFin behind them on the same connection, so that the receiver completes only after
@@ -15,6 +15,12 @@
 //! It completes the send only once the last piece and the RndvFin are out of the send
 //! buffer, so that a sender that stops progressing after its send completed does not keep
 //! them (and the receiver waits for them forever).
+//!
+//! udp differs in two ways: its puts go from the user's buffer to the kernel whatever is
+//! queued (nothing is copied), so pieces and fin do not wait for an empty queue; and they
+//! read the buffer until the receiver acknowledged them, so the send completes once the
+//! peer acknowledged everything up to its fin (a mark taken after the fin, not the whole
+//! endpoint, which later sends could keep from ever draining).
 
 use super::{RndvState, Work};
 use crate::core::request::{Buf, Req, ReqKind, Request};
@@ -148,6 +154,9 @@ fn send_bytes(core: &Core, r: Request) -> Option<&[u8]> {
 
 /// Sender: puts what is left of the data an Rtr asked for, then the RndvFin, then
 /// completes the send. Returns itself while the lane has no room.
+// udp's puts are sent from the send's own buffer (`put_zcopy_lent`, whose contract the
+// completion rule below keeps).
+#[allow(unsafe_code)]
 pub(crate) fn put_data(tls: &mut [Tl], core: &mut Core, d: Work) -> Result<Option<Work>> {
     let Work::Put {
         sreq,
@@ -157,6 +166,8 @@ pub(crate) fn put_data(tls: &mut [Tl], core: &mut Core, d: Work) -> Result<Optio
         rkey,
         mut off,
         mut fin,
+        mut mark,
+        mut key,
     } = d
     else {
         return Err(Status::InvalidParam);
@@ -175,33 +186,49 @@ pub(crate) fn put_data(tls: &mut [Tl], core: &mut Core, d: Work) -> Result<Optio
         ptr.ok_or(Status::InvalidParam)?;
         let lane = connect(tls, core, ep)?;
         let t = &mut tls[lane.tl];
-        let rk = t.md.rkey_unpack(&rkey)?;
-        let max = t.iface.attr().max_put_zcopy;
-        if max == 0 {
-            return Err(Status::Unsupported);
-        }
-        while off < len {
-            if !t.iface.ep_is_flushed(lane.ep)? {
-                return Ok(false);
+        // udp's puts are sent from the buffer whatever else is queued (nothing is copied),
+        // so they need not wait for an empty send queue; its flush is the peer's
+        // acknowledgement, a round trip, which the completion below waits for once.
+        let wait_empty = t.transport != uct::Transport::Udp;
+        if off < len {
+            let rk = match key.take() {
+                Some(k) => k,
+                None => t.md.rkey_unpack(&rkey)?,
+            };
+            let rk = &*key.insert(rk);
+            let max = t.iface.attr().max_put_zcopy;
+            if max == 0 {
+                return Err(Status::Unsupported);
             }
-            let n = max.min(len - off);
-            // off + n <= len <= the send buffer's length (checked when the Rtr arrived).
-            let data = send_bytes(core, r)
-                .and_then(|b| b.get(off..off + n))
-                .ok_or(Status::InvalidParam)?;
-            match t
-                .iface
-                .put_zcopy(lane.ep, &[data], addr + off as u64, &rk, 0)?
-            {
-                Outcome::Done(()) => off += n,
-                _ => return Ok(false),
+            while off < len {
+                if wait_empty && !t.iface.ep_is_flushed(lane.ep)? {
+                    return Ok(false);
+                }
+                let n = max.min(len - off);
+                // off + n <= len <= the send buffer's length (checked when the Rtr arrived).
+                let data = send_bytes(core, r)
+                    .and_then(|b| b.get(off..off + n))
+                    .ok_or(Status::InvalidParam)?;
+                // SAFETY: the send's buffer stays readable until the send completes (the
+                // contract of its `Buf`), and the send completes, so the buffer may go, only
+                // once the endpoint is flushed past this put (the mark below) or failed.
+                let out = unsafe {
+                    t.iface
+                        .put_zcopy_lent(lane.ep, &[data], addr + off as u64, rk, 0)?
+                };
+                match out {
+                    // InProgress: the transport reads the buffer until the endpoint is
+                    // flushed, which completion waits for.
+                    Outcome::Done(()) | Outcome::InProgress => off += n,
+                    Outcome::NoResource => return Ok(false),
+                }
             }
         }
         // The send completes only once its last piece and the RndvFin left this process
         // (the transport's send buffer is empty): a sender may stop progressing once its
         // send completed, and bytes still in the send buffer would then never leave.
         if !fin {
-            if !t.iface.ep_is_flushed(lane.ep)? {
+            if wait_empty && !t.iface.ep_is_flushed(lane.ep)? {
                 return Ok(false);
             }
             // am_short's header travels in native order: its bytes are the message's first 8.
@@ -212,8 +239,13 @@ pub(crate) fn put_data(tls: &mut [Tl], core: &mut Core, d: Work) -> Result<Optio
                 .iface
                 .am_short(lane.ep, AmId::RndvFin.id(), hdr, rest)?
                 .is_done();
+            if fin {
+                // udp: the send waits for the acknowledgement of its own pieces and fin
+                // only, which later sends on the endpoint cannot put off forever.
+                mark = t.iface.ep_flush_mark(lane.ep)?;
+            }
         }
-        Ok(fin && t.iface.ep_is_flushed(lane.ep)?)
+        Ok(fin && t.iface.ep_flushed_to(lane.ep, mark)?)
     })();
     match res {
         Ok(false) => Ok(Some(Work::Put {
@@ -224,6 +256,8 @@ pub(crate) fn put_data(tls: &mut [Tl], core: &mut Core, d: Work) -> Result<Optio
             rkey,
             off,
             fin,
+            mark,
+            key,
         })),
         Ok(true) => {
             core.complete(r, Status::Ok);
@@ -260,6 +294,8 @@ impl RndvState {
             rkey: h.rkey.to_vec(),
             off: 0,
             fin: false,
+            mark: None,
+            key: None,
         });
         Ok(())
     }

@@ -187,15 +187,17 @@ impl SendBatch {
         Self::default()
     }
 
-    /// Sends `msgs[start..]` (datagram `i` is `buf(i)`) with as few `sendmmsg` calls as
-    /// the kernel allows. Returns how many messages went (all of them on success), or
+    /// Sends `msgs[start..]` with as few `sendmmsg` calls as the kernel allows. Datagram
+    /// `i` is the concatenation of the two parts `buf(i)` returns (the second may be
+    /// empty): the kernel gathers them, so a header and a payload kept apart need no
+    /// copy into one buffer. Returns how many messages went (all of them on success), or
     /// where and why it stopped; the kernel copies each datagram once and keeps no
     /// reference to the buffers.
     pub fn send<'b>(
         &mut self,
         fd: BorrowedFd<'_>,
         msgs: &[OutMsg],
-        buf: impl Fn(usize) -> &'b [u8],
+        buf: impl Fn(usize) -> (&'b [u8], &'b [u8]),
     ) -> Result<usize, (usize, SendError)> {
         let n = msgs.len();
         self.hdrs.clear();
@@ -206,16 +208,19 @@ impl SendBatch {
         self.cmsgs.resize(n, [0; CMSG_ROOM / 8]);
         for (i, m) in msgs.iter().enumerate() {
             let alen = to_raw(&m.addr, &mut self.addrs[i]);
+            let before = self.iovs.len();
             for k in m.first..m.first + m.count {
-                let b = buf(k as usize);
-                self.iovs.push(libc::iovec {
-                    iov_base: b.as_ptr() as *mut libc::c_void,
-                    iov_len: b.len(),
-                });
+                let (head, tail) = buf(k as usize);
+                for b in [head, tail].into_iter().filter(|b| !b.is_empty()) {
+                    self.iovs.push(libc::iovec {
+                        iov_base: b.as_ptr() as *mut libc::c_void,
+                        iov_len: b.len(),
+                    });
+                }
             }
             let mut h = zeroed_mmsghdr();
             h.msg_hdr.msg_namelen = alen;
-            h.msg_hdr.msg_iovlen = m.count as _;
+            h.msg_hdr.msg_iovlen = (self.iovs.len() - before) as _;
             self.hdrs.push(h);
         }
         // All vectors are complete: now take the pointers, which stay valid until we
@@ -225,7 +230,10 @@ impl SendBatch {
             let h = &mut self.hdrs[i].msg_hdr;
             h.msg_name = (&mut self.addrs[i] as *mut libc::sockaddr_storage).cast();
             h.msg_iov = self.iovs[iov_at..].as_mut_ptr();
-            iov_at += m.count as usize;
+            #[allow(clippy::unnecessary_cast)] // its type differs between C libraries
+            {
+                iov_at += h.msg_iovlen as usize;
+            }
             if let Some(seg) = m.gso {
                 let room = &mut self.cmsgs[i];
                 h.msg_control = room.as_mut_ptr().cast();
@@ -485,7 +493,9 @@ mod tests {
             })
             .collect();
         let mut sb = SendBatch::new();
-        assert_eq!(sb.send(a.as_fd(), &msgs, |i| &data[i]).unwrap(), 40);
+        // Each datagram in two parts, split anywhere (an empty part included).
+        let parts = |i: usize| data[i].split_at(i % 7);
+        assert_eq!(sb.send(a.as_fd(), &msgs, parts).unwrap(), 40);
         let mut rb = RecvBatch::new(16, 2048);
         let got = recv_all(&b, &mut rb, 40);
         assert_eq!(got, data);
@@ -519,7 +529,9 @@ mod tests {
             },
         ];
         let mut sb = SendBatch::new();
-        assert_eq!(sb.send(a.as_fd(), &msgs, |i| &data[i]).unwrap(), 2);
+        // Segments gathered from two parts each: GSO cuts the concatenation.
+        let parts = |i: usize| data[i].split_at(data[i].len() / 3);
+        assert_eq!(sb.send(a.as_fd(), &msgs, parts).unwrap(), 2);
         let mut rb = RecvBatch::new(8, GRO_MAX_BYTES);
         let got = recv_all(&b, &mut rb, 22);
         assert_eq!(got, data, "gro {gro}");

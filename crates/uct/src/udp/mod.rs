@@ -26,9 +26,25 @@
 //! payload ([`UdpConfig::seg_size`]; by default 1472 bytes on IPv4 and 1452 on IPv6, a
 //! 1500-byte MTU path, and 65000 bytes on a loopback device, whose path is this host)
 //! minus the engine's 20-byte header and the frame header. The protocol layer fragments
-//! larger messages. Every send (short, bcopy's packer, zcopy's gather) writes the message
-//! straight into its slot of the engine's send pool ([`uct_rel::Engine::send_with`]),
-//! where it stays for retransmission: the only other copy is the kernel's. A message to
+//! larger messages, or sends them by rendezvous through `put_zcopy` (below). Every active
+//! message (short, bcopy's packer, zcopy's gather) is written straight into its slot of
+//! the engine's send pool ([`uct_rel::Engine::send_with`]), where it stays for
+//! retransmission: the only other copy is the kernel's.
+//!
+//! # Puts
+//!
+//! [`UdpIface::put_zcopy_lent`] moves data without that copy: each datagram is a put header
+//! (registration and address, [`wire`]) in the send pool and a piece of the caller's
+//! buffer named by an external payload ([`uct_rel::Engine::send_ext`]); `sendmmsg`
+//! gathers the two, also for retransmissions. The put is therefore `InProgress` until the
+//! endpoint is flushed (every piece acknowledged), and the caller keeps its buffer until
+//! then; destroying the endpoint copies what is still unacknowledged into the engine
+//! ([`uct_rel::Engine::materialize`]), so the buffer is free from then on too. The
+//! receiver writes a piece into its destination when the engine delivers it (in order,
+//! once), after checking that a live registration of this process's udp domain holds the
+//! whole piece ([`crate::md::wire_target`]); other pieces are counted and dropped.
+//! [`UdpIface::put_zcopy`], whose caller's buffers are only borrowed for the call, copies
+//! the pieces into the engine before it returns `Done`. A message to
 //! an idle peer is handed to the socket at once; one queued behind others waits for the
 //! next progress call or until [`TX_DEFER`] messages or [`TX_DEFER_BYTES`] have
 //! gathered, so that they go to the kernel together while still in the CPU's cache. When the peer's window (or the interface's send pool) is full, the send
@@ -136,8 +152,8 @@ use ucs::config::{self, Var};
 use ucs::sys::udp_batch::{self, OutMsg, RecvBatch, SendBatch};
 use ucs::{EventSet, Events, Result, Status};
 use uct_rel::packet::{Body, Packet, HEADER_LEN};
-use uct_rel::{Engine, Event, PeerId, PeerStatus, SendError, TxBatch};
-use wire::FRAME_HDR;
+use uct_rel::{Engine, Event, ExtPayload, PeerId, PeerStatus, SendError, TxBatch};
+use wire::{Frame, FRAME_HDR, PUT_HDR};
 
 pub static VARS: &[Var] = &[
     Var {
@@ -390,6 +406,10 @@ pub struct UdpStats {
     pub rx_calls: u64,
     /// Datagrams that arrived coalesced by GRO.
     pub rx_gro_segments: u64,
+    /// Put pieces queued (one datagram each, sent from the caller's buffer).
+    pub tx_put_pieces: u64,
+    /// Put pieces dropped because their target is not a live registration holding them.
+    pub rx_put_refused: u64,
 }
 
 /// A remote interface.
@@ -518,6 +538,59 @@ fn io_would_block(e: &std::io::Error) -> bool {
     )
 }
 
+/// Largest `put_zcopy` (less when half the message window or send pool holds fewer
+/// pieces): large enough that a rendezvous moves a megabyte in one call.
+pub const MAX_PUT: usize = 1 << 20;
+
+/// The caller's bytes an external payload of this interface's engine names, or nothing.
+///
+/// # Safety
+///
+/// `x` must come from this interface's engine (a `Transmit` of it, or its `materialize`):
+/// the engine hands back only tokens that a put made from its caller's buffers, and only
+/// while their packet is unacknowledged and its peer live, which is within the time
+/// `put_zcopy_lent`'s caller keeps them readable (`put_zcopy` copies them before it
+/// returns).
+#[allow(unsafe_code)] // zero-copy sends read their caller's memory until acknowledged
+unsafe fn ext_bytes<'a>(x: Option<ExtPayload>) -> &'a [u8] {
+    match x {
+        // SAFETY: see above; the token is the address of `len` readable bytes.
+        Some(x) => unsafe {
+            std::slice::from_raw_parts(x.token as usize as *const u8, x.len as usize)
+        },
+        None => &[],
+    }
+}
+
+/// What became of the reliable messages handed up in one go.
+#[derive(Default)]
+struct RxCount {
+    delivered: usize,
+    bad: u64,
+    refused: u64,
+}
+
+impl RxCount {
+    /// Hands an active message to `f`, or writes a put piece into its registration.
+    #[inline]
+    fn frame(&mut self, m: &[u8], f: &mut impl FnMut(u8, &[u8])) {
+        match wire::parse(m) {
+            Ok(Frame::Am(id, data)) => {
+                f(id, data);
+                self.delivered += 1;
+            }
+            Ok(Frame::Put { reg, addr, data }) => {
+                let mut alive = crate::md::wire_target(reg, addr, data.len() as u64);
+                match crate::rma::registered_mut(&mut alive, addr, data.len()) {
+                    Some(dst) => dst.copy_from_slice(data),
+                    None => self.refused += 1,
+                }
+            }
+            Err(_) => self.bad += 1,
+        }
+    }
+}
+
 impl UdpIface {
     /// Opens an interface bound to `ip` (port chosen by the kernel) of `device`.
     pub fn open(device: &str, ip: IpAddr, cfg: UdpConfig) -> Result<UdpIface> {
@@ -579,6 +652,11 @@ impl UdpIface {
         engine.set_rcv_buf(u32::try_from(usable.max(seg_size)).unwrap_or(u32::MAX));
         let max_msg = seg_size - HEADER_LEN;
         let max_am = max_msg - FRAME_HDR;
+        // A put must fit a peer's message window and the send pool at once (put_zcopy
+        // queues all its pieces or none); half of them, so that one can queue while
+        // another is in flight.
+        let put_pieces = (cfg.window.min(cfg.tx_queue_for(seg_size)) / 2).max(1) as usize;
+        let max_put = MAX_PUT.min(put_pieces * (max_msg - FRAME_HDR - PUT_HDR));
         // A loopback interface reaches only this host's peers, over a path with large
         // datagrams; it is the cheaper way to them, so that the protocol layer, which
         // takes the cheapest interface that reaches a peer, sends to a same-host peer
@@ -593,6 +671,7 @@ impl UdpIface {
             caps: Caps::AM_SHORT
                 | Caps::AM_BCOPY
                 | Caps::AM_ZCOPY
+                | Caps::PUT_ZCOPY
                 | Caps::CONNECT_TO_IFACE
                 | Caps::EVENT_RECV,
             max_am_short: max_am - 8,
@@ -601,13 +680,18 @@ impl UdpIface {
             max_am_hdr: max_am.min(128),
             max_put_short: 0,
             max_put_bcopy: 0,
-            max_put_zcopy: 0,
+            max_put_zcopy: max_put,
             max_get_bcopy: 0,
             max_get_zcopy: 0,
             iface_addr_len: wire::encode_addr(&local, seg_size as u16).len(),
             device_addr_len: crate::shm::address::DEVICE_ADDR_LEN,
             cost,
-            rma_cost: cost,
+            // A put goes from the caller's buffer to the kernel: one copy fewer than an
+            // active message on the sending side.
+            rma_cost: CostModel {
+                bandwidth: 1.5e9,
+                ..cost
+            },
         };
         tracing::debug!(
             "udp: interface on {device} at {local}, datagrams of {seg_size} bytes, \
@@ -788,6 +872,14 @@ impl UdpIface {
     /// delivered (flush first to know that it was).
     pub fn ep_destroy(&mut self, ep: EpId) -> Result<()> {
         let e = self.eps.remove(ep)?;
+        // Puts through it may still refer to their caller's buffer, which the caller may
+        // release once the endpoint is gone: their data moves into the engine.
+        self.engine.materialize(PeerId(e.peer), |x, buf| {
+            #[allow(unsafe_code)] // see ext_bytes
+            // SAFETY: `x` comes from this interface's engine (see `ext_bytes`), and the
+            // endpoint, whose destruction ends the buffer's promise, is destroyed only now.
+            buf.copy_from_slice(unsafe { ext_bytes(Some(x)) });
+        });
         if let Some(pe) = self.peers.get_mut(e.peer as usize) {
             pe.eps -= 1;
             if pe.eps == 0 {
@@ -834,6 +926,24 @@ impl UdpIface {
             PeerStatus::Failed => Err(Status::EndpointTimeout),
             PeerStatus::Unknown => Err(Status::InvalidParam),
         }
+    }
+
+    /// A mark of everything sent on `ep`'s peer so far, for [`UdpIface::ep_flushed_to`].
+    pub fn ep_flush_mark(&self, ep: EpId) -> Result<u64> {
+        let peer = self.ep_peer(ep)?;
+        self.engine
+            .queued_mark(PeerId(peer))
+            .map(u64::from)
+            .ok_or(Status::EndpointTimeout)
+    }
+
+    /// True when the peer of `ep` acknowledged everything sent before `mark` was taken,
+    /// whatever was sent since.
+    pub fn ep_flushed_to(&self, ep: EpId, mark: u64) -> Result<bool> {
+        let peer = self.ep_peer(ep)?;
+        self.engine
+            .acked_to(PeerId(peer), mark as u32)
+            .ok_or(Status::EndpointTimeout)
     }
 
     /// True when every peer that has not failed acknowledged everything sent to it.
@@ -957,6 +1067,113 @@ impl UdpIface {
         })
     }
 
+    /// Writes the concatenation of `iov` at `addr` of the peer, inside the registration
+    /// `rkey` names (a wire key of the peer's udp domain), copying the data into the send
+    /// pool: `Done`, and the buffers are free on return. See
+    /// [`UdpIface::put_zcopy_lent`] for the variant without the copy. `NoResource` when
+    /// not every piece fits the peer's window now; nothing is queued then. Remote
+    /// completion is ordered like any message: an active message sent after the put is
+    /// delivered after its data was written.
+    pub fn put_zcopy(
+        &mut self,
+        ep: EpId,
+        iov: &[&[u8]],
+        addr: u64,
+        rkey: &crate::Rkey,
+    ) -> Result<Outcome> {
+        let peer = self.ep_peer(ep)?;
+        let out = self.queue_put(peer, iov, addr, rkey)?;
+        if out == Outcome::InProgress {
+            // The pieces just queued refer to `iov`, which is only borrowed: copy them.
+            self.engine.materialize(PeerId(peer), |x, buf| {
+                #[allow(unsafe_code)] // see ext_bytes
+                // SAFETY: `x` comes from this interface's engine (see `ext_bytes`); the
+                // pieces of this put refer to `iov`, still borrowed here, and those of
+                // earlier lent puts to buffers their callers still keep.
+                buf.copy_from_slice(unsafe { ext_bytes(Some(x)) });
+            });
+            self.transmit(ucs::now_ns());
+            return Ok(Outcome::Done(()));
+        }
+        Ok(out)
+    }
+
+    /// [`UdpIface::put_zcopy`] without the copy: each datagram is a put header in the
+    /// send pool followed by a piece of a buffer of `iov`, which `sendmmsg` gathers (also
+    /// for a retransmission). `InProgress` on success.
+    ///
+    /// # Safety
+    ///
+    /// After an `InProgress`, the buffers of `iov` must stay allocated and unchanged until
+    /// the endpoint is flushed past the put ([`UdpIface::ep_is_flushed`], or
+    /// [`UdpIface::ep_flushed_to`] a mark taken after it), its peer failed, or the
+    /// endpoint was destroyed (which copies what is still unacknowledged).
+    #[allow(unsafe_code)] // the lent buffers' lifetime is the caller's promise
+    pub unsafe fn put_zcopy_lent(
+        &mut self,
+        ep: EpId,
+        iov: &[&[u8]],
+        addr: u64,
+        rkey: &crate::Rkey,
+    ) -> Result<Outcome> {
+        let peer = self.ep_peer(ep)?;
+        let out = self.queue_put(peer, iov, addr, rkey)?;
+        if out == Outcome::InProgress {
+            self.transmit(ucs::now_ns());
+        }
+        Ok(out)
+    }
+
+    /// Queues the pieces of a put as external payloads referring to `iov` (all of them,
+    /// `InProgress`, or none, `NoResource`); transmits nothing.
+    fn queue_put(
+        &mut self,
+        peer: u32,
+        iov: &[&[u8]],
+        addr: u64,
+        rkey: &crate::Rkey,
+    ) -> Result<Outcome> {
+        let reg = rkey.wire_reg().ok_or(Status::InvalidParam)?;
+        let total: usize = iov.iter().map(|b| b.len()).sum();
+        if total > self.attr.max_put_zcopy {
+            return Err(Status::InvalidParam);
+        }
+        rkey.check(addr, total)?;
+        let piece = self.max_msg - FRAME_HDR - PUT_HDR;
+        let packets: usize = iov.iter().map(|b| b.len().div_ceil(piece)).sum();
+        let wire_bytes = (total + packets * (HEADER_LEN + FRAME_HDR + PUT_HDR)) as u64;
+        if !self
+            .engine
+            .room_for_ext(PeerId(peer), packets as u32, wire_bytes)
+        {
+            return Ok(Outcome::NoResource);
+        }
+        let now = ucs::now_ns();
+        let mut at = addr;
+        for b in iov {
+            for chunk in b.chunks(piece) {
+                let ext = ExtPayload {
+                    token: chunk.as_ptr() as u64,
+                    len: chunk.len() as u32, // <= piece < 64 KiB
+                };
+                let head = wire::put_header(reg, at);
+                let r = self.engine.send_ext(PeerId(peer), now, ext, |buf| {
+                    buf[..head.len()].copy_from_slice(&head);
+                    head.len()
+                });
+                match r {
+                    Ok(()) => {}
+                    // room_for_ext said every piece fits; only a failure can intervene.
+                    Err(SendError::Failed) => return Err(Status::EndpointTimeout),
+                    Err(_) => return Err(Status::NoResource),
+                }
+                at += chunk.len() as u64;
+            }
+        }
+        self.stats.tx_put_pieces += packets as u64;
+        Ok(Outcome::InProgress)
+    }
+
     /// True when no peer is known: nothing can be in flight and nothing is expected, so
     /// progress may poll rarely (the first datagram of a new peer waits a little).
     pub fn is_idle(&self) -> bool {
@@ -1044,22 +1261,12 @@ impl UdpIface {
                             None => continue,
                         },
                     };
-                    let (mut direct, mut bad) = (0usize, 0u64);
+                    let mut n = RxCount::default();
                     self.engine
-                        .on_packet_with(
-                            PeerId(peer),
-                            d,
-                            now,
-                            &mut |_, m| match wire::parse_frame(m) {
-                                Ok((id, data)) => {
-                                    f(id, data);
-                                    direct += 1;
-                                }
-                                Err(_) => bad += 1,
-                            },
-                        );
-                    self.stats.rx_bad_frame += bad;
-                    delivered += direct;
+                        .on_packet_with(PeerId(peer), d, now, &mut |_, m| n.frame(m, f));
+                    self.stats.rx_bad_frame += n.bad;
+                    self.stats.rx_put_refused += n.refused;
+                    delivered += n.delivered;
                     if self.engine.has_events() {
                         delivered += self.deliver(f);
                     }
@@ -1123,7 +1330,10 @@ impl UdpIface {
         for m in &self.tx.out_msgs[from..] {
             for k in m.first..m.first + m.count {
                 let t = self.engine.batch_item(&self.tx.txb, k as usize);
-                self.stalled.push_back((t.peer.0, t.bytes.to_vec()));
+                #[allow(unsafe_code)] // see ext_bytes
+                // SAFETY: `t.ext` comes from this interface's engine (see `ext_bytes`).
+                let tail = unsafe { ext_bytes(t.ext) };
+                self.stalled.push_back((t.peer.0, [t.bytes, tail].concat()));
             }
         }
     }
@@ -1151,7 +1361,11 @@ impl UdpIface {
                 .tx
                 .sendb
                 .send(self.sock.as_fd(), &self.tx.out_msgs, |i| {
-                    engine.batch_item(txb, i).bytes
+                    let t = engine.batch_item(txb, i);
+                    #[allow(unsafe_code)] // see ext_bytes
+                    // SAFETY: `t.ext` comes from this interface's engine (see `ext_bytes`).
+                    let tail = unsafe { ext_bytes(t.ext) };
+                    (t.bytes, tail)
                 });
             self.stats.tx_calls += 1;
             match r {
@@ -1197,7 +1411,8 @@ impl UdpIface {
         let mut cur: Option<(u32, OutMsg, usize, usize)> = None; // peer, msg, seg, bytes
         for i in 0..n {
             let t = self.engine.batch_item(&self.tx.txb, i);
-            let (peer, len) = (t.peer.0, t.bytes.len());
+            let len = t.bytes.len() + t.ext.map_or(0, |x| x.len as usize);
+            let peer = t.peer.0;
             if let Some((p, mut m, seg, bytes)) = cur {
                 let fits = self.gso
                     && p == peer
@@ -1241,11 +1456,8 @@ impl UdpIface {
 
     fn finish(&mut self, mut m: OutMsg) {
         if m.count > 1 {
-            let seg = self
-                .engine
-                .batch_item(&self.tx.txb, m.first as usize)
-                .bytes
-                .len();
+            let t = self.engine.batch_item(&self.tx.txb, m.first as usize);
+            let seg = t.bytes.len() + t.ext.map_or(0, |x| x.len as usize);
             m.gso = Some(seg as u16);
             self.stats.tx_gso_segments += u64::from(m.count);
         }
@@ -1253,29 +1465,26 @@ impl UdpIface {
     }
 
     fn deliver(&mut self, f: &mut impl FnMut(u8, &[u8])) -> usize {
-        let mut n = 0;
+        let mut n = RxCount::default();
         let mut failed: Option<u32> = None;
         while let Some(ev) = self.engine.poll_event() {
             match ev {
-                Event::Deliver { payload, .. } => match wire::parse_frame(payload) {
-                    Ok((id, data)) => {
-                        f(id, data);
-                        n += 1;
-                    }
-                    Err(_) => self.stats.rx_bad_frame += 1,
-                },
+                Event::Deliver { payload, .. } => n.frame(payload, f),
                 Event::PeerFailed(p) => {
                     failed = Some(p.0);
                     break;
                 }
             }
         }
+        self.stats.rx_bad_frame += n.bad;
+        self.stats.rx_put_refused += n.refused;
+        let mut delivered = n.delivered;
         if let Some(p) = failed {
             self.peer_failed(p);
             // More events may follow the failure.
-            n += self.deliver(f);
+            delivered += self.deliver(f);
         }
-        n
+        delivered
     }
 
     #[cold]
@@ -1395,6 +1604,116 @@ mod tests {
         let back = b.ep_create(&a.address()).unwrap();
         assert_eq!(b.peer_count(), 1);
         b.ep_destroy(back).unwrap();
+    }
+
+    /// Progresses both until `done` holds (10 s at most).
+    fn pump(
+        a: &mut UdpIface,
+        b: &mut UdpIface,
+        mut done: impl FnMut(&UdpIface, &UdpIface) -> bool,
+    ) {
+        let start = std::time::Instant::now();
+        while !done(a, b) {
+            a.poll(&mut |_, _| {});
+            b.poll(&mut |_, _| {});
+            assert!(start.elapsed() < Duration::from_secs(10), "timed out");
+            std::thread::sleep(Duration::from_micros(50));
+        }
+    }
+
+    #[test]
+    fn put_pieces_land_in_the_registration() {
+        let (mut a, mut b) = pair(UdpConfig::default());
+        let md = crate::Md::open(crate::Transport::Udp);
+        let len = 200_000;
+        let mut target = vec![0u8; len + 16];
+        #[allow(unsafe_code)] // testing puts into registered memory
+        // SAFETY: `target` outlives the registration (dropped at the end of the test) and
+        // is only read after the puts completed.
+        let mem = unsafe { md.mem_reg(target.as_mut_ptr(), target.len()) }.unwrap();
+        let rkey = md.rkey_unpack(&mem.pack_rkey()).unwrap();
+        let ep = a.ep_create(&b.address()).unwrap();
+        let src: Vec<u8> = (0..len).map(|i| (i * 11 + i / 257) as u8).collect();
+        let (x, y) = src.split_at(70_001);
+        let at = mem.address() as u64 + 8;
+        #[allow(unsafe_code)] // testing the lent put
+        // SAFETY: `src` outlives the flush waited for below.
+        let r = unsafe { a.put_zcopy_lent(ep, &[x, &[], y], at, &rkey) }.unwrap();
+        assert_eq!(r, Outcome::InProgress);
+        // Each buffer is cut on its own into pieces of 64962 bytes: 2 + 3.
+        assert_eq!(a.stats().tx_put_pieces, 5);
+        pump(&mut a, &mut b, |a, _| a.ep_is_flushed(ep).unwrap());
+        // Delivered in order: once acknowledged, written.
+        assert!(target[8..8 + len] == src[..], "the bytes differ");
+        assert_eq!(&target[..8], &[0; 8]);
+        assert_eq!(&target[8 + len..], &[0; 8]);
+        // The copying put: its buffer is free on return.
+        let mut tmp = src[..1000].to_vec();
+        let r = a.put_zcopy(ep, &[&tmp], at + 1000, &rkey).unwrap();
+        assert_eq!(r, Outcome::Done(()));
+        tmp.fill(0x77);
+        pump(&mut a, &mut b, |a, _| a.ep_is_flushed(ep).unwrap());
+        assert!(
+            target[1008..2008] == src[..1000],
+            "the copied put's bytes differ"
+        );
+        // A range past the registration is refused before anything is sent.
+        assert!(a
+            .put_zcopy(ep, &[&src[..20]], at + len as u64, &rkey)
+            .is_err());
+        drop(mem);
+        // The registration is gone: a put to it is dropped on arrival, and counted.
+        target.fill(0);
+        // The copying put is done at once.
+        assert_eq!(
+            a.put_zcopy(ep, &[&src[..100]], at, &rkey).unwrap(),
+            Outcome::Done(())
+        );
+        pump(&mut a, &mut b, |a, b| {
+            a.ep_is_flushed(ep).unwrap() && b.stats().rx_put_refused > 0
+        });
+        assert_eq!(b.stats().rx_put_refused, 1);
+        assert!(target.iter().all(|&v| v == 0));
+    }
+
+    #[test]
+    fn a_put_fits_a_small_window() {
+        let cfg = UdpConfig {
+            seg_size: Some(1472),
+            window: 8,
+            ..UdpConfig::default()
+        };
+        let (a, _b) = pair(cfg);
+        // Four pieces of 1472 - 20 - 2 - 16 bytes: half the window.
+        assert_eq!(a.attr().max_put_zcopy, 4 * 1434);
+    }
+
+    #[test]
+    fn destroying_the_endpoint_frees_the_putters_buffer() {
+        let (mut a, mut b) = pair(UdpConfig::default());
+        let md = crate::Md::open(crate::Transport::Udp);
+        let len = 300_000;
+        let mut target = vec![0u8; len];
+        #[allow(unsafe_code)] // testing puts into registered memory
+        // SAFETY: as in put_pieces_land_in_the_registration.
+        let mem = unsafe { md.mem_reg(target.as_mut_ptr(), len) }.unwrap();
+        let rkey = md.rkey_unpack(&mem.pack_rkey()).unwrap();
+        let ep = a.ep_create(&b.address()).unwrap();
+        let want: Vec<u8> = (0..len).map(|i| (i * 5 + i / 101) as u8).collect();
+        let mut src = want.clone();
+        #[allow(unsafe_code)] // testing the lent put
+        // SAFETY: `src` stays unchanged until the endpoint is destroyed below.
+        let r = unsafe { a.put_zcopy_lent(ep, &[&src], mem.address() as u64, &rkey) };
+        assert_eq!(r.unwrap(), Outcome::InProgress);
+        // Lose whatever went already: the engine must resend from its own copy.
+        let mut sink = [0u8; 70_000];
+        while b.sock.recv_from(&mut sink).is_ok() {}
+        a.ep_destroy(ep).unwrap();
+        src.fill(0xee); // the caller may reuse its buffer once the endpoint is gone
+        pump(&mut a, &mut b, |a, _| a.is_flushed());
+        assert!(a.engine_counters().tx_retransmits > 0);
+        assert!(target == want, "the bytes differ");
+        drop(mem);
     }
 
     #[test]
