@@ -12,9 +12,12 @@
 //! certainly invalid here (null, misaligned, of another kind, or destroyed by this input)
 //! returns an error status (or an error status pointer). What the C API leaves undefined
 //! is not done: pointers that were never handles (or freed memory) are not passed, and
-//! requests of a destroyed worker are forgotten. A stale request pointer is used only
-//! while its worker lives (its pooled block may then hold a new request, so only "no
-//! crash" is checked for it). Every input ends by destroying what it made.
+//! requests of a destroyed worker are not used again. A stale request pointer is used
+//! only while its worker lives (its pooled block may then hold a new request, so only "no
+//! crash" is checked for it). Every input ends by destroying what it made, the requests
+//! of destroyed workers included: rucx keeps a request the application holds valid past
+//! its worker (it reads as canceled) until `ucp_request_free`, so one never freed would
+//! leak (UCX frees them with the worker).
 
 #![no_main]
 
@@ -100,6 +103,11 @@ const MAX_EPS: usize = 8;
 const MAX_MEMS: usize = 6;
 const MAX_OPS: usize = 96;
 const MAX_MSG: usize = 300_000;
+/// rucx's extension bit of `op_attr_mask` (include/rucx/ucp_ext.h).
+const RUCX_OP_ATTR_FIELD_CQ: u32 = 1 << 31;
+/// Bytes a garbage address is given: rucx's 8-byte header and the longest address it
+/// accepts (1 MiB), so that whatever length the garbage claims is inside the buffer.
+const GARBAGE_ADDR_SPAN: usize = 8 + (1 << 20);
 
 struct Input<'a> {
     d: &'a [u8],
@@ -171,6 +179,8 @@ struct World {
     mems: Vec<H>,
     rkeys: Vec<H>,
     reqs: Vec<Req>,
+    /// Requests not yet freed whose worker was destroyed: freed at the end only.
+    orphans: Vec<*mut c_void>,
     /// Worker addresses not yet released: (worker, pointer, length).
     addrs: Vec<(usize, *mut c_void, usize)>,
     /// Packed keys not yet released.
@@ -328,7 +338,10 @@ impl World {
         }
         // SAFETY: a plain C struct; all zeroes is valid for every field.
         let mut p: Box<ucp_request_param_t> = Box::new(unsafe { std::mem::zeroed() });
-        p.op_attr_mask = inp.u32() & !UCP_OP_ATTR_FIELD_REQUEST;
+        // Not RUCX_OP_ATTR_FIELD_CQ either: that bit promises the longer
+        // `rucx_request_param_t` (with a queue handle after UCX's fields), as a caller
+        // setting it vouches; this struct is only UCX's.
+        p.op_attr_mask = inp.u32() & !UCP_OP_ATTR_FIELD_REQUEST & !RUCX_OP_ATTR_FIELD_CQ;
         p.flags = inp.u32();
         if inp.u8() % 2 == 0 {
             p.cb = if recv {
@@ -446,12 +459,18 @@ impl World {
                     let (a, i) = self.pick(Kind::Worker, inp);
                     if let Some(i) = i {
                         if self.workers[i].live {
-                            // Its addresses go first; its requests are forgotten (their
-                            // memory is the worker's).
+                            // Its addresses go first; its requests are not used again,
+                            // only freed at the end.
                             for (_, p, _) in self.addrs.iter().filter(|x| x.0 == i) {
                                 ucp_worker_release_address(a.p, *p);
                             }
                             self.addrs.retain(|x| x.0 != i);
+                            self.orphans.extend(
+                                self.reqs
+                                    .iter()
+                                    .filter(|r| r.worker == i && !r.freed)
+                                    .map(|r| r.p),
+                            );
                             self.reqs.retain(|r| r.worker != i);
                         }
                         self.workers[i].live = false;
@@ -495,23 +514,28 @@ impl World {
                     let mut params: ucp_ep_params_t = std::mem::zeroed();
                     params.field_mask = inp.u64() & 0x3ff;
                     params.err_mode = c_uint::from(inp.u8() % 3);
-                    // A real address, garbage bytes, or none.
+                    // A real address, garbage bytes, or none. The C API passes an address
+                    // without its length, so ucp_ep_create reads as many bytes as the
+                    // address says it has (rucx's header: at most 1 MiB); memory shorter
+                    // than that is the caller's error, not a misuse to be refused. Damaged
+                    // addresses therefore sit in a buffer of the full claim.
                     let sel = inp.u8() % 4;
                     let garbage;
                     if sel < 2 && !self.addrs.is_empty() {
                         let (_, p, len) = self.addrs[usize::from(inp.u8()) % self.addrs.len()];
                         params.address = p;
-                        // A cut address must be refused, never read past.
+                        // A cut address (the rest lost: zeroes) must be refused or connect
+                        // nowhere harmful; nothing past its length is read.
                         if sel == 1 {
                             let cut = len.saturating_sub(usize::from(inp.u8()) % len.max(1));
-                            garbage = self.buffer(cut);
+                            garbage = self.buffer(len);
                             std::ptr::copy_nonoverlapping(p.cast::<u8>(), garbage, cut);
                             params.address = garbage.cast();
                         }
                     } else if sel == 2 {
                         let n = usize::from(inp.u8());
                         let b = inp.bytes(n);
-                        garbage = self.buffer(b.len().max(1) + 64);
+                        garbage = self.buffer(b.len().max(GARBAGE_ADDR_SPAN));
                         std::ptr::copy_nonoverlapping(b.as_ptr(), garbage, b.len());
                         params.address = garbage.cast();
                     }
@@ -824,6 +848,9 @@ impl World {
                     ucp_request_cancel(self.workers[r.worker].p, r.p);
                     ucp_request_free(r.p);
                 }
+            }
+            for &p in &self.orphans {
+                ucp_request_free(p);
             }
             for k in self.rkeys.iter().filter(|h| h.live) {
                 ucp_rkey_destroy(k.p);

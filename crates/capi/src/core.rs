@@ -1681,15 +1681,15 @@ impl Wk {
                 let next = (*h).next;
                 (*h).flags.fetch_and(!F_LISTED, Ordering::Relaxed);
                 ReqHdr::set_outcome(h, Status::Canceled, RecvInfo::default());
-                (*h).flags.fetch_or(F_COMPLETED, Ordering::Release);
+                complete_at_shutdown(&mut side.pool, h);
                 h = next;
             }
         }
-        for hdr in side.polled.drain(..) {
+        for hdr in std::mem::take(&mut side.polled) {
             // SAFETY: a live header waiting for a close that will not finish now.
             unsafe {
                 ReqHdr::set_outcome(hdr, Status::Canceled, RecvInfo::default());
-                (*hdr).flags.fetch_or(F_COMPLETED, Ordering::Release);
+                complete_at_shutdown(&mut side.pool, hdr);
             }
         }
         let mut h = side.ready.take();
@@ -1697,11 +1697,28 @@ impl Wk {
             // SAFETY: headers on the ready list are live requests with their outcome.
             unsafe {
                 let next = (*h).next;
-                (*h).flags.fetch_or(F_COMPLETED, Ordering::Release);
+                complete_at_shutdown(&mut side.pool, h);
                 h = next;
             }
         }
         side
+    }
+}
+
+/// Marks a request of a worker being destroyed complete. One the application already
+/// released (`ucp_request_free` before completion) has no owner left: it goes back to the
+/// pool, which frees it (and runs `request_cleanup` on it) with the worker; a request
+/// still held stays valid until the application frees it.
+///
+/// # Safety
+/// `h` must be a live request of the pool's worker, on none of its lists any more.
+unsafe fn complete_at_shutdown(pool: &mut ReqPool, h: *mut ReqHdr) {
+    // SAFETY: by the contract, a live header.
+    let old = unsafe { (*h).flags.fetch_or(F_COMPLETED, Ordering::AcqRel) };
+    if old & F_RELEASED != 0 && old & F_USER == 0 {
+        // SAFETY: released and now complete: nobody refers to the block; a pooled block
+        // (not the caller's memory) of this worker's pool.
+        unsafe { pool.put(h) };
     }
 }
 

@@ -1,8 +1,8 @@
 //! The fabric's fault model at the transport level (`testkit::Fabric`, uct's `fabric`
 //! module): losses, duplicates, delays and reordering are recovered into in-order,
 //! exactly-once delivery; a run is a function of its seed; a killed node fails its own
-//! endpoints at once and its peers' after the timeout of virtual time, including a peer
-//! that only sent to it; a filled lane says NoResource until released, at the step asked.
+//! endpoints at once (and reports the peers that only sent to it) and its peers' after
+//! the timeout of virtual time, including a peer that only sent to it; a filled lane says NoResource until released, at the step asked.
 
 use std::sync::{Arc, Mutex};
 use testkit::fabric::{Fabric, FabricConfig, FabricStats, Faults, NodeId};
@@ -175,6 +175,24 @@ fn a_dead_sender_is_reported_by_address() {
     fab.kill(NodeId(0));
     let events = events_of(&fab, &mut b);
     assert_eq!(events, vec![IfaceEvent::PeerClosed(a.address())]);
+}
+
+#[test]
+fn a_dead_receiver_reports_its_senders_by_address() {
+    // b only receives from a (no endpoint to it) and is killed: it loses a as well, and
+    // says so by address at its next progress (what it half received from a is void).
+    let (fab, mut a, mut b, ep, inbox) = pair(10, FabricConfig::default());
+    assert_eq!(a.am_short(ep, 3, 1, b"x"), Ok(Outcome::Done(())));
+    settle(&fab, &mut [&mut a, &mut b], 10, || {
+        inbox.lock().unwrap().len() == 1
+    });
+    assert_eq!(b.take_events(), vec![]);
+    fab.kill(NodeId(1));
+    b.progress();
+    assert_eq!(b.take_events(), vec![IfaceEvent::PeerClosed(a.address())]);
+    // Once: a later progress reports nothing more.
+    b.progress();
+    assert_eq!(b.take_events(), vec![]);
 }
 
 #[test]

@@ -6,6 +6,7 @@
 mod fabric_common;
 
 use fabric_common::*;
+use testkit::fabric::Faults;
 
 fn eager_ops() -> Vec<Op> {
     vec![
@@ -117,6 +118,45 @@ fn receive_of_a_partial_message_from_a_dead_sender() {
             ..Plan::default()
         },
     );
+}
+
+/// Regression test: the same with the receiver killed instead, after 2 of the 5
+/// fragments arrived. B never sent to A, so its endpoint to A has no transport endpoint
+/// for the death to fail; the fabric failed only the dead node's transport endpoints and
+/// said nothing of the peers that had only sent to it, so the matched receive waited for
+/// fragments that could no longer come, and neither cancel nor the test's window
+/// released it. The dead interface now reports those peers by address
+/// (`IfaceEvent::PeerClosed`, as a survivor does when such a peer falls silent), and
+/// ucp fails its endpoint to them and the message in reassembly.
+#[test]
+fn receive_of_a_partial_message_by_a_dead_receiver() {
+    // The case fabric_interleave.rs found (shrunk): B progresses between A's fragments
+    // (they are delayed in transit), and dies at step 15 in the middle of the second
+    // message.
+    let o = Opts {
+        zcopy_thresh: 1024,
+        peer_timeout: 40_000_000,
+        ..Opts::default()
+    };
+    let tag = |len, sync| Op::Tag {
+        len,
+        sync,
+        recv_first: false,
+    };
+    let r = run(
+        &o,
+        &[tag(1929, false), tag(2415, false), tag(1929, true)],
+        &Plan {
+            seed: 7682357846188483269,
+            faults: Faults {
+                delay: (0, 364183),
+                ..Faults::default()
+            },
+            kill: Some((true, 15)),
+            ..Plan::default()
+        },
+    );
+    assert!(r.died);
 }
 
 /// The same with fragments gathered by `am_zcopy` instead of packed by `am_bcopy`.

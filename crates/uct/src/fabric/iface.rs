@@ -241,18 +241,30 @@ impl FabricIface {
         std::mem::take(&mut self.events)
     }
 
-    /// Fails every endpoint once this node was killed.
+    /// Fails every endpoint once this node was killed, and reports every peer that only
+    /// sent to it (no endpoint) by its address: the dead node loses those peers as much
+    /// as the others, and what it half received from them must be released too (a
+    /// survivor reports such a peer the same way when it falls silent).
     fn die(&mut self) {
         if self.dead {
             return;
         }
         self.dead = true;
+        let mut has_ep = vec![false; self.peers.len()];
         for (id, e) in self.eps.iter_mut() {
+            has_ep[e.peer as usize] = true;
             if e.failed.is_none() {
                 e.failed = Some(Status::ConnectionReset);
                 self.events
                     .push(IfaceEvent::EpFailed(id, Status::ConnectionReset));
             }
+        }
+        for (&node, _) in self.peers.iter().zip(has_ep).filter(|(_, e)| !e) {
+            let addr = FabricAddr {
+                net: self.net_id,
+                node,
+            };
+            self.events.push(IfaceEvent::PeerClosed(addr.encode()));
         }
     }
 

@@ -42,8 +42,9 @@
 //! - [`Fabric::kill_at_step`] / [`Fabric::kill`]: the node dies as a process does. From
 //!   then on it sends and receives nothing; what was in flight to it is lost. Its own
 //!   interface fails every endpoint at once (`EpFailed(ep, ConnectionReset)` events; sends
-//!   return `ConnectionReset`), so that the dead side's requests complete with an error
-//!   too. Its peers notice by silence: their engines retransmit or probe (keepalive), and
+//!   return `ConnectionReset`) and reports every peer that had only sent to it
+//!   (`IfaceEvent::PeerClosed` with its address), so that the dead side's requests
+//!   complete with an error too, receives of half-arrived messages included. Its peers notice by silence: their engines retransmit or probe (keepalive), and
 //!   after [`FabricConfig::peer_timeout`] of virtual time their endpoints to it fail with
 //!   `EndpointTimeout` (events, then errors from every operation), as udp reports a dead
 //!   peer; a dead peer that only sent to this interface (no endpoint to it) is reported
