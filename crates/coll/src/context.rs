@@ -24,6 +24,7 @@ use crate::args::{plan, Args};
 use crate::exec::{tag, Buffer, KeyCache, Task, TaskSpec};
 use crate::schedule::Schedule;
 use crate::select::{Alg, CollType, Forced, COLL_VARS};
+use crate::shm::{self, run::Job, ShmTeam};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -42,6 +43,11 @@ pub struct Options {
     pub radix: usize,
     /// Algorithms forced per collective.
     pub forced: Forced,
+    /// Set up a shared segment per team for the members on one host (`UCX_COLL_SHM`).
+    pub shm: bool,
+    /// Cut each host into groups of this many consecutive members, each taken as a host
+    /// of its own (0: off; `UCX_COLL_HOST_GROUP_SIZE`, for tests of the hierarchical form).
+    pub host_group_size: usize,
 }
 
 impl Default for Options {
@@ -51,6 +57,8 @@ impl Default for Options {
             oversubscribed: None,
             radix: 4,
             forced: Forced::default(),
+            shm: true,
+            host_group_size: 0,
         }
     }
 }
@@ -69,6 +77,12 @@ impl Options {
         }
         if let Some(v) = var("COLL_KNOMIAL_RADIX") {
             o.radix = (ucs::config::u64_value(&v)? as usize).max(2);
+        }
+        if let Some(v) = var("COLL_SHM") {
+            o.shm = ucs::config::parse_bool(&ucs::config::raw(&v)).ok_or(Status::InvalidParam)?;
+        }
+        if let Some(v) = var("COLL_HOST_GROUP_SIZE") {
+            o.host_group_size = ucs::config::u64_value(&v)? as usize;
         }
         if let Some(v) = var("COLL_OVERSUBSCRIBED") {
             let s = ucs::config::raw(&v);
@@ -118,6 +132,15 @@ struct TeamState {
     dead: Vec<bool>,
     /// Set once a collective of the team failed: the team is broken.
     failed: Option<Status>,
+    /// The segment of this member's host group (see `shm`), if set up.
+    shm: Option<Arc<ShmTeam>>,
+}
+
+impl TeamState {
+    /// True when the whole team shares this member's segment.
+    fn all_local(&self) -> bool {
+        self.shm.as_ref().is_some_and(|s| s.members() == self.size)
+    }
 }
 
 struct ReqState {
@@ -127,6 +150,8 @@ struct ReqState {
     args: Args<'static>,
     alg: Alg,
     sched: Arc<Schedule>,
+    /// The segment path's description, when `alg` is `Shm`.
+    shm: Option<Job>,
     task: Option<Task>,
     /// `None` while running (or before the first post).
     status: Option<Status>,
@@ -150,6 +175,8 @@ pub struct Context {
     created: HashMap<u64, u32>,
     oversubscribed: bool,
     keys: KeyCache,
+    /// Spare list for `progress` (so that it does not allocate each call).
+    still: Vec<u32>,
 }
 
 impl std::fmt::Debug for Context {
@@ -228,6 +255,7 @@ impl Context {
             running: Vec::new(),
             created: HashMap::new(),
             keys: KeyCache::default(),
+            still: Vec::new(),
         })
     }
 
@@ -312,6 +340,11 @@ impl Context {
         if self.opts.oversubscribed.is_none() && (local > cores() || busy_host()) {
             self.oversubscribed = true;
         }
+        let shm = if self.opts.shm {
+            Some(self.shm_setup(&addrs, rank, id, &eps)?)
+        } else {
+            None
+        };
         let st = TeamState {
             rank,
             size,
@@ -321,6 +354,7 @@ impl Context {
             addrs: addrs.into(),
             dead: vec![false; size],
             failed: None,
+            shm,
         };
         let slot = self.teams.iter().position(Option::is_none);
         let i = match slot {
@@ -334,6 +368,66 @@ impl Context {
             }
         };
         Ok(Team(i as u32))
+    }
+
+    /// Sets up the segment of this member's host group (blocking for the members that
+    /// wait for the group's first member, at most the collective timeout).
+    fn shm_setup(
+        &mut self,
+        addrs: &[Vec<u8>],
+        rank: usize,
+        id: u32,
+        eps: &[Option<Ep>],
+    ) -> Result<Arc<ShmTeam>> {
+        let hosts: Vec<u64> = addrs
+            .iter()
+            .enumerate()
+            // An address without a host id is a host of its own.
+            .map(|(i, a)| host_of(a).unwrap_or(!(i as u64)))
+            .collect();
+        let keys = shm::group_keys(&hosts, self.opts.host_group_size);
+        let group: Vec<usize> = (0..addrs.len())
+            .filter(|&r| keys[r] == keys[rank])
+            .collect();
+        shm::setup(
+            &mut self.worker,
+            &shm::SetupSpec {
+                team_id: id,
+                me: rank,
+                group: &group,
+                eps,
+                timeout: self.opts.timeout,
+            },
+        )
+    }
+
+    /// The algorithm forced for `args` on team `t`, or the topology rule of the table;
+    /// `None` leaves the choice to [`crate::select()`].
+    fn choose(&self, t: &TeamState, args: &Args<'_>) -> Result<Option<Alg>> {
+        let local = t.all_local();
+        if args.alg == Some(Alg::Shm) && !local {
+            tracing::error!("coll: the shm algorithm needs the whole team on one host");
+            return Err(Status::Unsupported);
+        }
+        Ok(match args.alg.or(self.opts.forced.get(args.coll)) {
+            // Forced through the environment for a team that spans hosts: the table.
+            Some(Alg::Shm) if !local => None,
+            Some(a) => Some(a),
+            None => crate::select::select_local(args.coll, local),
+        })
+    }
+
+    /// The segment path's description of a planned collective.
+    fn job(t: &TeamState, coll: CollType, p: &crate::Plan) -> Option<Job> {
+        if p.alg != Alg::Shm {
+            return None;
+        }
+        Some(Job {
+            team: t.shm.clone()?,
+            coll,
+            shape: Arc::new(p.shape.clone()),
+            avg_over: t.size,
+        })
     }
 
     /// Starts creating a team through an out-of-band allgather of worker addresses.
@@ -482,8 +576,9 @@ impl Context {
     /// The request may be posted again once complete (persistent).
     pub fn init(&mut self, team: Team, args: Args<'static>) -> Result<CollReq> {
         let t = self.team_ref(team)?;
-        let forced = self.opts.forced.get(args.coll);
+        let forced = self.choose(t, &args)?;
         let p = plan(&args, t.rank, t.size, forced, self.opts.radix)?;
+        let job = Self::job(t, args.coll, &p);
         check_buffers(&args, &p.schedule)?;
         if p.schedule.steps.len() >= tag::MAX_STEPS {
             return Err(Status::Unsupported);
@@ -497,6 +592,7 @@ impl Context {
             args,
             alg: p.alg,
             sched: Arc::new(p.schedule),
+            shm: job,
             task: None,
             status: Some(Status::Ok),
             posted: false,
@@ -569,6 +665,7 @@ impl Context {
             seq,
             me,
             eps,
+            shm: st.shm.clone(),
         });
         st.status = None;
         match task.start(&mut self.worker, &mut self.keys) {
@@ -608,11 +705,18 @@ impl Context {
         }
         let mut waiter = Waiter::new(self.oversubscribed);
         loop {
+            if let Some(task) = self.req_mut(r)?.task.as_mut() {
+                if shm_spin(task) {
+                    self.req_mut(r)?.last = Instant::now();
+                }
+            }
             let n = self.progress();
-            if let Some(s) = self.req_mut(r)?.status {
+            let st = self.req_mut(r)?;
+            if let Some(s) = st.status {
                 return if s == Status::Ok { Ok(()) } else { Err(s) };
             }
-            waiter.idle(&mut self.worker, n)?;
+            let target = st.task.as_ref().and_then(shm_target);
+            self.idle(&mut waiter, n, target)?;
         }
     }
 
@@ -654,8 +758,9 @@ impl Context {
     /// algorithm used.
     pub fn run(&mut self, team: Team, args: Args<'_>) -> Result<Alg> {
         let t = self.team_ref(team)?;
-        let forced = self.opts.forced.get(args.coll);
+        let forced = self.choose(t, &args)?;
         let p = plan(&args, t.rank, t.size, forced, self.opts.radix)?;
+        let job = Self::job(t, args.coll, &p);
         check_buffers(&args, &p.schedule)?;
         if p.schedule.steps.len() >= tag::MAX_STEPS {
             return Err(Status::Unsupported);
@@ -678,6 +783,7 @@ impl Context {
             seq,
             me: t.rank,
             eps: t.eps.clone(),
+            shm: job,
         });
         let res = self.drive(team.0, &mut task);
         if res.is_err() {
@@ -700,6 +806,9 @@ impl Context {
         let mut waiter = Waiter::new(self.oversubscribed);
         let mut last = Instant::now();
         loop {
+            if shm_spin(task) {
+                last = Instant::now();
+            }
             let n = self.progress();
             let step = task.step_index();
             if let Some(res) = self.check_task(team, task, &mut last) {
@@ -708,7 +817,7 @@ impl Context {
             if task.step_index() != step {
                 continue;
             }
-            waiter.idle(&mut self.worker, n)?;
+            self.idle(&mut waiter, n, shm_target(task))?;
         }
     }
 
@@ -799,9 +908,9 @@ impl Context {
             }
             n += 1;
         }
-        let running = std::mem::take(&mut self.running);
-        let mut still = Vec::with_capacity(running.len());
-        for idx in running {
+        let mut running = std::mem::take(&mut self.running);
+        let mut still = std::mem::take(&mut self.still);
+        for idx in running.drain(..) {
             let Some(Some(st)) = self.reqs.get_mut(idx as usize) else {
                 continue;
             };
@@ -830,8 +939,66 @@ impl Context {
         }
         still.append(&mut self.running);
         self.running = still;
+        self.still = running;
         n
     }
+
+    /// One idle round of a wait: after the spin limit, sleep on the flag a segment
+    /// collective waits for (`target`, else any running one), or on the worker's wakeup.
+    fn idle(
+        &mut self,
+        waiter: &mut Waiter,
+        events: usize,
+        target: Option<(Arc<ShmTeam>, usize, u32)>,
+    ) -> Result<()> {
+        if !waiter.tick(events) {
+            return Ok(());
+        }
+        let target = target.or_else(|| {
+            self.running.iter().find_map(|&i| {
+                let st = self.reqs.get(i as usize)?.as_ref()?;
+                shm_target(st.task.as_ref()?)
+            })
+        });
+        match target {
+            // Short: the worker is progressed between sleeps (failures, other traffic).
+            Some((team, j, seen)) => {
+                team.seg.sleep_on(j, seen, SHM_SLEEP);
+                Ok(())
+            }
+            None => self.worker.wait(5).map(|_| ()),
+        }
+    }
+}
+
+/// Longest sleep on a segment flag before the worker is progressed again.
+const SHM_SLEEP: Duration = Duration::from_millis(1);
+
+/// Polls of a segment collective between two progress calls of the worker.
+const SHM_SPIN: u32 = 64;
+
+/// Spins on a segment collective alone (no network progress) a little: the flag a peer
+/// stores is then seen within a few cache misses. True if it moved on.
+fn shm_spin(task: &mut Task) -> bool {
+    if task.shm().is_none() {
+        return false;
+    }
+    let before = task.step_index();
+    for _ in 0..SHM_SPIN {
+        match task.shm_advance() {
+            Ok(false) if task.step_index() == before => std::hint::spin_loop(),
+            // Moved, finished or failed: the caller's progress round takes it from here.
+            _ => return true,
+        }
+    }
+    false
+}
+
+/// The flag a segment collective waits for: (segment, member, value seen).
+fn shm_target(task: &Task) -> Option<(Arc<ShmTeam>, usize, u32)> {
+    let run = task.shm()?;
+    let (j, seen) = run.waiting()?;
+    Some((run.team().clone(), j, seen))
 }
 
 /// Checks that destinations are writable and that in place there is no source.
@@ -873,19 +1040,21 @@ impl Waiter {
         }
     }
 
-    fn idle(&mut self, w: &mut Worker, events: usize) -> Result<()> {
+    /// Counts an idle round; true when the caller should block now.
+    fn tick(&mut self, events: usize) -> bool {
         if events > 0 {
             self.spins = 0;
-            return Ok(());
+            return false;
         }
         self.spins += 1;
         if self.spins >= self.limit {
             self.spins = 0;
-            w.wait(5)?;
-        } else if self.yield_between {
+            return true;
+        }
+        if self.yield_between {
             std::thread::yield_now();
         }
-        Ok(())
+        false
     }
 }
 

@@ -248,7 +248,10 @@ pub(crate) struct Task {
     me: usize,
     eps: Arc<[Option<Ep>]>,
     abort: Option<Request>,
-    abort_buf: Box<[u8; 8]>,
+    abort_buf: Option<Box<[u8; 8]>>,
+    /// The segment path: the collective runs as rounds over the team's segment instead
+    /// of the (empty) schedule.
+    shm: Option<crate::shm::run::Run>,
     /// Zero-copy RMA: key messages out and in, and each peer's (address, key id).
     key_out: Vec<Vec<u8>>,
     key_in: Vec<Vec<u8>>,
@@ -274,6 +277,7 @@ pub(crate) struct TaskSpec<'s> {
     pub seq: u32,
     pub me: usize,
     pub eps: Arc<[Option<Ep>]>,
+    pub shm: Option<crate::shm::run::Job>,
 }
 
 fn raw(b: Option<&Buffer<'_>>) -> (*mut u8, usize) {
@@ -301,7 +305,16 @@ impl Task {
             me: s.me,
             eps: s.eps,
             abort: None,
-            abort_buf: Box::new([0; 8]),
+            abort_buf: None,
+            shm: s.shm.map(|job| {
+                crate::shm::run::Run::new(crate::shm::run::RunSpec {
+                    job,
+                    dt: s.dt,
+                    op: s.op,
+                    src: raw(s.src).0,
+                    dst: raw(s.dst).0,
+                })
+            }),
             key_out: Vec::new(),
             key_in: Vec::new(),
             remote: Vec::new(),
@@ -348,15 +361,37 @@ impl Task {
         self.seq
     }
 
-    /// The index of the step running now.
+    /// The index of the step running now (for the segment path, a mark that grows with
+    /// each half-round).
     pub(crate) fn step_index(&self) -> usize {
-        self.step
+        match &self.shm {
+            Some(run) => run.progress_mark(),
+            None => self.step,
+        }
+    }
+
+    /// The segment run, if the collective takes the shared-memory path.
+    pub(crate) fn shm(&self) -> Option<&crate::shm::run::Run> {
+        self.shm.as_ref()
+    }
+
+    /// Advances the segment path alone (no network progress): for tight waits.
+    pub(crate) fn shm_advance(&mut self) -> Result<bool> {
+        match self.shm.as_mut() {
+            Some(run) => run.advance(),
+            None => Ok(false),
+        }
     }
 
     /// True when the running step waits for a transfer with `rank`. (Later steps do not
     /// count: the messages of a member that finished and left may already be here,
     /// unexpected, and match when their receive is posted.)
     pub(crate) fn blocked_on(&self, w: &Worker, rank: usize) -> bool {
+        if let Some(run) = &self.shm {
+            return run
+                .waiting()
+                .is_some_and(|(j, _)| run.team().ranks.get(j) == Some(&rank));
+        }
         self.posted
             && self
                 .inflight
@@ -366,8 +401,14 @@ impl Task {
 
     /// Posts the abort-notice receive, then runs as far as possible. `Ok(true)`: done.
     pub(crate) fn start(&mut self, w: &mut Worker, keys: &mut KeyCache) -> Result<bool> {
+        if let Some(run) = self.shm.as_mut() {
+            // Aborts travel through the segment's abort word.
+            run.start();
+            return self.advance(w, keys);
+        }
         let t = tag::make(self.team, self.seq, tag::ABORT_STEP, 0);
-        let b = Buf::contig(self.abort_buf.as_mut_ptr(), 8);
+        let ab = self.abort_buf.insert(Box::new([0; 8]));
+        let b = Buf::contig(ab.as_mut_ptr(), 8);
         // SAFETY: abort_buf is boxed in the task, which aborts this receive before it goes.
         self.abort = Some(unsafe { w.tag_recv_nb(b, t, !0xffff, None)? });
         self.advance(w, keys)
@@ -375,12 +416,18 @@ impl Task {
 
     /// True when a member told us it gave this collective up.
     pub(crate) fn aborted_remotely(&self, w: &Worker) -> bool {
+        if let Some(run) = &self.shm {
+            return run.team().seg.aborted();
+        }
         self.abort
             .is_some_and(|r| matches!(w.request_test(r), Ok(Some(Status::Ok))))
     }
 
     /// Runs completed steps and posts the next; `Ok(true)` when the schedule finished.
     pub(crate) fn advance(&mut self, w: &mut Worker, keys: &mut KeyCache) -> Result<bool> {
+        if let Some(run) = self.shm.as_mut() {
+            return run.advance();
+        }
         loop {
             if self.posted {
                 for &(r, want, _) in &self.inflight {
@@ -578,6 +625,10 @@ impl Task {
     /// Tells every other member that this collective failed here (best effort: the
     /// notices are not tracked).
     pub(crate) fn notify_abort(&self, w: &mut Worker, dead: impl Fn(Ep) -> bool) {
+        if let Some(run) = &self.shm {
+            run.team().seg.set_abort();
+            return;
+        }
         static NOTICE: [u8; 1] = [0];
         let t = tag::make(self.team, self.seq, tag::ABORT_STEP, self.me);
         for ep in self.eps.iter().flatten().filter(|&&e| !dead(e)) {

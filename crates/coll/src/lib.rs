@@ -10,6 +10,8 @@
 //!  args::plan  ── Args + rank/size → Shape → alg::build → Schedule (pure)
 //!  exec::Task  ── runs a Schedule over tag_send_nb / tag_recv_nb   (the only unsafe code)
 //!  sim::run    ── runs every rank's Schedule in memory             (tests)
+//!  shm         ── members on one host: rounds over one segment per team (or per host
+//!                 group, with the network among host leaders: the hierarchical form)
 //! ```
 //!
 //! Ordering rule (as MPI's and UCC's): the members of a team post its collectives in the
@@ -17,7 +19,8 @@
 //! into the tag of all its messages, so successive collectives never mix messages.
 //!
 //! `unsafe` is denied in every module but [`exec`], which hands raw buffers to ucp's
-//! nonblocking tag calls; its documentation states the rules that keep that sound.
+//! nonblocking tag calls, and [`shm`], which maps the team segment; their documentation
+//! states the rules that keep that sound.
 
 #![deny(unsafe_code)]
 
@@ -29,6 +32,7 @@ pub mod dtype;
 pub mod exec;
 pub mod schedule;
 pub mod select;
+pub mod shm;
 pub mod sim;
 
 pub use args::{plan, Args, Plan};
