@@ -24,6 +24,7 @@ use crate::args::{plan, Args};
 use crate::exec::{tag, Buffer, KeyCache, Task, TaskSpec};
 use crate::schedule::Schedule;
 use crate::select::{Alg, CollType, Forced, COLL_VARS};
+use crate::shm::hier::{HierJob, HierSpec, Leaders};
 use crate::shm::{self, run::Job, ShmTeam};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -134,6 +135,12 @@ struct TeamState {
     failed: Option<Status>,
     /// The segment of this member's host group (see `shm`), if set up.
     shm: Option<Arc<ShmTeam>>,
+    /// Leader index (group number) of each member's host group.
+    group_of: Arc<[usize]>,
+    /// Some host group has several members (the hierarchical form has a use).
+    shared_hosts: bool,
+    /// At a group leader of a team of several groups: the leaders.
+    leaders: Option<Arc<Leaders>>,
 }
 
 impl TeamState {
@@ -152,6 +159,8 @@ struct ReqState {
     sched: Arc<Schedule>,
     /// The segment path's description, when `alg` is `Shm`.
     shm: Option<Job>,
+    /// The hierarchical form's, when `alg` is `Hier`.
+    hier: Option<(HierJob, Arc<[usize]>)>,
     task: Option<Task>,
     /// `None` while running (or before the first post).
     status: Option<Status>,
@@ -340,11 +349,50 @@ impl Context {
         if self.opts.oversubscribed.is_none() && (local > cores() || busy_host()) {
             self.oversubscribed = true;
         }
+        let keys = self.group_keys(&addrs);
+        // Groups are numbered by their lowest rank (the leader), in rank order.
+        let mut leader_ranks: Vec<usize> = Vec::new();
+        let group_of: Vec<usize> = (0..size)
+            .map(|r| {
+                let first = (0..=r).find(|&q| keys[q] == keys[r]).unwrap_or(r);
+                match leader_ranks.iter().position(|&l| l == first) {
+                    Some(i) => i,
+                    None => {
+                        leader_ranks.push(first);
+                        leader_ranks.len() - 1
+                    }
+                }
+            })
+            .collect();
+        let shared_hosts = leader_ranks.len() < size;
         let shm = if self.opts.shm {
-            Some(self.shm_setup(&addrs, rank, id, &eps)?)
+            let group: Vec<usize> = (0..size).filter(|&r| keys[r] == keys[rank]).collect();
+            Some(shm::setup(
+                &mut self.worker,
+                &shm::SetupSpec {
+                    team_id: id,
+                    me: rank,
+                    group: &group,
+                    eps: &eps,
+                    timeout: self.opts.timeout,
+                },
+            )?)
         } else {
             None
         };
+        let leaders = leader_ranks
+            .iter()
+            .position(|&l| l == rank)
+            .filter(|_| leader_ranks.len() > 1)
+            .map(|me| {
+                Arc::new(Leaders {
+                    // Another id than the whole team's (nonzero xor), so the leaders'
+                    // tags never meet the team's.
+                    id: (id ^ 0x5_a5a5) & ((1 << tag::TEAM_BITS) - 1),
+                    me,
+                    eps: leader_ranks.iter().map(|&l| eps[l]).collect(),
+                })
+            });
         let st = TeamState {
             rank,
             size,
@@ -355,6 +403,9 @@ impl Context {
             dead: vec![false; size],
             failed: None,
             shm,
+            group_of: group_of.into(),
+            shared_hosts,
+            leaders,
         };
         let slot = self.teams.iter().position(Option::is_none);
         let i = match slot {
@@ -370,51 +421,56 @@ impl Context {
         Ok(Team(i as u32))
     }
 
-    /// Sets up the segment of this member's host group (blocking for the members that
-    /// wait for the group's first member, at most the collective timeout).
-    fn shm_setup(
-        &mut self,
-        addrs: &[Vec<u8>],
-        rank: usize,
-        id: u32,
-        eps: &[Option<Ep>],
-    ) -> Result<Arc<ShmTeam>> {
+    /// The host group key of every member: its host id (an address without one is a
+    /// host of its own), cut by `host_group_size`. The group's segment is set up at team
+    /// creation, blocking the members that wait for the group's first member at most
+    /// the collective timeout.
+    fn group_keys(&self, addrs: &[Vec<u8>]) -> Vec<(u64, usize)> {
         let hosts: Vec<u64> = addrs
             .iter()
             .enumerate()
-            // An address without a host id is a host of its own.
             .map(|(i, a)| host_of(a).unwrap_or(!(i as u64)))
             .collect();
-        let keys = shm::group_keys(&hosts, self.opts.host_group_size);
-        let group: Vec<usize> = (0..addrs.len())
-            .filter(|&r| keys[r] == keys[rank])
-            .collect();
-        shm::setup(
-            &mut self.worker,
-            &shm::SetupSpec {
-                team_id: id,
-                me: rank,
-                group: &group,
-                eps,
-                timeout: self.opts.timeout,
-            },
-        )
+        shm::group_keys(&hosts, self.opts.host_group_size)
     }
 
     /// The algorithm forced for `args` on team `t`, or the topology rule of the table;
     /// `None` leaves the choice to [`crate::select()`].
     fn choose(&self, t: &TeamState, args: &Args<'_>) -> Result<Option<Alg>> {
         let local = t.all_local();
-        if args.alg == Some(Alg::Shm) && !local {
-            tracing::error!("coll: the shm algorithm needs the whole team on one host");
+        let spans = t.shm.is_some() && !local;
+        let usable = |a: Alg| match a {
+            Alg::Shm => local,
+            Alg::Hier => spans,
+            _ => true,
+        };
+        if let Some(a) = args.alg.filter(|&a| !usable(a)) {
+            tracing::error!("coll: {a} needs the team's segments (shm: all members on one host; hier: several hosts)");
             return Err(Status::Unsupported);
         }
         Ok(match args.alg.or(self.opts.forced.get(args.coll)) {
-            // Forced through the environment for a team that spans hosts: the table.
-            Some(Alg::Shm) if !local => None,
+            // Forced through the environment where the topology does not allow it: the
+            // table.
+            Some(a) if !usable(a) => None,
             Some(a) => Some(a),
-            None => crate::select::select_local(args.coll, local),
+            None => crate::select::select_local(args.coll, local, t.shared_hosts && spans),
         })
+    }
+
+    /// The hierarchical form's description of a planned collective.
+    fn hier_job(&self, t: &TeamState, args: &Args<'_>, alg: Alg) -> Result<Option<(HierJob, Arc<[usize]>)>> {
+        if alg != Alg::Hier {
+            return Ok(None);
+        }
+        let group = t.shm.as_ref().ok_or(Status::Unsupported)?;
+        let spec = HierSpec {
+            group,
+            leaders: t.leaders.as_ref(),
+            group_of: &t.group_of,
+            team_size: t.size,
+            radix: self.opts.radix,
+        };
+        Ok(Some((HierJob::new(&spec, args)?, t.group_of.clone())))
     }
 
     /// The segment path's description of a planned collective.
@@ -579,6 +635,7 @@ impl Context {
         let forced = self.choose(t, &args)?;
         let p = plan(&args, t.rank, t.size, forced, self.opts.radix)?;
         let job = Self::job(t, args.coll, &p);
+        let hier = self.hier_job(t, &args, p.alg)?;
         check_buffers(&args, &p.schedule)?;
         if p.schedule.steps.len() >= tag::MAX_STEPS {
             return Err(Status::Unsupported);
@@ -593,6 +650,7 @@ impl Context {
             alg: p.alg,
             sched: Arc::new(p.schedule),
             shm: job,
+            hier,
             task: None,
             status: Some(Status::Ok),
             posted: false,
@@ -666,6 +724,7 @@ impl Context {
             me,
             eps,
             shm: st.shm.clone(),
+            hier: st.hier.clone(),
         });
         st.status = None;
         match task.start(&mut self.worker, &mut self.keys) {
@@ -761,6 +820,7 @@ impl Context {
         let forced = self.choose(t, &args)?;
         let p = plan(&args, t.rank, t.size, forced, self.opts.radix)?;
         let job = Self::job(t, args.coll, &p);
+        let hier = self.hier_job(t, &args, p.alg)?;
         check_buffers(&args, &p.schedule)?;
         if p.schedule.steps.len() >= tag::MAX_STEPS {
             return Err(Status::Unsupported);
@@ -784,6 +844,7 @@ impl Context {
             me: t.rank,
             eps: t.eps.clone(),
             shm: job,
+            hier,
         });
         let res = self.drive(team.0, &mut task);
         if res.is_err() {
@@ -980,7 +1041,7 @@ const SHM_SPIN: u32 = 64;
 /// Spins on a segment collective alone (no network progress) a little: the flag a peer
 /// stores is then seen within a few cache misses. True if it moved on.
 fn shm_spin(task: &mut Task) -> bool {
-    if task.shm().is_none() {
+    if !task.flat_shm() {
         return false;
     }
     let before = task.step_index();

@@ -252,6 +252,10 @@ pub(crate) struct Task {
     /// The segment path: the collective runs as rounds over the team's segment instead
     /// of the (empty) schedule.
     shm: Option<crate::shm::run::Run>,
+    /// The hierarchical form: phases over the group's segment and the leaders' network.
+    hier: Option<Box<crate::shm::hier::Hier>>,
+    /// Leader index of each team rank's group (hierarchical form).
+    group_of: Option<Arc<[usize]>>,
     /// Zero-copy RMA: key messages out and in, and each peer's (address, key id).
     key_out: Vec<Vec<u8>>,
     key_in: Vec<Vec<u8>>,
@@ -278,6 +282,7 @@ pub(crate) struct TaskSpec<'s> {
     pub me: usize,
     pub eps: Arc<[Option<Ep>]>,
     pub shm: Option<crate::shm::run::Job>,
+    pub hier: Option<(crate::shm::hier::HierJob, Arc<[usize]>)>,
 }
 
 fn raw(b: Option<&Buffer<'_>>) -> (*mut u8, usize) {
@@ -314,6 +319,17 @@ impl Task {
                     src: raw(s.src).0,
                     dst: raw(s.dst).0,
                 })
+            }),
+            group_of: s.hier.as_ref().map(|h| h.1.clone()),
+            hier: s.hier.map(|(job, _)| {
+                Box::new(crate::shm::hier::Hier::new(
+                    job,
+                    s.dt,
+                    s.op,
+                    raw(s.src),
+                    raw(s.dst),
+                    s.seq,
+                ))
             }),
             key_out: Vec::new(),
             key_in: Vec::new(),
@@ -364,15 +380,23 @@ impl Task {
     /// The index of the step running now (for the segment path, a mark that grows with
     /// each half-round).
     pub(crate) fn step_index(&self) -> usize {
-        match &self.shm {
-            Some(run) => run.progress_mark(),
-            None => self.step,
+        match (&self.shm, &self.hier) {
+            (Some(run), _) => run.progress_mark(),
+            (_, Some(h)) => h.progress_mark(),
+            _ => self.step,
         }
     }
 
     /// The segment run, if the collective takes the shared-memory path.
     pub(crate) fn shm(&self) -> Option<&crate::shm::run::Run> {
-        self.shm.as_ref()
+        self.shm
+            .as_ref()
+            .or_else(|| self.hier.as_ref().and_then(|h| h.shm()))
+    }
+
+    /// True when the whole collective runs on the segment (no network phase).
+    pub(crate) fn flat_shm(&self) -> bool {
+        self.shm.is_some()
     }
 
     /// Advances the segment path alone (no network progress): for tight waits.
@@ -392,6 +416,10 @@ impl Task {
                 .waiting()
                 .is_some_and(|(j, _)| run.team().ranks.get(j) == Some(&rank));
         }
+        if let Some(h) = &self.hier {
+            let g = self.group_of.clone();
+            return h.blocked_on(w, rank, |r| g.as_ref()?.get(r).copied());
+        }
         self.posted
             && self
                 .inflight
@@ -406,6 +434,9 @@ impl Task {
             run.start();
             return self.advance(w, keys);
         }
+        if let Some(h) = self.hier.as_mut() {
+            return h.start(w, keys);
+        }
         let t = tag::make(self.team, self.seq, tag::ABORT_STEP, 0);
         let ab = self.abort_buf.insert(Box::new([0; 8]));
         let b = Buf::contig(ab.as_mut_ptr(), 8);
@@ -419,6 +450,9 @@ impl Task {
         if let Some(run) = &self.shm {
             return run.team().seg.aborted();
         }
+        if let Some(h) = &self.hier {
+            return h.aborted_remotely(w);
+        }
         self.abort
             .is_some_and(|r| matches!(w.request_test(r), Ok(Some(Status::Ok))))
     }
@@ -427,6 +461,9 @@ impl Task {
     pub(crate) fn advance(&mut self, w: &mut Worker, keys: &mut KeyCache) -> Result<bool> {
         if let Some(run) = self.shm.as_mut() {
             return run.advance();
+        }
+        if let Some(h) = self.hier.as_mut() {
+            return h.advance(w, keys);
         }
         loop {
             if self.posted {
@@ -610,6 +647,9 @@ impl Task {
     /// Keys this task announced are forgotten as announced: the peer may not have got
     /// them, and must be sent them again next time.
     pub(crate) fn cancel(&mut self, w: &mut Worker, keys: &mut KeyCache) {
+        if let Some(h) = self.hier.as_mut() {
+            h.cancel(w, keys);
+        }
         for a in self.announced.drain(..) {
             keys.sent.remove(&a);
         }
@@ -629,14 +669,30 @@ impl Task {
             run.team().seg.set_abort();
             return;
         }
-        static NOTICE: [u8; 1] = [0];
-        let t = tag::make(self.team, self.seq, tag::ABORT_STEP, self.me);
-        for ep in self.eps.iter().flatten().filter(|&&e| !dead(e)) {
-            let b = Buf::contig(NOTICE.as_ptr().cast_mut(), NOTICE.len());
-            // SAFETY: a static buffer, never written, valid forever.
-            if let Ok(Some(r)) = unsafe { w.tag_send_nb(*ep, b, t, false, None) } {
-                let _ = w.request_free(r);
-            }
+        if let Some(h) = &self.hier {
+            return h.notify_abort(w, dead);
+        }
+        send_abort(w, self.team, self.seq, self.me, &self.eps, dead);
+    }
+}
+
+/// Sends the abort notice of collective `seq` of `team` from member `me` to every live
+/// endpoint of `eps` (best effort: the notices are not tracked).
+pub(crate) fn send_abort(
+    w: &mut Worker,
+    team: u32,
+    seq: u32,
+    me: usize,
+    eps: &[Option<Ep>],
+    dead: impl Fn(Ep) -> bool,
+) {
+    static NOTICE: [u8; 1] = [0];
+    let t = tag::make(team, seq, tag::ABORT_STEP, me);
+    for ep in eps.iter().flatten().filter(|&&e| !dead(e)) {
+        let b = Buf::contig(NOTICE.as_ptr().cast_mut(), NOTICE.len());
+        // SAFETY: a static buffer, never written, valid forever.
+        if let Ok(Some(r)) = unsafe { w.tag_send_nb(*ep, b, t, false, None) } {
+            let _ = w.request_free(r);
         }
     }
 }

@@ -82,6 +82,8 @@ impl CollType {
     pub fn accepts(self, alg: Alg) -> bool {
         if alg == Alg::Shm {
             crate::shm::run::supports(self)
+        } else if alg == Alg::Hier {
+            crate::shm::hier::supports(self)
         } else {
             self.algorithms().contains(&alg)
         }
@@ -125,10 +127,12 @@ pub enum Alg {
     Rma,
     /// Shared memory: one segment per team, flags and slots (all members on one host).
     Shm,
+    /// Hierarchical: the segment inside each host, the network among host leaders.
+    Hier,
 }
 
 impl Alg {
-    pub const ALL: [Alg; 13] = [
+    pub const ALL: [Alg; 14] = [
         Alg::Dissemination,
         Alg::Knomial,
         Alg::ScatterAllgather,
@@ -142,6 +146,7 @@ impl Alg {
         Alg::Linear,
         Alg::Rma,
         Alg::Shm,
+        Alg::Hier,
     ];
 
     /// The name accepted by `UCX_COLL_*_ALG`.
@@ -160,6 +165,7 @@ impl Alg {
             Alg::Linear => "linear",
             Alg::Rma => "rma",
             Alg::Shm => "shm",
+            Alg::Hier => "hier",
         }
     }
 
@@ -275,8 +281,17 @@ impl Forced {
 /// The topology rule of the table, before [`select`]: `Some(Alg::Shm)` when the whole
 /// team shares one segment and the segment path implements `c` (measured faster than the
 /// network algorithms at every size up to 4 MiB at 2 ranks, docs/collectives.md).
-pub fn select_local(c: CollType, whole_team_local: bool) -> Option<Alg> {
-    (whole_team_local && crate::shm::run::supports(c)).then_some(Alg::Shm)
+///
+/// For a team that spans hosts with at least one host holding several members
+/// (`shared_hosts`), the hierarchical form where it exists.
+pub fn select_local(c: CollType, whole_team_local: bool, shared_hosts: bool) -> Option<Alg> {
+    if whole_team_local && crate::shm::run::supports(c) {
+        Some(Alg::Shm)
+    } else if !whole_team_local && shared_hosts && crate::shm::hier::supports(c) {
+        Some(Alg::Hier)
+    } else {
+        None
+    }
 }
 
 /// The selection table: the algorithm for `c` over `p` ranks moving `bytes` (the vector

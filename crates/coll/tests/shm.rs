@@ -223,3 +223,80 @@ fn many_in_flight_on_the_segment() {
         }
     });
 }
+
+/// The hierarchical form on one machine: members cut into host groups of 2 or 3
+/// (`host_group_size`), barrier, bcast and allreduce through each group's segment and
+/// the network among the group leaders, every byte checked; the table picks it by
+/// itself, and the other collectives keep the network algorithms.
+#[test]
+fn hierarchical_groups() {
+    let mut failures = Vec::new();
+    for (p, g) in [(2, 1), (3, 2), (4, 2), (5, 2), (6, 3), (7, 3), (8, 3)] {
+        let mut list = Vec::new();
+        let mut seed = 5000 * p as u64;
+        for coll in [CollType::Barrier, CollType::Bcast, CollType::Allreduce] {
+            let pairs: &[(DataType, Op)] = if coll.reduces() {
+                &[
+                    (DataType::Int32, Op::Sum),
+                    (DataType::Float64, Op::Avg),
+                    (DataType::DoubleInt, Op::Minloc),
+                    (DataType::Uint8, Op::Bxor),
+                ]
+            } else {
+                &[(DataType::Int8, Op::Sum)]
+            };
+            for count in [0, 1, 13, 20011] {
+                for &(dt, op) in pairs {
+                    for in_place in [false, true] {
+                        if in_place && !has_in_place(coll) {
+                            continue;
+                        }
+                        seed += 1;
+                        list.push(Case {
+                            coll,
+                            alg: Alg::Hier,
+                            dt,
+                            op,
+                            p,
+                            root: seed as usize % p,
+                            count,
+                            in_place,
+                            seed,
+                        });
+                    }
+                }
+            }
+        }
+        let opts = Options {
+            host_group_size: g,
+            ..Options::default()
+        };
+        let out = with_team(p, Transport::Shm, opts, |rank, cx, team| {
+            let mut bad = Vec::new();
+            for (i, c) in list.iter().enumerate() {
+                if let Some(e) = run_one(cx, team, rank, i, c) {
+                    bad.push(e);
+                }
+            }
+            let mut pick = |coll| {
+                let r = cx
+                    .init(team, Args::new(coll).dst(Buffer::from_vec(vec![0; 8 * p])).src(Buffer::from_vec(vec![0; 8 * p])).count(8))
+                    .unwrap();
+                let a = cx.algorithm(r).unwrap();
+                cx.finalize(r).unwrap();
+                a
+            };
+            let want = if g == 1 { None } else { Some(Alg::Hier) };
+            assert_eq!(Some(pick(CollType::Allreduce)).filter(|&a| a == Alg::Hier), want);
+            assert_ne!(pick(CollType::Allgather), Alg::Shm);
+            bad
+        });
+        failures.extend(out.into_iter().flatten());
+    }
+    assert!(
+        failures.is_empty(),
+        "{} failed:\n{}",
+        failures.len(),
+        failures[..failures.len().min(10)].join("\n")
+    );
+}

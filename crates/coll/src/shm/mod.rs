@@ -21,6 +21,7 @@
 
 #![allow(unsafe_code)]
 
+pub mod hier;
 pub mod run;
 pub(crate) mod seg;
 
