@@ -636,7 +636,7 @@ impl Context {
         let p = plan(&args, t.rank, t.size, forced, self.opts.radix)?;
         let job = Self::job(t, args.coll, &p);
         let hier = self.hier_job(t, &args, p.alg)?;
-        check_buffers(&args, &p.schedule)?;
+        check_buffers(&args, &p)?;
         if p.schedule.steps.len() >= tag::MAX_STEPS {
             return Err(Status::Unsupported);
         }
@@ -821,7 +821,7 @@ impl Context {
         let p = plan(&args, t.rank, t.size, forced, self.opts.radix)?;
         let job = Self::job(t, args.coll, &p);
         let hier = self.hier_job(t, &args, p.alg)?;
-        check_buffers(&args, &p.schedule)?;
+        check_buffers(&args, &p)?;
         if p.schedule.steps.len() >= tag::MAX_STEPS {
             return Err(Status::Unsupported);
         }
@@ -1063,9 +1063,25 @@ fn shm_target(task: &Task) -> Option<(Arc<ShmTeam>, usize, u32)> {
 }
 
 /// Checks that destinations are writable and that in place there is no source.
-fn check_buffers(args: &Args<'_>, s: &Schedule) -> Result<()> {
+fn check_buffers(args: &Args<'_>, p: &crate::Plan) -> Result<()> {
     use crate::schedule::{BufId, Comm, Local};
-    let writes_dst = s.steps.iter().any(|st| {
+    let s = &p.schedule;
+    // The segment paths have no schedule: they write the destination wherever the
+    // collective has a result at this rank.
+    let segment_writes = matches!(p.alg, Alg::Shm | Alg::Hier)
+        && match args.coll {
+            CollType::Barrier => false,
+            CollType::Reduce | CollType::Gather | CollType::Gatherv => {
+                p.shape.rank == p.shape.root
+            }
+            // The root of a bcast only reads; the root of a scatter in place has none.
+            CollType::Bcast => p.shape.rank != p.shape.root,
+            CollType::Scatter | CollType::Scatterv => {
+                !(args.in_place && p.shape.rank == p.shape.root)
+            }
+            _ => true,
+        };
+    let writes_dst = segment_writes || s.steps.iter().any(|st| {
         st.comms
             .iter()
             .any(|c| matches!(c, Comm::Recv { into, .. } if into.buf == BufId::Dst))

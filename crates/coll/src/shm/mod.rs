@@ -13,7 +13,9 @@
 //! and disappears with its last mapping, also when a member is killed) and sends its
 //! identity to every other member of the group with a tagged message of the team's
 //! reserved tag space (step [`SETUP_STEP`]); they attach it through `pidfd_getfd`, as the
-//! shm transport does. Members wait for that message at most the collective timeout.
+//! shm transport does, and answer whether they could; the creator waits for every answer
+//! (so it never closes the segment before all attached). Every wait is bounded by the
+//! collective timeout.
 //!
 //! Invariant: every member of a group runs the same collectives on the segment in the
 //! same order (the team's ordering rule), so the round ids it reserves ([`ShmTeam::reserve`])
@@ -117,7 +119,42 @@ pub(crate) struct SetupSpec<'a> {
     pub timeout: Duration,
 }
 
+/// Waits for `req` at most `timeout`; aborts it on timeout.
+fn finish(w: &mut Worker, req: ucp::Request, timeout: Duration) -> Result<()> {
+    match w.wait_request(req, timeout) {
+        Ok(Status::Ok) => Ok(()),
+        Ok(e) => Err(e),
+        Err(e) => {
+            let _ = w.request_abort(req);
+            let _ = w.request_free(req);
+            Err(e)
+        }
+    }
+}
+
+/// Sends `msg` to `ep` with tag `t` and waits for the send to complete.
+fn send(w: &mut Worker, ep: Ep, t: u64, msg: &[u8], timeout: Duration) -> Result<()> {
+    let b = Buf::contig(msg.as_ptr().cast_mut(), msg.len());
+    // SAFETY: `msg` outlives the request: it completes or is aborted in `finish`.
+    match unsafe { w.tag_send_nb(ep, b, t, false, None)? } {
+        Some(req) => finish(w, req, timeout),
+        None => Ok(()),
+    }
+}
+
+/// Receives exactly `msg.len()` bytes with tag `t`.
+fn recv(w: &mut Worker, t: u64, msg: &mut [u8], timeout: Duration) -> Result<()> {
+    let b = Buf::contig(msg.as_mut_ptr(), msg.len());
+    // SAFETY: `msg` outlives the receive: it completes or is aborted in `finish`.
+    let req = unsafe { w.tag_recv_nb(b, t, u64::MAX, None)? };
+    finish(w, req, timeout)
+}
+
 /// Creates (lowest rank of the group) or attaches the group's segment.
+///
+/// The creator waits for every member's answer (attached or not) before it goes on, so
+/// that it never closes the segment (leaving, or failing) while a member still has to
+/// reach it; an answer of failure fails the creator too.
 pub(crate) fn setup(w: &mut Worker, s: &SetupSpec<'_>) -> Result<Arc<ShmTeam>> {
     let n = s.group.len();
     let idx = s.group.iter().position(|&r| r == s.me).ok_or(Status::InvalidParam)?;
@@ -125,45 +162,33 @@ pub(crate) fn setup(w: &mut Worker, s: &SetupSpec<'_>) -> Result<Arc<ShmTeam>> {
         return Err(Status::Unsupported);
     }
     let leader = s.group[0];
-    let t = tag::make(s.team_id, 0, SETUP_STEP, leader);
+    let ep = |r: usize| s.eps.get(r).copied().flatten().ok_or(Status::InvalidParam);
     if idx == 0 {
         let seg = Seg::create(n)?;
         let msg = encode(seg.id());
+        let t = tag::make(s.team_id, 0, SETUP_STEP, leader);
         for &r in &s.group[1..] {
-            let ep = s.eps[r].ok_or(Status::InvalidParam)?;
-            let b = Buf::contig(msg.as_ptr().cast_mut(), msg.len());
-            // SAFETY: `msg` lives until the request completed (waited for below) or was
-            // aborted.
-            if let Some(req) = unsafe { w.tag_send_nb(ep, b, t, false, None)? } {
-                match w.wait_request(req, s.timeout) {
-                    Ok(Status::Ok) => {}
-                    Ok(e) => return Err(e),
-                    Err(e) => {
-                        let _ = w.request_abort(req);
-                        let _ = w.request_free(req);
-                        return Err(e);
-                    }
-                }
+            send(w, ep(r)?, t, &msg, s.timeout)?;
+        }
+        for &r in &s.group[1..] {
+            let mut ack = [0u8; 1];
+            recv(w, tag::make(s.team_id, 0, SETUP_STEP, r), &mut ack, s.timeout)?;
+            if ack[0] != 1 {
+                tracing::error!("coll: team rank {r} could not attach the team segment");
+                return Err(Status::ShmemSegment);
             }
         }
         return Ok(Arc::new(ShmTeam::new(seg, s.group, idx)));
     }
     let mut msg = [0u8; 24];
-    let b = Buf::contig(msg.as_mut_ptr(), msg.len());
-    // SAFETY: `msg` outlives the receive: it completes or is aborted below.
-    let req = unsafe { w.tag_recv_nb(b, t, u64::MAX, None)? };
-    match w.wait_request(req, s.timeout) {
-        Ok(Status::Ok) => {}
-        Ok(e) => return Err(e),
-        Err(e) => {
-            tracing::error!("coll: no shared segment from team rank {leader}: {e}");
-            let _ = w.request_abort(req);
-            let _ = w.request_free(req);
-            return Err(e);
-        }
+    if let Err(e) = recv(w, tag::make(s.team_id, 0, SETUP_STEP, leader), &mut msg, s.timeout) {
+        tracing::error!("coll: no shared segment from team rank {leader}: {e}");
+        return Err(e);
     }
-    let seg = Seg::attach(&decode(&msg), n)?;
-    Ok(Arc::new(ShmTeam::new(seg, s.group, idx)))
+    let seg = Seg::attach(&decode(&msg), n);
+    let ack = [u8::from(seg.is_ok())];
+    send(w, ep(leader)?, tag::make(s.team_id, 0, SETUP_STEP, s.me), &ack, s.timeout)?;
+    Ok(Arc::new(ShmTeam::new(seg?, s.group, idx)))
 }
 
 /// The host groups of a team: for each member, a key; members with equal keys share a
