@@ -458,7 +458,12 @@ impl Context {
     }
 
     /// The hierarchical form's description of a planned collective.
-    fn hier_job(&self, t: &TeamState, args: &Args<'_>, alg: Alg) -> Result<Option<(HierJob, Arc<[usize]>)>> {
+    fn hier_job(
+        &self,
+        t: &TeamState,
+        args: &Args<'_>,
+        alg: Alg,
+    ) -> Result<Option<(HierJob, Arc<[usize]>)>> {
         if alg != Alg::Hier {
             return Ok(None);
         }
@@ -1071,9 +1076,7 @@ fn check_buffers(args: &Args<'_>, p: &crate::Plan) -> Result<()> {
     let segment_writes = matches!(p.alg, Alg::Shm | Alg::Hier)
         && match args.coll {
             CollType::Barrier => false,
-            CollType::Reduce | CollType::Gather | CollType::Gatherv => {
-                p.shape.rank == p.shape.root
-            }
+            CollType::Reduce | CollType::Gather | CollType::Gatherv => p.shape.rank == p.shape.root,
             // The root of a bcast only reads; the root of a scatter in place has none.
             CollType::Bcast => p.shape.rank != p.shape.root,
             CollType::Scatter | CollType::Scatterv => {
@@ -1081,17 +1084,18 @@ fn check_buffers(args: &Args<'_>, p: &crate::Plan) -> Result<()> {
             }
             _ => true,
         };
-    let writes_dst = segment_writes || s.steps.iter().any(|st| {
-        st.comms
-            .iter()
-            .any(|c| matches!(c, Comm::Recv { into, .. } if into.buf == BufId::Dst))
-            || st.before.iter().chain(&st.after).any(|l| {
-                let (Local::Copy { to: r, .. }
-                | Local::Reduce { into: r, .. }
-                | Local::Scale { into: r, .. }) = l;
-                r.buf == BufId::Dst
-            })
-    });
+    let writes_dst = segment_writes
+        || s.steps.iter().any(|st| {
+            st.comms
+                .iter()
+                .any(|c| matches!(c, Comm::Recv { into, .. } if into.buf == BufId::Dst))
+                || st.before.iter().chain(&st.after).any(|l| {
+                    let (Local::Copy { to: r, .. }
+                    | Local::Reduce { into: r, .. }
+                    | Local::Scale { into: r, .. }) = l;
+                    r.buf == BufId::Dst
+                })
+        });
     if writes_dst && !args.dst.as_ref().is_some_and(Buffer::writable) {
         tracing::error!("coll: the destination must be writable");
         return Err(Status::InvalidParam);

@@ -82,7 +82,11 @@ fn every_collective_through_the_segment() {
         let t0 = std::time::Instant::now();
         let list = cases(p);
         failures.extend(run_cases(p, &list));
-        eprintln!("shm p={p}: {} collectives in {:?}", list.len(), t0.elapsed());
+        eprintln!(
+            "shm p={p}: {} collectives in {:?}",
+            list.len(),
+            t0.elapsed()
+        );
     }
     assert!(
         failures.is_empty(),
@@ -170,10 +174,7 @@ fn table_picks_the_segment_for_a_local_team() {
             cx.wait(v).unwrap();
             let a = cx.finalize(v).unwrap();
             assert_eq!(a.dst.unwrap().into_vec().unwrap(), vec![0, 1, 2]);
-            let forced = cx.run(
-                team,
-                Args::new(CollType::Barrier).alg(Alg::Shm),
-            );
+            let forced = cx.run(team, Args::new(CollType::Barrier).alg(Alg::Shm));
             assert_eq!(forced.is_ok(), shm, "{forced:?}");
         });
     }
@@ -280,14 +281,23 @@ fn hierarchical_groups() {
             }
             let mut pick = |coll| {
                 let r = cx
-                    .init(team, Args::new(coll).dst(Buffer::from_vec(vec![0; 8 * p])).src(Buffer::from_vec(vec![0; 8 * p])).count(8))
+                    .init(
+                        team,
+                        Args::new(coll)
+                            .dst(Buffer::from_vec(vec![0; 8 * p]))
+                            .src(Buffer::from_vec(vec![0; 8 * p]))
+                            .count(8),
+                    )
                     .unwrap();
                 let a = cx.algorithm(r).unwrap();
                 cx.finalize(r).unwrap();
                 a
             };
             let want = if g == 1 { None } else { Some(Alg::Hier) };
-            assert_eq!(Some(pick(CollType::Allreduce)).filter(|&a| a == Alg::Hier), want);
+            assert_eq!(
+                Some(pick(CollType::Allreduce)).filter(|&a| a == Alg::Hier),
+                want
+            );
             assert_ne!(pick(CollType::Allgather), Alg::Shm);
             bad
         });

@@ -100,7 +100,11 @@ impl HierJob {
         let es = args.dt.size();
         let sum_op = if args.op == Op::Avg { Op::Sum } else { args.op };
         // A barrier moves nothing, whatever its count says.
-        let count = if args.coll == CollType::Barrier { 0 } else { args.count };
+        let count = if args.coll == CollType::Barrier {
+            0
+        } else {
+            args.count
+        };
         let shm = |coll, root, in_place, from| {
             PhaseJob::Shm(
                 Job {
@@ -139,7 +143,8 @@ impl HierJob {
                     let len = args.count * es;
                     // SAFETY: a placeholder of the right length for planning only; the
                     // schedule addresses buffers by offset, never through this pointer.
-                    let d = unsafe { Buffer::from_raw(std::ptr::NonNull::dangling().as_ptr(), len) };
+                    let d =
+                        unsafe { Buffer::from_raw(std::ptr::NonNull::dangling().as_ptr(), len) };
                     phases.push(net(Args::new(CollType::Bcast)
                         .dst(d)
                         .dtype(args.dt)
@@ -157,7 +162,8 @@ impl HierJob {
                 phases.push(shm(CollType::Reduce, 0, args.in_place && leader, from));
                 if leader && nl > 1 {
                     // SAFETY: as above, for planning only.
-                    let d = unsafe { Buffer::from_raw(std::ptr::NonNull::dangling().as_ptr(), len) };
+                    let d =
+                        unsafe { Buffer::from_raw(std::ptr::NonNull::dangling().as_ptr(), len) };
                     phases.push(net(Args::new(CollType::Allreduce)
                         .dst(d)
                         .in_place(true)
@@ -182,7 +188,7 @@ impl HierJob {
 
 enum Phase {
     Shm(Run),
-    Net(Option<Task>),
+    Net(Option<Box<Task>>),
     Done,
 }
 
@@ -273,7 +279,7 @@ impl Hier {
                     hier: None,
                 });
                 let done = t.start(w, keys)?;
-                self.cur = Phase::Net(Some(t));
+                self.cur = Phase::Net(Some(Box::new(t)));
                 Ok(done)
             }
             PhaseJob::Scale(len) => {
@@ -339,7 +345,12 @@ impl Hier {
     }
 
     /// True when the running phase waits for team rank `rank`.
-    pub(crate) fn blocked_on(&self, w: &Worker, rank: usize, group_of: impl Fn(usize) -> Option<usize>) -> bool {
+    pub(crate) fn blocked_on(
+        &self,
+        w: &Worker,
+        rank: usize,
+        group_of: impl Fn(usize) -> Option<usize>,
+    ) -> bool {
         match &self.cur {
             Phase::Shm(r) => r
                 .waiting()

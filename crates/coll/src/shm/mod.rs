@@ -157,7 +157,11 @@ fn recv(w: &mut Worker, t: u64, msg: &mut [u8], timeout: Duration) -> Result<()>
 /// reach it; an answer of failure fails the creator too.
 pub(crate) fn setup(w: &mut Worker, s: &SetupSpec<'_>) -> Result<Arc<ShmTeam>> {
     let n = s.group.len();
-    let idx = s.group.iter().position(|&r| r == s.me).ok_or(Status::InvalidParam)?;
+    let idx = s
+        .group
+        .iter()
+        .position(|&r| r == s.me)
+        .ok_or(Status::InvalidParam)?;
     if n > MAX_MEMBERS {
         return Err(Status::Unsupported);
     }
@@ -172,7 +176,12 @@ pub(crate) fn setup(w: &mut Worker, s: &SetupSpec<'_>) -> Result<Arc<ShmTeam>> {
         }
         for &r in &s.group[1..] {
             let mut ack = [0u8; 1];
-            recv(w, tag::make(s.team_id, 0, SETUP_STEP, r), &mut ack, s.timeout)?;
+            recv(
+                w,
+                tag::make(s.team_id, 0, SETUP_STEP, r),
+                &mut ack,
+                s.timeout,
+            )?;
             if ack[0] != 1 {
                 tracing::error!("coll: team rank {r} could not attach the team segment");
                 return Err(Status::ShmemSegment);
@@ -181,13 +190,24 @@ pub(crate) fn setup(w: &mut Worker, s: &SetupSpec<'_>) -> Result<Arc<ShmTeam>> {
         return Ok(Arc::new(ShmTeam::new(seg, s.group, idx)));
     }
     let mut msg = [0u8; 24];
-    if let Err(e) = recv(w, tag::make(s.team_id, 0, SETUP_STEP, leader), &mut msg, s.timeout) {
+    if let Err(e) = recv(
+        w,
+        tag::make(s.team_id, 0, SETUP_STEP, leader),
+        &mut msg,
+        s.timeout,
+    ) {
         tracing::error!("coll: no shared segment from team rank {leader}: {e}");
         return Err(e);
     }
     let seg = Seg::attach(&decode(&msg), n);
     let ack = [u8::from(seg.is_ok())];
-    send(w, ep(leader)?, tag::make(s.team_id, 0, SETUP_STEP, s.me), &ack, s.timeout)?;
+    send(
+        w,
+        ep(leader)?,
+        tag::make(s.team_id, 0, SETUP_STEP, s.me),
+        &ack,
+        s.timeout,
+    )?;
     Ok(Arc::new(ShmTeam::new(seg?, s.group, idx)))
 }
 
@@ -208,7 +228,7 @@ pub(crate) fn group_keys(hosts: &[u64], split: usize) -> Vec<(u64, usize)> {
             };
             let k = seen[i].1;
             seen[i].1 += 1;
-            (h, if split > 0 { k / split } else { 0 })
+            (h, k.checked_div(split).unwrap_or(0))
         })
         .collect()
 }

@@ -279,9 +279,7 @@ impl Run {
         match self.coll {
             // In place, the root of a scatter keeps its block where it is, in the source.
             C::Scatter | C::Scatterv => false,
-            C::Reduce | C::Gather | C::Gatherv => {
-                self.shape.in_place && self.me() == self.root()
-            }
+            C::Reduce | C::Gather | C::Gatherv => self.shape.in_place && self.me() == self.root(),
             _ => self.shape.in_place,
         }
     }
@@ -310,18 +308,21 @@ impl Run {
             C::Bcast => {
                 if root {
                     let (o, l) = self.piece(s.bytes());
+                    // SAFETY: as stated at the top of this function's match.
                     unsafe { copy(self.dst.add(o), slot, l) };
                 }
             }
             C::Allreduce | C::Reduce => {
                 if !(self.coll == C::Reduce && root) {
                     let (o, l) = self.piece(s.bytes());
+                    // SAFETY: as stated at the top of this function's match.
                     unsafe { copy(self.input().add(o), slot, l) };
                 }
             }
             C::ReduceScatter | C::ReduceScatterv => {
                 let total = s.src_blocks.iter().map(|b| b.0 + b.1).max().unwrap_or(0);
                 let (o, l) = self.piece(total);
+                // SAFETY: as stated at the top of this function's match.
                 unsafe { copy(self.input().add(o), slot, l) };
             }
             C::Allgather | C::Allgatherv | C::Gather | C::Gatherv => {
@@ -334,10 +335,12 @@ impl Run {
                 };
                 let gather_root = matches!(self.coll, C::Gather | C::Gatherv) && root;
                 if !gather_root {
+                    // SAFETY: as stated at the top of this function's match.
                     unsafe { copy(from.add(o), slot, l) };
                 }
                 let keeps_own = matches!(self.coll, C::Allgather | C::Allgatherv) || root;
                 if !self.own_in_dst() && keeps_own {
+                    // SAFETY: as stated at the top of this function's match.
                     unsafe { copy(self.src.add(o), self.dst.add(bo + o), l) };
                 }
             }
@@ -351,9 +354,11 @@ impl Run {
                     let (o, l) = self.piece(bl);
                     let from = self.input().wrapping_add(bo);
                     if j != me {
+                        // SAFETY: as stated at the top of this function's match.
                         unsafe { copy(from.add(o), slot.add(j * self.chunk), l) };
                     } else if !s.in_place {
                         let to = if scatter { 0 } else { s.dst_blocks[me].0 };
+                        // SAFETY: as stated at the top of this function's match.
                         unsafe { copy(from.add(o), self.dst.add(to + o), l) };
                     }
                 }
@@ -376,6 +381,7 @@ impl Run {
             C::Bcast => {
                 if !root {
                     let (o, l) = self.piece(s.bytes());
+                    // SAFETY: as stated at the top of this function's match.
                     unsafe { copy(seg.slot_ptr(self.root(), k), self.dst.add(o), l) };
                 }
             }
@@ -387,6 +393,7 @@ impl Run {
                 if root {
                     let (o, l) = self.piece(s.bytes());
                     if !self.own_in_dst() {
+                        // SAFETY: as stated at the top of this function's match.
                         unsafe { copy(self.src.add(o), self.dst.add(o), l) };
                     }
                     self.reduce_into(k, o, 0, l, Some(me))?;
@@ -408,6 +415,7 @@ impl Run {
                 for j in (0..s.size).filter(|&j| j != me) {
                     let (bo, bl) = s.dst_blocks[j];
                     let (o, l) = self.piece(bl);
+                    // SAFETY: as stated at the top of this function's match.
                     unsafe { copy(seg.slot_ptr(j, k), self.dst.add(bo + o), l) };
                 }
             }
@@ -416,6 +424,7 @@ impl Run {
                     let (bo, bl) = s.dst_blocks[j];
                     let (o, l) = self.piece(bl);
                     let from = seg.slot_ptr(j, k).wrapping_add(me * self.chunk);
+                    // SAFETY: as stated at the top of this function's match.
                     unsafe { copy(from, self.dst.add(bo + o), l) };
                 }
             }
@@ -424,6 +433,7 @@ impl Run {
                     let (_, bl) = s.src_blocks[me];
                     let (o, l) = self.piece(bl);
                     let from = seg.slot_ptr(self.root(), k).wrapping_add(me * self.chunk);
+                    // SAFETY: as stated at the top of this function's match.
                     unsafe { copy(from, self.dst.add(o), l) };
                 }
             }
@@ -435,7 +445,14 @@ impl Run {
     /// destination at `out`. With `own = Some(me)` the destination already holds this
     /// member's part and its slot is skipped; else the first slot is copied first, and
     /// the members' parts are combined in member order.
-    fn reduce_into(&self, k: u32, out: usize, at: usize, len: usize, own: Option<usize>) -> Result<()> {
+    fn reduce_into(
+        &self,
+        k: u32,
+        out: usize,
+        at: usize,
+        len: usize,
+        own: Option<usize>,
+    ) -> Result<()> {
         if len == 0 {
             return Ok(());
         }

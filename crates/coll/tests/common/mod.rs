@@ -570,4 +570,3 @@ pub fn run_one(cx: &mut Context, team: Team, rank: usize, i: usize, c: &Case) ->
         }
     }
 }
-
