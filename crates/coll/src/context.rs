@@ -186,6 +186,9 @@ pub struct Context {
     keys: KeyCache,
     /// Spare list for `progress` (so that it does not allocate each call).
     still: Vec<u32>,
+    /// Counts wait rounds, so that segment collectives that complete without the worker
+    /// still let it progress now and then (keepalive, other traffic).
+    rounds: u32,
 }
 
 impl std::fmt::Debug for Context {
@@ -265,6 +268,7 @@ impl Context {
             created: HashMap::new(),
             keys: KeyCache::default(),
             still: Vec::new(),
+            rounds: 0,
         })
     }
 
@@ -769,9 +773,23 @@ impl Context {
         }
         let mut waiter = Waiter::new(self.oversubscribed);
         loop {
-            if let Some(task) = self.req_mut(r)?.task.as_mut() {
-                if shm_spin(task) {
-                    self.req_mut(r)?.last = Instant::now();
+            let fast = self.fast_path();
+            let st = self.req_mut(r)?;
+            if let Some(s) = st.status {
+                return if s == Status::Ok { Ok(()) } else { Err(s) };
+            }
+            if let Some(task) = st.task.as_mut() {
+                match shm_spin(task) {
+                    Spin::Done if fast => {
+                        // Completed on the segment alone: nothing of it is left in the
+                        // worker.
+                        st.task = None;
+                        st.status = Some(Status::Ok);
+                        self.running.retain(|&i| i != r.idx);
+                        return Ok(());
+                    }
+                    Spin::Idle => {}
+                    _ => st.last = Instant::now(),
                 }
             }
             let n = self.progress();
@@ -872,8 +890,10 @@ impl Context {
         let mut waiter = Waiter::new(self.oversubscribed);
         let mut last = Instant::now();
         loop {
-            if shm_spin(task) {
-                last = Instant::now();
+            match shm_spin(task) {
+                Spin::Done if self.fast_path() => return Ok(()),
+                Spin::Idle => {}
+                _ => last = Instant::now(),
             }
             let n = self.progress();
             let step = task.step_index();
@@ -1009,6 +1029,13 @@ impl Context {
         n
     }
 
+    /// Whether a segment collective that completed during a spin may return without a
+    /// progress call of the worker: 63 rounds of 64.
+    fn fast_path(&mut self) -> bool {
+        self.rounds = self.rounds.wrapping_add(1);
+        self.rounds % 64 != 0
+    }
+
     /// One idle round of a wait: after the spin limit, sleep on the flag a segment
     /// collective waits for (`target`, else any running one), or on the worker's wakeup.
     fn idle(
@@ -1043,21 +1070,29 @@ const SHM_SLEEP: Duration = Duration::from_millis(1);
 /// Polls of a segment collective between two progress calls of the worker.
 const SHM_SPIN: u32 = 64;
 
+/// What a spin on a segment collective saw.
+enum Spin {
+    Idle,
+    /// It moved on, or failed (the caller's progress round takes it from here).
+    Moved,
+    Done,
+}
+
 /// Spins on a segment collective alone (no network progress) a little: the flag a peer
-/// stores is then seen within a few cache misses. True if it moved on.
-fn shm_spin(task: &mut Task) -> bool {
+/// stores is then seen within a few cache misses.
+fn shm_spin(task: &mut Task) -> Spin {
     if !task.flat_shm() {
-        return false;
+        return Spin::Idle;
     }
     let before = task.step_index();
     for _ in 0..SHM_SPIN {
         match task.shm_advance() {
+            Ok(true) => return Spin::Done,
             Ok(false) if task.step_index() == before => std::hint::spin_loop(),
-            // Moved, finished or failed: the caller's progress round takes it from here.
-            _ => return true,
+            _ => return Spin::Moved,
         }
     }
-    false
+    Spin::Idle
 }
 
 /// The flag a segment collective waits for: (segment, member, value seen).
