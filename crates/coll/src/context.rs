@@ -1067,8 +1067,9 @@ impl Context {
 /// Longest sleep on a segment flag before the worker is progressed again.
 const SHM_SLEEP: Duration = Duration::from_millis(1);
 
-/// Polls of a segment collective between two progress calls of the worker.
-const SHM_SPIN: u32 = 64;
+/// Polls of a segment collective between two progress calls of the worker (a progress
+/// call may make system calls for the network interfaces: a flag seen late costs more).
+const SHM_SPIN: u32 = 1024;
 
 /// What a spin on a segment collective saw.
 enum Spin {

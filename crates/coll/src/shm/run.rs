@@ -16,6 +16,14 @@
 //! go through in chunks of one slot, pipelined. Reductions read the members' slots in
 //! member order, so every member of an allreduce computes the same bits.
 //!
+//! **Single copy.** Pure data movement (bcast, allgather(v), alltoall not in place,
+//! gather, scatter) of at least [`CMA_MIN`] bytes per block takes two rounds instead: in
+//! the first, each member that has data writes only its process id and the address of its
+//! data into its slot, and the readers copy straight out of that process's memory with
+//! `process_vm_readv` (cross-memory attach: one copy instead of two, no chunking); the
+//! second round, flags only, tells the writers that every reader is done with their
+//! buffers. The kernel checks every remote range: a wrong one is an error, not a fault.
+//!
 //! [`Run::advance`] never blocks: it returns `Ok(false)` at the first unmet wait, and
 //! [`Run::waiting`] says whose flag it waits for (the caller sleeps on it, or fails the
 //! collective when that member is gone).
@@ -48,6 +56,8 @@ pub(crate) struct Run {
     dst: *mut u8,
     /// Bytes moved per round (per destination for alltoall and scatter).
     chunk: usize,
+    /// Single copy by cross-memory attach (two rounds: descriptors, then done).
+    cma: bool,
     base: u32,
     rounds: u32,
     r: u32,
@@ -60,8 +70,12 @@ pub(crate) struct Run {
 // `exec`'s rules); the segment is shared memory behind an Arc.
 unsafe impl Send for Run {}
 
-/// Rounds and chunk bytes of a collective on a segment with `slot`-byte slots.
-fn geometry(coll: CollType, s: &Shape, slot: usize) -> (u32, usize) {
+/// Blocks of at least this many bytes move by cross-memory attach (one copy).
+pub const CMA_MIN: usize = 32 << 10;
+
+/// Rounds and chunk bytes of a collective on a segment with `slot`-byte slots, and
+/// whether it moves its data by cross-memory attach.
+fn geometry(coll: CollType, s: &Shape, slot: usize) -> (u32, usize, bool) {
     use CollType as C;
     let es = s.esize.max(1);
     let whole = (slot / es * es).max(es);
@@ -86,7 +100,49 @@ fn geometry(coll: CollType, s: &Shape, slot: usize) -> (u32, usize) {
             whole,
         ),
     };
-    (len.div_ceil(chunk).max(1) as u32, chunk)
+    let cma = len >= CMA_MIN
+        && match coll {
+            C::Bcast | C::Allgather | C::Allgatherv | C::Gather | C::Scatter => true,
+            // In place, a member's blocks are overwritten while the others read them.
+            C::Alltoall => !s.in_place,
+            _ => false,
+        };
+    if cma {
+        return (2, len, true);
+    }
+    (len.div_ceil(chunk).max(1) as u32, chunk, false)
+}
+
+/// A member's descriptor in a single-copy round: its process id and data address.
+fn put_desc(slot: *mut u8, addr: *const u8) {
+    let mut d = [0u8; 16];
+    d[..8].copy_from_slice(&u64::from(std::process::id()).to_le_bytes());
+    d[8..].copy_from_slice(&(addr as u64).to_le_bytes());
+    // SAFETY: slots are at least a page long; this member owns its slot this round.
+    unsafe { copy(d.as_ptr(), slot, 16) };
+}
+
+/// Reads the descriptor of a member from its slot.
+fn get_desc(slot: *const u8) -> (u32, u64) {
+    let mut d = [0u8; 16];
+    // SAFETY: the slot is at least a page long, and its owner's flag reached this round.
+    unsafe { copy(slot, d.as_mut_ptr(), 16) };
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&d[..8]);
+    let pid = u64::from_le_bytes(a) as u32;
+    a.copy_from_slice(&d[8..]);
+    (pid, u64::from_le_bytes(a))
+}
+
+/// Copies `len` bytes at `addr` of process `pid` into `to`.
+fn pull(pid: u32, addr: u64, to: *mut u8, len: usize) -> Result<()> {
+    if len == 0 {
+        return Ok(());
+    }
+    // SAFETY: `to..to+len` lies in the request's destination (checked by the plan), not
+    // accessed otherwise during this call.
+    let dst = unsafe { std::slice::from_raw_parts_mut(to, len) };
+    ucs::sys::cma::read(pid, addr, dst)
 }
 
 /// Whether the segment path implements `coll` (the v-variants whose counts are known at
@@ -135,7 +191,7 @@ impl Run {
     /// A run of `spec`; [`Run::start`] reserves its rounds.
     pub(crate) fn new(spec: RunSpec) -> Run {
         let j = spec.job;
-        let (rounds, chunk) = geometry(j.coll, &j.shape, j.team.seg.slot());
+        let (rounds, chunk, cma) = geometry(j.coll, &j.shape, j.team.seg.slot());
         let avg = if spec.op == Op::Avg && j.coll.reduces() {
             j.avg_over
         } else {
@@ -151,6 +207,7 @@ impl Run {
             src: spec.src,
             dst: spec.dst,
             chunk,
+            cma,
             base: 0,
             rounds,
             r: 0,
@@ -197,6 +254,9 @@ impl Run {
     fn before_write(&self) -> Who {
         use CollType as C;
         let root = self.me() == self.root();
+        if self.cma && self.r == 1 {
+            return Who::Nobody;
+        }
         match self.coll {
             C::Barrier => Who::Nobody,
             C::Bcast | C::Scatter | C::Scatterv if !root => Who::Nobody,
@@ -209,6 +269,10 @@ impl Run {
     fn sources(&self) -> Who {
         use CollType as C;
         let root = self.me() == self.root();
+        if self.cma && self.r == 1 {
+            // Everybody is done reading the writers' buffers.
+            return Who::All;
+        }
         match self.coll {
             C::Bcast | C::Scatter | C::Scatterv if root => Who::Nobody,
             C::Bcast | C::Scatter | C::Scatterv => Who::One(self.root()),
@@ -299,6 +363,9 @@ impl Run {
         let me = self.me();
         let root = me == self.root();
         let slot = self.team.seg.slot_ptr(me, k);
+        if self.cma {
+            return self.write_desc(slot);
+        }
         // SAFETY (every block below): the regions lie inside the request's buffers (the
         // plan checked their lengths against these blocks) or inside this member's own
         // slot `k % 2`, which no member reads now (step 1 of the module documentation),
@@ -373,6 +440,9 @@ impl Run {
         let me = self.me();
         let root = me == self.root();
         let seg = &self.team.seg;
+        if self.cma {
+            return self.read_cma(k);
+        }
         // SAFETY (every block below): source slots `k % 2` of members whose flag reached
         // `k` hold this round's data and are not written until this member enters round
         // `k+1`; destination regions lie inside the request's destination buffer.
@@ -437,6 +507,105 @@ impl Run {
                     unsafe { copy(from, self.dst.add(o), l) };
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// Single copy, first round: this member's descriptor (and its own block copied
+    /// locally); second round: nothing (flags only).
+    fn write_desc(&self, slot: *mut u8) -> Result<()> {
+        use CollType as C;
+        if self.r == 1 {
+            return Ok(());
+        }
+        let s = &self.shape;
+        let me = self.me();
+        let root = me == self.root();
+        match self.coll {
+            C::Bcast if root => put_desc(slot, self.dst),
+            C::Scatter if root => {
+                put_desc(slot, self.src);
+                let (bo, bl) = s.src_blocks[me];
+                if !s.in_place {
+                    // SAFETY: the root's block of its source and its destination, both
+                    // checked by the plan, distinct buffers.
+                    unsafe { copy(self.src.add(bo), self.dst, bl) };
+                }
+            }
+            C::Allgather | C::Allgatherv | C::Gather => {
+                let (bo, bl) = s.dst_blocks[me];
+                let mine = if self.own_in_dst() {
+                    self.dst.cast_const().wrapping_add(bo)
+                } else {
+                    self.src
+                };
+                if !(self.coll == C::Gather && root) {
+                    put_desc(slot, mine);
+                }
+                if !self.own_in_dst() && (self.coll != C::Gather || root) {
+                    // SAFETY: this member's block of its source and destination.
+                    unsafe { copy(self.src, self.dst.add(bo), bl) };
+                }
+            }
+            C::Alltoall => {
+                put_desc(slot, self.src);
+                let (so, sl) = s.src_blocks[me];
+                // SAFETY: this member's own block, source to destination (not in place).
+                unsafe { copy(self.src.add(so), self.dst.add(s.dst_blocks[me].0), sl) };
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Single copy, first round: this member's data straight from the writers' memory.
+    fn read_cma(&self, k: u32) -> Result<()> {
+        use CollType as C;
+        if self.r == 1 {
+            return Ok(());
+        }
+        let s = &self.shape;
+        let seg = &self.team.seg;
+        let me = self.me();
+        let root = me == self.root();
+        let desc = |j: usize| get_desc(seg.slot_ptr(j, k));
+        match self.coll {
+            C::Bcast if !root => {
+                let (pid, a) = desc(self.root());
+                pull(pid, a, self.dst, s.bytes())?;
+            }
+            C::Scatter if !root => {
+                let (pid, a) = desc(self.root());
+                let b = s.src_blocks[me].1;
+                pull(pid, a + (me * b) as u64, self.dst, b)?;
+            }
+            C::Allgather | C::Allgatherv => {
+                for j in (0..s.size).filter(|&j| j != me) {
+                    let (pid, a) = desc(j);
+                    let (bo, bl) = s.dst_blocks[j];
+                    pull(pid, a, self.dst.wrapping_add(bo), bl)?;
+                }
+            }
+            C::Gather if root => {
+                for j in (0..s.size).filter(|&j| j != me) {
+                    let (pid, a) = desc(j);
+                    let (bo, bl) = s.dst_blocks[j];
+                    pull(pid, a, self.dst.wrapping_add(bo), bl)?;
+                }
+            }
+            C::Alltoall => {
+                let (mo, ml) = s.src_blocks[me];
+                for j in (0..s.size).filter(|&j| j != me) {
+                    let (pid, a) = desc(j);
+                    pull(
+                        pid,
+                        a + mo as u64,
+                        self.dst.wrapping_add(s.dst_blocks[j].0),
+                        ml,
+                    )?;
+                }
+            }
+            _ => {}
         }
         Ok(())
     }
