@@ -15,7 +15,7 @@ fn shm_colls() -> impl Iterator<Item = CollType> {
     CollType::ALL.into_iter().filter(|c| c.accepts(Alg::Shm))
 }
 
-/// Every datatype × operation at 13 elements; two pairs at 0, 1 and 20011 elements (the
+/// Every datatype × operation at 13 elements; two pairs at 0, 1 and 70001 elements (the
 /// last crosses slot boundaries: pipelined rounds, and per-peer chunks of alltoall).
 fn cases(p: usize) -> Vec<Case> {
     let mut out = Vec::new();
@@ -49,7 +49,7 @@ fn cases(p: usize) -> Vec<Case> {
             } else {
                 [(DataType::Int8, Op::Sum), (DataType::Float64, Op::Sum)]
             };
-            for count in [0, 1, 20011] {
+            for count in [0, 1, 70001] {
                 for (dt, op) in pairs {
                     push(coll, dt, op, count, in_place);
                 }
@@ -246,7 +246,7 @@ fn hierarchical_groups() {
             } else {
                 &[(DataType::Int8, Op::Sum)]
             };
-            for count in [0, 1, 13, 20011] {
+            for count in [0, 1, 13, 70001] {
                 for &(dt, op) in pairs {
                     for in_place in [false, true] {
                         if in_place && !has_in_place(coll) {

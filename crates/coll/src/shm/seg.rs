@@ -49,11 +49,12 @@ pub(crate) fn reached(have: u32, want: u32) -> bool {
     (have.wrapping_sub(want) as i32) >= 0
 }
 
-/// Bytes of one slot for a segment of `n` members: 64 KiB up to 32 members, then less,
-/// so that the segment stays near 4 MiB.
+/// Bytes of one slot for a segment of `n` members: 256 KiB up to 16 members, then less,
+/// so that the segment stays near 8 MiB. (Large slots: fewer rounds, so fewer waits for
+/// a peer that the scheduler took off its core.)
 pub(crate) fn slot_bytes(n: usize) -> usize {
-    let per = (2 << 20) / n.max(1);
-    (per / 4096 * 4096).clamp(4096, 64 << 10)
+    let per = (4 << 20) / n.max(1);
+    (per / 4096 * 4096).clamp(4096, 256 << 10)
 }
 
 /// A mapped team segment with its geometry.
