@@ -12,7 +12,8 @@
 //! - the flag of member j holds the last round j entered, stored with release after j
 //!   wrote that round's data and finished reading every earlier round; a reader loads it
 //!   with acquire before touching j's slot, so the data is visible;
-//! - flags are 32-bit (a futex word) and compared with wrap-around.
+//! - flags are 32-bit and compared with wrap-around; sleepers wait on the header's bell
+//!   (a futex word), which writers bump and wake only while someone sleeps.
 //!
 //! The flag protocol itself (which rounds wait for whom) is in [`super::run`]; this module
 //! only gives sound accessors under the rule that the protocol keeps writers and readers
@@ -34,8 +35,11 @@ struct Header {
     slot: AtomicU32,
     /// Set (to 1) by a member whose collective failed: the others fail theirs.
     abort: AtomicU32,
-    /// Members sleeping on a futex: writers wake flags only when this is not zero.
+    /// Members sleeping on a futex: writers ring the bell only when this is not zero.
     sleepers: AtomicU32,
+    /// The futex word sleepers wait on: bumped by every flag store made while someone
+    /// sleeps, so a sleeper wakes on any member's progress, not only the one it watched.
+    bell: AtomicU32,
 }
 
 #[repr(C)]
@@ -176,8 +180,14 @@ impl Seg {
         // SeqCst pairs with the sleeper's SeqCst increment: either it sees the new flag
         // before sleeping, or this load sees it counted and wakes it.
         f.store(k, Ordering::SeqCst);
-        if self.header().sleepers.load(Ordering::SeqCst) != 0 {
-            let _ = rustix::thread::futex::wake(f, rustix::thread::futex::Flags::empty(), u32::MAX);
+        let h = self.header();
+        if h.sleepers.load(Ordering::SeqCst) != 0 {
+            h.bell.fetch_add(1, Ordering::SeqCst);
+            let _ = rustix::thread::futex::wake(
+                &h.bell,
+                rustix::thread::futex::Flags::empty(),
+                u32::MAX,
+            );
         }
     }
 
@@ -185,6 +195,8 @@ impl Seg {
     pub(crate) fn sleep_on(&self, j: usize, seen: u32, timeout: Duration) {
         let h = self.header();
         h.sleepers.fetch_add(1, Ordering::SeqCst);
+        // Read before the flag: a store after this bumps the bell, and the wait returns.
+        let bell = h.bell.load(Ordering::SeqCst);
         let f = self.ctrl(j);
         if f.load(Ordering::SeqCst) == seen && h.abort.load(Ordering::Relaxed) == 0 {
             let ts = rustix::thread::futex::Timespec {
@@ -193,9 +205,9 @@ impl Seg {
             };
             // Interrupted, timed out or woken: the caller looks again either way.
             let _ = rustix::thread::futex::wait(
-                f,
+                &h.bell,
                 rustix::thread::futex::Flags::empty(),
-                seen,
+                bell,
                 Some(ts),
             );
         }
@@ -204,14 +216,11 @@ impl Seg {
 
     /// Marks the team's segment aborted (a member's collective failed).
     pub(crate) fn set_abort(&self) {
-        self.header().abort.store(1, Ordering::Release);
-        for j in 0..self.n {
-            let _ = rustix::thread::futex::wake(
-                self.ctrl(j),
-                rustix::thread::futex::Flags::empty(),
-                u32::MAX,
-            );
-        }
+        let h = self.header();
+        h.abort.store(1, Ordering::SeqCst);
+        h.bell.fetch_add(1, Ordering::SeqCst);
+        let _ =
+            rustix::thread::futex::wake(&h.bell, rustix::thread::futex::Flags::empty(), u32::MAX);
     }
 
     /// Whether a member aborted.
