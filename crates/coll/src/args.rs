@@ -290,7 +290,7 @@ pub fn plan(
         .alg
         .or(forced)
         .unwrap_or_else(|| select(args.coll, p, sel, uniform));
-    if !args.coll.algorithms().contains(&alg) {
+    if !args.coll.accepts(alg) {
         return Err(Status::InvalidParam);
     }
     let shape = Shape {
@@ -305,7 +305,7 @@ pub fn plan(
         radix: radix.max(2),
     };
     let mut schedule = alg::build(args.coll, alg, &shape)?;
-    if args.op == Op::Avg && args.coll.reduces() {
+    if args.op == Op::Avg && args.coll.reduces() && !matches!(alg, Alg::Shm | Alg::Hier) {
         // The sum becomes a mean where the result lands.
         let out = match args.coll {
             C::Allreduce => Some(c * es),

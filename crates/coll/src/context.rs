@@ -24,6 +24,8 @@ use crate::args::{plan, Args};
 use crate::exec::{tag, Buffer, KeyCache, Task, TaskSpec};
 use crate::schedule::Schedule;
 use crate::select::{Alg, CollType, Forced, COLL_VARS};
+use crate::shm::hier::{HierJob, HierSpec, Leaders};
+use crate::shm::{self, run::Job, ShmTeam};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -42,6 +44,11 @@ pub struct Options {
     pub radix: usize,
     /// Algorithms forced per collective.
     pub forced: Forced,
+    /// Set up a shared segment per team for the members on one host (`UCX_COLL_SHM`).
+    pub shm: bool,
+    /// Cut each host into groups of this many consecutive members, each taken as a host
+    /// of its own (0: off; `UCX_COLL_HOST_GROUP_SIZE`, for tests of the hierarchical form).
+    pub host_group_size: usize,
 }
 
 impl Default for Options {
@@ -51,6 +58,8 @@ impl Default for Options {
             oversubscribed: None,
             radix: 4,
             forced: Forced::default(),
+            shm: true,
+            host_group_size: 0,
         }
     }
 }
@@ -69,6 +78,12 @@ impl Options {
         }
         if let Some(v) = var("COLL_KNOMIAL_RADIX") {
             o.radix = (ucs::config::u64_value(&v)? as usize).max(2);
+        }
+        if let Some(v) = var("COLL_SHM") {
+            o.shm = ucs::config::parse_bool(&ucs::config::raw(&v)).ok_or(Status::InvalidParam)?;
+        }
+        if let Some(v) = var("COLL_HOST_GROUP_SIZE") {
+            o.host_group_size = ucs::config::u64_value(&v)? as usize;
         }
         if let Some(v) = var("COLL_OVERSUBSCRIBED") {
             let s = ucs::config::raw(&v);
@@ -118,6 +133,21 @@ struct TeamState {
     dead: Vec<bool>,
     /// Set once a collective of the team failed: the team is broken.
     failed: Option<Status>,
+    /// The segment of this member's host group (see `shm`), if set up.
+    shm: Option<Arc<ShmTeam>>,
+    /// Leader index (group number) of each member's host group.
+    group_of: Arc<[usize]>,
+    /// Some host group has several members (the hierarchical form has a use).
+    shared_hosts: bool,
+    /// At a group leader of a team of several groups: the leaders.
+    leaders: Option<Arc<Leaders>>,
+}
+
+impl TeamState {
+    /// True when the whole team shares this member's segment.
+    fn all_local(&self) -> bool {
+        self.shm.as_ref().is_some_and(|s| s.members() == self.size)
+    }
 }
 
 struct ReqState {
@@ -127,6 +157,10 @@ struct ReqState {
     args: Args<'static>,
     alg: Alg,
     sched: Arc<Schedule>,
+    /// The segment path's description, when `alg` is `Shm`.
+    shm: Option<Job>,
+    /// The hierarchical form's, when `alg` is `Hier`.
+    hier: Option<(HierJob, Arc<[usize]>)>,
     task: Option<Task>,
     /// `None` while running (or before the first post).
     status: Option<Status>,
@@ -150,6 +184,11 @@ pub struct Context {
     created: HashMap<u64, u32>,
     oversubscribed: bool,
     keys: KeyCache,
+    /// Spare list for `progress` (so that it does not allocate each call).
+    still: Vec<u32>,
+    /// Counts wait rounds, so that segment collectives that complete without the worker
+    /// still let it progress now and then (keepalive, other traffic).
+    rounds: u32,
 }
 
 impl std::fmt::Debug for Context {
@@ -228,6 +267,8 @@ impl Context {
             running: Vec::new(),
             created: HashMap::new(),
             keys: KeyCache::default(),
+            still: Vec::new(),
+            rounds: 0,
         })
     }
 
@@ -312,6 +353,50 @@ impl Context {
         if self.opts.oversubscribed.is_none() && (local > cores() || busy_host()) {
             self.oversubscribed = true;
         }
+        let keys = self.group_keys(&addrs);
+        // Groups are numbered by their lowest rank (the leader), in rank order.
+        let mut leader_ranks: Vec<usize> = Vec::new();
+        let group_of: Vec<usize> = (0..size)
+            .map(|r| {
+                let first = (0..=r).find(|&q| keys[q] == keys[r]).unwrap_or(r);
+                match leader_ranks.iter().position(|&l| l == first) {
+                    Some(i) => i,
+                    None => {
+                        leader_ranks.push(first);
+                        leader_ranks.len() - 1
+                    }
+                }
+            })
+            .collect();
+        let shared_hosts = leader_ranks.len() < size;
+        let shm = if self.opts.shm {
+            let group: Vec<usize> = (0..size).filter(|&r| keys[r] == keys[rank]).collect();
+            Some(shm::setup(
+                &mut self.worker,
+                &shm::SetupSpec {
+                    team_id: id,
+                    me: rank,
+                    group: &group,
+                    eps: &eps,
+                    timeout: self.opts.timeout,
+                },
+            )?)
+        } else {
+            None
+        };
+        let leaders = leader_ranks
+            .iter()
+            .position(|&l| l == rank)
+            .filter(|_| leader_ranks.len() > 1)
+            .map(|me| {
+                Arc::new(Leaders {
+                    // Another id than the whole team's (nonzero xor), so the leaders'
+                    // tags never meet the team's.
+                    id: (id ^ 0x5_a5a5) & ((1 << tag::TEAM_BITS) - 1),
+                    me,
+                    eps: leader_ranks.iter().map(|&l| eps[l]).collect(),
+                })
+            });
         let st = TeamState {
             rank,
             size,
@@ -321,6 +406,10 @@ impl Context {
             addrs: addrs.into(),
             dead: vec![false; size],
             failed: None,
+            shm,
+            group_of: group_of.into(),
+            shared_hosts,
+            leaders,
         };
         let slot = self.teams.iter().position(Option::is_none);
         let i = match slot {
@@ -334,6 +423,76 @@ impl Context {
             }
         };
         Ok(Team(i as u32))
+    }
+
+    /// The host group key of every member: its host id (an address without one is a
+    /// host of its own), cut by `host_group_size`. The group's segment is set up at team
+    /// creation, blocking the members that wait for the group's first member at most
+    /// the collective timeout.
+    fn group_keys(&self, addrs: &[Vec<u8>]) -> Vec<(u64, usize)> {
+        let hosts: Vec<u64> = addrs
+            .iter()
+            .enumerate()
+            .map(|(i, a)| host_of(a).unwrap_or(!(i as u64)))
+            .collect();
+        shm::group_keys(&hosts, self.opts.host_group_size)
+    }
+
+    /// The algorithm forced for `args` on team `t`, or the topology rule of the table;
+    /// `None` leaves the choice to [`crate::select()`].
+    fn choose(&self, t: &TeamState, args: &Args<'_>) -> Result<Option<Alg>> {
+        let local = t.all_local();
+        let spans = t.shm.is_some() && !local;
+        let usable = |a: Alg| match a {
+            Alg::Shm => local,
+            Alg::Hier => spans,
+            _ => true,
+        };
+        if let Some(a) = args.alg.filter(|&a| !usable(a)) {
+            tracing::error!("coll: {a} needs the team's segments (shm: all members on one host; hier: several hosts)");
+            return Err(Status::Unsupported);
+        }
+        Ok(match args.alg.or(self.opts.forced.get(args.coll)) {
+            // Forced through the environment where the topology does not allow it: the
+            // table.
+            Some(a) if !usable(a) => None,
+            Some(a) => Some(a),
+            None => crate::select::select_local(args.coll, local, t.shared_hosts && spans),
+        })
+    }
+
+    /// The hierarchical form's description of a planned collective.
+    fn hier_job(
+        &self,
+        t: &TeamState,
+        args: &Args<'_>,
+        alg: Alg,
+    ) -> Result<Option<(HierJob, Arc<[usize]>)>> {
+        if alg != Alg::Hier {
+            return Ok(None);
+        }
+        let group = t.shm.as_ref().ok_or(Status::Unsupported)?;
+        let spec = HierSpec {
+            group,
+            leaders: t.leaders.as_ref(),
+            group_of: &t.group_of,
+            team_size: t.size,
+            radix: self.opts.radix,
+        };
+        Ok(Some((HierJob::new(&spec, args)?, t.group_of.clone())))
+    }
+
+    /// The segment path's description of a planned collective.
+    fn job(t: &TeamState, coll: CollType, p: &crate::Plan) -> Option<Job> {
+        if p.alg != Alg::Shm {
+            return None;
+        }
+        Some(Job {
+            team: t.shm.clone()?,
+            coll,
+            shape: Arc::new(p.shape.clone()),
+            avg_over: t.size,
+        })
     }
 
     /// Starts creating a team through an out-of-band allgather of worker addresses.
@@ -482,9 +641,11 @@ impl Context {
     /// The request may be posted again once complete (persistent).
     pub fn init(&mut self, team: Team, args: Args<'static>) -> Result<CollReq> {
         let t = self.team_ref(team)?;
-        let forced = self.opts.forced.get(args.coll);
+        let forced = self.choose(t, &args)?;
         let p = plan(&args, t.rank, t.size, forced, self.opts.radix)?;
-        check_buffers(&args, &p.schedule)?;
+        let job = Self::job(t, args.coll, &p);
+        let hier = self.hier_job(t, &args, p.alg)?;
+        check_buffers(&args, &p)?;
         if p.schedule.steps.len() >= tag::MAX_STEPS {
             return Err(Status::Unsupported);
         }
@@ -497,6 +658,8 @@ impl Context {
             args,
             alg: p.alg,
             sched: Arc::new(p.schedule),
+            shm: job,
+            hier,
             task: None,
             status: Some(Status::Ok),
             posted: false,
@@ -569,6 +732,8 @@ impl Context {
             seq,
             me,
             eps,
+            shm: st.shm.clone(),
+            hier: st.hier.clone(),
         });
         st.status = None;
         match task.start(&mut self.worker, &mut self.keys) {
@@ -608,11 +773,32 @@ impl Context {
         }
         let mut waiter = Waiter::new(self.oversubscribed);
         loop {
-            let n = self.progress();
-            if let Some(s) = self.req_mut(r)?.status {
+            let fast = self.fast_path();
+            let st = self.req_mut(r)?;
+            if let Some(s) = st.status {
                 return if s == Status::Ok { Ok(()) } else { Err(s) };
             }
-            waiter.idle(&mut self.worker, n)?;
+            if let Some(task) = st.task.as_mut() {
+                match shm_spin(task) {
+                    Spin::Done if fast => {
+                        // Completed on the segment alone: nothing of it is left in the
+                        // worker.
+                        st.task = None;
+                        st.status = Some(Status::Ok);
+                        self.running.retain(|&i| i != r.idx);
+                        return Ok(());
+                    }
+                    Spin::Idle => {}
+                    _ => st.last = Instant::now(),
+                }
+            }
+            let n = self.progress();
+            let st = self.req_mut(r)?;
+            if let Some(s) = st.status {
+                return if s == Status::Ok { Ok(()) } else { Err(s) };
+            }
+            let target = st.task.as_ref().and_then(shm_target);
+            self.idle(&mut waiter, n, target)?;
         }
     }
 
@@ -654,9 +840,11 @@ impl Context {
     /// algorithm used.
     pub fn run(&mut self, team: Team, args: Args<'_>) -> Result<Alg> {
         let t = self.team_ref(team)?;
-        let forced = self.opts.forced.get(args.coll);
+        let forced = self.choose(t, &args)?;
         let p = plan(&args, t.rank, t.size, forced, self.opts.radix)?;
-        check_buffers(&args, &p.schedule)?;
+        let job = Self::job(t, args.coll, &p);
+        let hier = self.hier_job(t, &args, p.alg)?;
+        check_buffers(&args, &p)?;
         if p.schedule.steps.len() >= tag::MAX_STEPS {
             return Err(Status::Unsupported);
         }
@@ -678,6 +866,8 @@ impl Context {
             seq,
             me: t.rank,
             eps: t.eps.clone(),
+            shm: job,
+            hier,
         });
         let res = self.drive(team.0, &mut task);
         if res.is_err() {
@@ -700,6 +890,11 @@ impl Context {
         let mut waiter = Waiter::new(self.oversubscribed);
         let mut last = Instant::now();
         loop {
+            match shm_spin(task) {
+                Spin::Done if self.fast_path() => return Ok(()),
+                Spin::Idle => {}
+                _ => last = Instant::now(),
+            }
             let n = self.progress();
             let step = task.step_index();
             if let Some(res) = self.check_task(team, task, &mut last) {
@@ -708,7 +903,7 @@ impl Context {
             if task.step_index() != step {
                 continue;
             }
-            waiter.idle(&mut self.worker, n)?;
+            self.idle(&mut waiter, n, shm_target(task))?;
         }
     }
 
@@ -799,9 +994,9 @@ impl Context {
             }
             n += 1;
         }
-        let running = std::mem::take(&mut self.running);
-        let mut still = Vec::with_capacity(running.len());
-        for idx in running {
+        let mut running = std::mem::take(&mut self.running);
+        let mut still = std::mem::take(&mut self.still);
+        for idx in running.drain(..) {
             let Some(Some(st)) = self.reqs.get_mut(idx as usize) else {
                 continue;
             };
@@ -830,24 +1025,113 @@ impl Context {
         }
         still.append(&mut self.running);
         self.running = still;
+        self.still = running;
         n
+    }
+
+    /// Whether a segment collective that completed during a spin may return without a
+    /// progress call of the worker: 63 rounds of 64.
+    fn fast_path(&mut self) -> bool {
+        self.rounds = self.rounds.wrapping_add(1);
+        self.rounds % 64 != 0
+    }
+
+    /// One idle round of a wait: after the spin limit, sleep on the flag a segment
+    /// collective waits for (`target`, else any running one), or on the worker's wakeup.
+    fn idle(
+        &mut self,
+        waiter: &mut Waiter,
+        events: usize,
+        target: Option<(Arc<ShmTeam>, usize, u32)>,
+    ) -> Result<()> {
+        if !waiter.tick(events) {
+            return Ok(());
+        }
+        let target = target.or_else(|| {
+            self.running.iter().find_map(|&i| {
+                let st = self.reqs.get(i as usize)?.as_ref()?;
+                shm_target(st.task.as_ref()?)
+            })
+        });
+        match target {
+            // Short: the worker is progressed between sleeps (failures, other traffic).
+            Some((team, j, seen)) => {
+                team.seg.sleep_on(j, seen, SHM_SLEEP);
+                Ok(())
+            }
+            None => self.worker.wait(5).map(|_| ()),
+        }
     }
 }
 
+/// Longest sleep on a segment flag before the worker is progressed again.
+const SHM_SLEEP: Duration = Duration::from_millis(1);
+
+/// Polls of a segment collective between two progress calls of the worker (a progress
+/// call may make system calls for the network interfaces: a flag seen late costs more).
+const SHM_SPIN: u32 = 1024;
+
+/// What a spin on a segment collective saw.
+enum Spin {
+    Idle,
+    /// It moved on, or failed (the caller's progress round takes it from here).
+    Moved,
+    Done,
+}
+
+/// Spins on a segment collective alone (no network progress) a little: the flag a peer
+/// stores is then seen within a few cache misses.
+fn shm_spin(task: &mut Task) -> Spin {
+    if !task.flat_shm() {
+        return Spin::Idle;
+    }
+    let before = task.step_index();
+    for _ in 0..SHM_SPIN {
+        match task.shm_advance() {
+            Ok(true) => return Spin::Done,
+            Ok(false) if task.step_index() == before => std::hint::spin_loop(),
+            _ => return Spin::Moved,
+        }
+    }
+    Spin::Idle
+}
+
+/// The flag a segment collective waits for: (segment, member, value seen).
+fn shm_target(task: &Task) -> Option<(Arc<ShmTeam>, usize, u32)> {
+    let run = task.shm()?;
+    let (j, seen) = run.waiting()?;
+    Some((run.team().clone(), j, seen))
+}
+
 /// Checks that destinations are writable and that in place there is no source.
-fn check_buffers(args: &Args<'_>, s: &Schedule) -> Result<()> {
+fn check_buffers(args: &Args<'_>, p: &crate::Plan) -> Result<()> {
     use crate::schedule::{BufId, Comm, Local};
-    let writes_dst = s.steps.iter().any(|st| {
-        st.comms
-            .iter()
-            .any(|c| matches!(c, Comm::Recv { into, .. } if into.buf == BufId::Dst))
-            || st.before.iter().chain(&st.after).any(|l| {
-                let (Local::Copy { to: r, .. }
-                | Local::Reduce { into: r, .. }
-                | Local::Scale { into: r, .. }) = l;
-                r.buf == BufId::Dst
-            })
-    });
+    let s = &p.schedule;
+    // The segment paths have no schedule: they write the destination wherever the
+    // collective has a result at this rank.
+    let segment_writes = matches!(p.alg, Alg::Shm | Alg::Hier)
+        && match args.coll {
+            CollType::Barrier => false,
+            CollType::Reduce | CollType::Gather | CollType::Gatherv => p.shape.rank == p.shape.root,
+            // The root of a bcast only reads; the root of a scatter in place has none.
+            CollType::Bcast => p.shape.rank != p.shape.root,
+            CollType::Scatter | CollType::Scatterv => {
+                !(args.in_place && p.shape.rank == p.shape.root)
+            }
+            _ => true,
+        };
+    let writes_dst = segment_writes
+        || s.steps.iter().any(|st| {
+            st.comms
+                .iter()
+                .any(|c| matches!(c, Comm::Recv { into, .. } if into.buf == BufId::Dst))
+                || st.before.iter().chain(&st.after).any(|l| {
+                    let (Local::Copy { to: r, .. }
+                    | Local::Reduce { into: r, .. }
+                    | Local::Scale { into: r, .. }) = l;
+                    r.buf == BufId::Dst
+                })
+        });
     if writes_dst && !args.dst.as_ref().is_some_and(Buffer::writable) {
         tracing::error!("coll: the destination must be writable");
         return Err(Status::InvalidParam);
@@ -873,19 +1157,21 @@ impl Waiter {
         }
     }
 
-    fn idle(&mut self, w: &mut Worker, events: usize) -> Result<()> {
+    /// Counts an idle round; true when the caller should block now.
+    fn tick(&mut self, events: usize) -> bool {
         if events > 0 {
             self.spins = 0;
-            return Ok(());
+            return false;
         }
         self.spins += 1;
         if self.spins >= self.limit {
             self.spins = 0;
-            w.wait(5)?;
-        } else if self.yield_between {
+            return true;
+        }
+        if self.yield_between {
             std::thread::yield_now();
         }
-        Ok(())
+        false
     }
 }
 

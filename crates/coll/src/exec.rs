@@ -251,6 +251,13 @@ pub(crate) struct Task {
     me: usize,
     eps: Arc<[Option<Ep>]>,
     abort: Option<Request>,
+    /// The segment path: the collective runs as rounds over the team's segment instead
+    /// of the (empty) schedule.
+    shm: Option<crate::shm::run::Run>,
+    /// The hierarchical form: phases over the group's segment and the leaders' network.
+    hier: Option<Box<crate::shm::hier::Hier>>,
+    /// Leader index of each team rank's group (hierarchical form).
+    group_of: Option<Arc<[usize]>>,
     /// Zero-copy RMA: each peer's (address, key id). (Key messages, in and out, are
     /// owned by their requests.)
     remote: Vec<Option<(u64, u64)>>,
@@ -275,6 +282,8 @@ pub(crate) struct TaskSpec<'s> {
     pub seq: u32,
     pub me: usize,
     pub eps: Arc<[Option<Ep>]>,
+    pub shm: Option<crate::shm::run::Job>,
+    pub hier: Option<(crate::shm::hier::HierJob, Arc<[usize]>)>,
 }
 
 fn raw(b: Option<&Buffer<'_>>) -> (*mut u8, usize) {
@@ -302,6 +311,26 @@ impl Task {
             me: s.me,
             eps: s.eps,
             abort: None,
+            shm: s.shm.map(|job| {
+                crate::shm::run::Run::new(crate::shm::run::RunSpec {
+                    job,
+                    dt: s.dt,
+                    op: s.op,
+                    src: raw(s.src).0,
+                    dst: raw(s.dst).0,
+                })
+            }),
+            group_of: s.hier.as_ref().map(|h| h.1.clone()),
+            hier: s.hier.map(|(job, _)| {
+                Box::new(crate::shm::hier::Hier::new(
+                    job,
+                    s.dt,
+                    s.op,
+                    raw(s.src),
+                    raw(s.dst),
+                    s.seq,
+                ))
+            }),
             remote: Vec::new(),
             announced: Vec::new(),
             lost_seen: false,
@@ -350,15 +379,49 @@ impl Task {
         self.seq
     }
 
-    /// The index of the step running now.
+    /// The index of the step running now (for the segment path, a mark that grows with
+    /// each half-round).
     pub(crate) fn step_index(&self) -> usize {
-        self.step
+        match (&self.shm, &self.hier) {
+            (Some(run), _) => run.progress_mark(),
+            (_, Some(h)) => h.progress_mark(),
+            _ => self.step,
+        }
+    }
+
+    /// The segment run, if the collective takes the shared-memory path.
+    pub(crate) fn shm(&self) -> Option<&crate::shm::run::Run> {
+        self.shm
+            .as_ref()
+            .or_else(|| self.hier.as_ref().and_then(|h| h.shm()))
+    }
+
+    /// True when the whole collective runs on the segment (no network phase).
+    pub(crate) fn flat_shm(&self) -> bool {
+        self.shm.is_some()
+    }
+
+    /// Advances the segment path alone (no network progress): for tight waits.
+    pub(crate) fn shm_advance(&mut self) -> Result<bool> {
+        match self.shm.as_mut() {
+            Some(run) => run.advance(),
+            None => Ok(false),
+        }
     }
 
     /// True when the running step waits for a transfer with `rank`. (Later steps do not
     /// count: the messages of a member that finished and left may already be here,
     /// unexpected, and match when their receive is posted.)
     pub(crate) fn blocked_on(&self, w: &Worker, rank: usize) -> bool {
+        if let Some(run) = &self.shm {
+            return run
+                .waiting()
+                .is_some_and(|(j, _)| run.team().ranks.get(j) == Some(&rank));
+        }
+        if let Some(h) = &self.hier {
+            let g = self.group_of.clone();
+            return h.blocked_on(w, rank, |r| g.as_ref()?.get(r).copied());
+        }
         self.posted
             && self
                 .inflight
@@ -368,6 +431,14 @@ impl Task {
 
     /// Posts the abort-notice receive, then runs as far as possible. `Ok(true)`: done.
     pub(crate) fn start(&mut self, w: &mut Worker, keys: &mut KeyCache) -> Result<bool> {
+        if let Some(run) = self.shm.as_mut() {
+            // Aborts travel through the segment's abort word.
+            run.start();
+            return self.advance(w, keys);
+        }
+        if let Some(h) = self.hier.as_mut() {
+            return h.start(w, keys);
+        }
         let t = tag::make(self.team, self.seq, tag::ABORT_STEP, 0);
         // Owned by the request: only its completion matters.
         self.abort = Some(w.tag_recv_nb(Buf::from(vec![0u8; 8]), t, !0xffff, None)?);
@@ -376,12 +447,24 @@ impl Task {
 
     /// True when a member told us it gave this collective up.
     pub(crate) fn aborted_remotely(&self, w: &Worker) -> bool {
+        if let Some(run) = &self.shm {
+            return run.team().seg.aborted();
+        }
+        if let Some(h) = &self.hier {
+            return h.aborted_remotely(w);
+        }
         self.abort
             .is_some_and(|r| matches!(w.request_test(r), Ok(Some(Status::Ok))))
     }
 
     /// Runs completed steps and posts the next; `Ok(true)` when the schedule finished.
     pub(crate) fn advance(&mut self, w: &mut Worker, keys: &mut KeyCache) -> Result<bool> {
+        if let Some(run) = self.shm.as_mut() {
+            return run.advance();
+        }
+        if let Some(h) = self.hier.as_mut() {
+            return h.advance(w, keys);
+        }
         loop {
             if self.posted {
                 for &(r, want, _) in &self.inflight {
@@ -548,6 +631,9 @@ impl Task {
     /// Keys this task announced are forgotten as announced: the peer may not have got
     /// them, and must be sent them again next time.
     pub(crate) fn cancel(&mut self, w: &mut Worker, keys: &mut KeyCache) {
+        if let Some(h) = self.hier.as_mut() {
+            h.cancel(w, keys);
+        }
         for a in self.announced.drain(..) {
             keys.sent.remove(&a);
         }
@@ -563,12 +649,32 @@ impl Task {
     /// Tells every other member that this collective failed here (best effort: the
     /// notices are not tracked).
     pub(crate) fn notify_abort(&self, w: &mut Worker, dead: impl Fn(Ep) -> bool) {
-        let t = tag::make(self.team, self.seq, tag::ABORT_STEP, self.me);
-        for ep in self.eps.iter().flatten().filter(|&&e| !dead(e)) {
-            // One byte, owned by the request (freed with it).
-            if let Ok(Some(r)) = w.tag_send_nb(*ep, Buf::from(vec![0u8]), t, false, None) {
-                let _ = w.request_free(r);
-            }
+        if let Some(run) = &self.shm {
+            run.team().seg.set_abort();
+            return;
+        }
+        if let Some(h) = &self.hier {
+            return h.notify_abort(w, dead);
+        }
+        send_abort(w, self.team, self.seq, self.me, &self.eps, dead);
+    }
+}
+
+/// Sends the abort notice of collective `seq` of `team` from member `me` to every live
+/// endpoint of `eps` (best effort: the notices are not tracked).
+pub(crate) fn send_abort(
+    w: &mut Worker,
+    team: u32,
+    seq: u32,
+    me: usize,
+    eps: &[Option<Ep>],
+    dead: impl Fn(Ep) -> bool,
+) {
+    let t = tag::make(team, seq, tag::ABORT_STEP, me);
+    for ep in eps.iter().flatten().filter(|&&e| !dead(e)) {
+        // One byte, owned by the request (freed with it).
+        if let Ok(Some(r)) = w.tag_send_nb(*ep, Buf::from(vec![0u8]), t, false, None) {
+            let _ = w.request_free(r);
         }
     }
 }

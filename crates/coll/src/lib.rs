@@ -10,6 +10,8 @@
 //!  args::plan  ── Args + rank/size → Shape → alg::build → Schedule (pure)
 //!  exec::Task  ── runs a Schedule over tag_send_nb / tag_recv_nb   (the only unsafe code)
 //!  sim::run    ── runs every rank's Schedule in memory             (tests)
+//!  shm         ── members on one host: rounds over one segment per team (or per host
+//!                 group, with the network among host leaders: the hierarchical form)
 //! ```
 //!
 //! Ordering rule (as MPI's and UCC's): the members of a team post its collectives in the
@@ -17,9 +19,10 @@
 //! into the tag of all its messages, so successive collectives never mix messages.
 //!
 //! `unsafe` is denied in every module but [`exec`], which hands the application's memory
-//! to ucp as raw buffers, maps it for peers and reduces into it; its documentation states
-//! the rules that keep that sound. (`forbid` is not possible: a collective on raw C
-//! memory, kept in flight across calls, cannot be expressed with borrows.)
+//! to ucp as raw buffers, maps it for peers and reduces into it, and [`shm`], which maps
+//! the team segment; their documentation states the rules that keep that sound.
+//! (`forbid` is not possible: a collective on raw C memory, kept in flight across calls,
+//! cannot be expressed with borrows.)
 
 #![deny(unsafe_code)]
 
@@ -31,6 +34,7 @@ pub mod dtype;
 pub mod exec;
 pub mod schedule;
 pub mod select;
+pub mod shm;
 pub mod sim;
 
 pub use args::{plan, Args, Plan};

@@ -1,5 +1,6 @@
 //! A member killed in the middle of a collective: every survivor's collective completes
-//! with an error within a bounded time, over shm and over tcp. Members are processes (this
+//! with an error within a bounded time, over shm and over tcp, and on the team's shared
+//! segment (`Alg::Shm`, where survivors wait on the dead member's flag). Members are processes (this
 //! test binary run again with `COLL_TEST_ROLE` set) that talk to the test over
 //! stdin/stdout lines starting with `@@ `.
 
@@ -30,7 +31,7 @@ struct Member {
 }
 
 impl Member {
-    fn spawn(rank: usize, tls: &str) -> Member {
+    fn spawn(rank: usize, tls: &str, segment: bool) -> Member {
         let mut child = Command::new(std::env::current_exe().unwrap())
             .args([
                 "--exact",
@@ -42,6 +43,7 @@ impl Member {
             ])
             .env("COLL_TEST_ROLE", rank.to_string())
             .env("UCX_TLS", tls)
+            .env("COLL_TEST_SEGMENT", if segment { "1" } else { "0" })
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -93,8 +95,10 @@ fn peer_main() {
     let rank: usize = role.parse().unwrap();
     let ctx = ucp::Context::new(ucp::Features::TAG).unwrap();
     let w = ucp::Worker::new(&ctx, ucp::ThreadMode::Single).unwrap();
+    let segment = std::env::var("COLL_TEST_SEGMENT").is_ok_and(|v| v == "1");
     let opts = Options {
         timeout: BOUND,
+        shm: segment,
         ..Options::default()
     };
     let mut cx = Context::with_options(w, opts).unwrap();
@@ -117,6 +121,19 @@ fn peer_main() {
             .count(n),
     )
     .unwrap();
+    assert_eq!(
+        cx.init(
+            team,
+            Args::new(CollType::Allreduce)
+                .src(Buffer::from_vec(vec![0; 4]))
+                .dst(Buffer::from_vec(vec![0; 4]))
+                .dtype(DataType::Int32)
+                .count(1)
+        )
+        .and_then(|r| cx.algorithm(r))
+        .map(|a| a == coll::Alg::Shm),
+        Ok(segment)
+    );
     let want: Vec<u8> = (0..n)
         .flat_map(|i| ((0..P).map(|r| (i * 7 + r) as i32).sum::<i32>()).to_ne_bytes())
         .collect();
@@ -131,6 +148,12 @@ fn peer_main() {
         .op(Op::Sum)
         .count(n);
     let r = cx.init(team, args).unwrap();
+    if segment && rank != P - 1 {
+        // On the segment, posting runs rounds as far as the others allow: the survivors
+        // post only after the victim, so that it cannot finish the collective in its
+        // post (it writes its first round and stops).
+        let _ = stdin.next();
+    }
     cx.post(r).unwrap();
     println!("@@ ready");
     if rank == P - 1 {
@@ -148,8 +171,8 @@ fn peer_main() {
     let _ = cx.finalize(r);
 }
 
-fn killed_member(tls: &str) {
-    let mut m: Vec<Member> = (0..P).map(|r| Member::spawn(r, tls)).collect();
+fn killed_member(tls: &str, segment: bool) {
+    let mut m: Vec<Member> = (0..P).map(|r| Member::spawn(r, tls, segment)).collect();
     let addrs: Vec<String> = m
         .iter()
         .map(|x| x.line().strip_prefix("addr ").unwrap().to_string())
@@ -157,8 +180,18 @@ fn killed_member(tls: &str) {
     for x in &mut m {
         x.send(&addrs.join(","));
     }
-    for x in &m {
-        assert_eq!(x.line(), "ready");
+    if segment {
+        assert_eq!(m[P - 1].line(), "ready");
+        for x in &mut m[..P - 1] {
+            x.send("go");
+        }
+        for x in &m[..P - 1] {
+            assert_eq!(x.line(), "ready");
+        }
+    } else {
+        for x in &m {
+            assert_eq!(x.line(), "ready");
+        }
     }
     std::thread::sleep(Duration::from_millis(200));
     let t0 = Instant::now();
@@ -187,6 +220,15 @@ fn member_killed_mid_collective() {
     if std::env::var("COLL_TEST_ROLE").is_ok() {
         return;
     }
-    killed_member("shm");
-    killed_member("tcp");
+    killed_member("shm", false);
+    killed_member("tcp", false);
+}
+
+#[test]
+fn member_killed_mid_collective_on_the_segment() {
+    if std::env::var("COLL_TEST_ROLE").is_ok() {
+        return;
+    }
+    killed_member("shm", true);
+    killed_member("tcp", true);
 }

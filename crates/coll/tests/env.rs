@@ -26,4 +26,27 @@ fn variables_are_read() {
     assert!(Options::from_env().is_err());
     std::env::set_var("UCX_COLL_BCAST_ALG", "auto");
     assert!(Options::from_env().is_ok());
+    // The segment paths: forced by name where they exist, refused where they do not.
+    std::env::set_var("UCX_COLL_GATHER_ALG", "shm");
+    std::env::set_var("UCX_COLL_BARRIER_ALG", "hier");
+    std::env::set_var("UCX_COLL_SHM", "n");
+    std::env::set_var("UCX_COLL_HOST_GROUP_SIZE", "2");
+    let o = Options::from_env().unwrap();
+    assert_eq!(o.forced.get(CollType::Gather), Some(Alg::Shm));
+    assert_eq!(o.forced.get(CollType::Barrier), Some(Alg::Hier));
+    assert!(!o.shm);
+    assert_eq!(o.host_group_size, 2);
+    for (var, bad) in [
+        ("UCX_COLL_ALLTOALLV_ALG", "shm"),
+        ("UCX_COLL_ALLGATHER_ALG", "hier"),
+        ("UCX_COLL_SHM", "maybe"),
+    ] {
+        let old = std::env::var(var).ok();
+        std::env::set_var(var, bad);
+        assert!(Options::from_env().is_err(), "{var}={bad}");
+        match old {
+            Some(v) => std::env::set_var(var, v),
+            None => std::env::remove_var(var),
+        }
+    }
 }

@@ -4,7 +4,7 @@
 
 mod common;
 
-use coll::{Alg, Args, Buffer, CollType, Context, DataType, Op, Options, Team};
+use coll::{Alg, CollType, DataType, Op, Options};
 use common::team::with_team;
 use common::*;
 use uct::Transport;
@@ -53,76 +53,6 @@ fn cases(p: usize) -> Vec<Case> {
         }
     }
     out
-}
-
-/// Runs case `i` at `rank` in one of three ways; returns a description of a mismatch.
-fn run_one(cx: &mut Context, team: Team, rank: usize, i: usize, c: &Case) -> Option<String> {
-    let io = make(c);
-    let x = &io[rank];
-    let check = |got: Option<Vec<u8>>, pass: &str| -> Option<String> {
-        let want = x.expect.as_ref()?;
-        let got = got.unwrap_or_default();
-        diff(&got, want).map(|d| format!("{c:?} rank {rank} {pass}: {d}"))
-    };
-    match i % 3 {
-        0 => {
-            // Blocking, on borrowed slices.
-            let src = x.src.clone();
-            let mut dst = x.dst.clone();
-            let mut a = Args::new(c.coll)
-                .dtype(c.dt)
-                .op(c.op)
-                .root(c.root)
-                .count(c.count)
-                .in_place(c.in_place)
-                .alg(c.alg);
-            if let Some(s) = &src {
-                a = a.src(Buffer::from_slice(s));
-            }
-            if let Some(d) = dst.as_mut() {
-                a = a.dst(Buffer::from_mut(d));
-            }
-            if let Some((cn, ds)) = &x.src_v {
-                a = a.src_v(cn.clone(), ds.clone());
-            }
-            if let Some((cn, ds)) = &x.dst_v {
-                a = a.dst_v(cn.clone(), ds.clone());
-            }
-            let alg = match cx.run(team, a) {
-                Ok(alg) => alg,
-                Err(e) => return Some(format!("{c:?} rank {rank}: {e:?}")),
-            };
-            assert_eq!(alg, c.alg);
-            check(dst, "blocking")
-        }
-        1 => {
-            let r = cx.init(team, args(c, x)).unwrap();
-            assert_eq!(cx.algorithm(r).unwrap(), c.alg);
-            cx.post(r).unwrap();
-            // Test a few times (as a caller overlapping work would), then wait.
-            for _ in 0..3 {
-                if cx.test(r).unwrap() {
-                    break;
-                }
-            }
-            cx.wait(r).unwrap();
-            let a = cx.finalize(r).unwrap();
-            check(a.dst.and_then(Buffer::into_vec), "nonblocking")
-        }
-        _ => {
-            // Persistent: posted twice (in place, the input is consumed by the first run,
-            // so only once).
-            let r = cx.init(team, args(c, x)).unwrap();
-            cx.post(r).unwrap();
-            cx.wait(r).unwrap();
-            if !c.in_place {
-                cx.post(r).unwrap();
-                cx.wait(r).unwrap();
-            }
-            let a = cx.finalize(r).unwrap();
-            check(a.dst.and_then(Buffer::into_vec), "persistent")
-        }
-    }
 }
 
 fn all_collectives(tl: Transport) {

@@ -26,6 +26,8 @@ fn config_lists_the_collective_variables() {
         "UCX_COLL_ALLREDUCE_ALG",
         "UCX_COLL_TIMEOUT",
         "UCX_COLL_KNOMIAL_RADIX",
+        "UCX_COLL_SHM",
+        "UCX_COLL_HOST_GROUP_SIZE",
     ] {
         assert!(text.contains(v), "{v} missing:\n{text}");
     }
@@ -36,6 +38,25 @@ fn config_lists_the_collective_variables() {
     assert!(line.contains("bruck"), "{line}");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!err.contains("unused environment variable"), "{err}");
+}
+
+#[test]
+fn the_segment_algorithm_is_listed_and_checked() {
+    let out = info(&["-c"], &[("UCX_COLL_BCAST_ALG", "shm")]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.contains("UCX_COLL_BCAST_ALG"))
+        .unwrap();
+    assert!(line.contains("shm"), "{line}");
+    // alltoallv has no segment form.
+    let out = info(&["-c"], &[("UCX_COLL_ALLTOALLV_ALG", "shm")]);
+    assert_eq!(out.status.code(), Some(1));
 }
 
 #[test]

@@ -88,6 +88,10 @@ pub fn build(coll: CollType, alg: Alg, s: &Shape) -> Result<Schedule> {
         (C::Alltoall, A::Rma) => alltoall::rma(s),
         (C::Alltoall | C::Alltoallv, A::Pairwise) => Ok(alltoall::pairwise(s)),
         (C::Alltoall | C::Alltoallv, A::Direct) => Ok(alltoall::direct(s)),
+        // The segment path runs rounds over the team's segment (`shm::run`), not a
+        // schedule of messages.
+        (c, A::Shm) if crate::shm::run::supports(c) => Ok(Schedule::new(0)),
+        (c, A::Hier) if crate::shm::hier::supports(c) => Ok(Schedule::new(0)),
         _ => Err(Status::Unsupported),
     }
 }

@@ -211,7 +211,7 @@ pub fn run(cx: &mut Context, team: Team, p: &CollParams) -> Result<CollResult, C
         ))
     })?;
     if let Some(a) = p.alg {
-        if !p.coll.algorithms().contains(&a) {
+        if !p.coll.accepts(a) {
             let names: Vec<_> = p.coll.algorithms().iter().map(|a| a.name()).collect();
             return Err(CollError::Params(format!(
                 "{a} is not an algorithm of {} (those are: {})",

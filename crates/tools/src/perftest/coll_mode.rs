@@ -63,7 +63,7 @@ pub fn plan(
 ) -> Result<Plan, Failure> {
     let alg = match alg {
         None => None,
-        Some(a) => match coll::Alg::from_name(a).filter(|x| coll.algorithms().contains(x)) {
+        Some(a) => match coll::Alg::from_name(a).filter(|&x| coll.accepts(x)) {
             Some(x) => Some(x),
             None => {
                 let names: Vec<_> = coll.algorithms().iter().map(|a| a.name()).collect();

@@ -1,0 +1,279 @@
+//! The shared-memory path: collectives among the members of a team that share a host,
+//! through one segment per team (or per host group of a team), with flag
+//! synchronisation and reductions done from the segment into the destination.
+//!
+//! - [`seg`]: the segment's layout, its flags (acquire/release, futex sleep/wake) and the
+//!   only raw access to it;
+//! - [`run`]: one collective as rounds over the segment, a non-blocking state machine;
+//! - this module: a team's segment ([`ShmTeam`]), its set-up, and the grouping of a
+//!   team's members by host.
+//!
+//! Set-up (at team creation, when a host group has at least one member): the group's
+//! lowest team rank creates the segment (a memfd, mode 0600, so it has no name to unlink
+//! and disappears with its last mapping, also when a member is killed) and sends its
+//! identity to every other member of the group with a tagged message of the team's
+//! reserved tag space (step [`SETUP_STEP`]); they attach it through `pidfd_getfd`, as the
+//! shm transport does, and answer whether they could; the creator waits for every answer
+//! (so it never closes the segment before all attached). Every wait is bounded by the
+//! collective timeout.
+//!
+//! Invariant: every member of a group runs the same collectives on the segment in the
+//! same order (the team's ordering rule), so the round ids it reserves ([`ShmTeam::reserve`])
+//! agree across members.
+
+#![allow(unsafe_code)]
+
+pub mod hier;
+pub mod run;
+pub(crate) mod seg;
+
+use crate::exec::tag;
+use seg::Seg;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use ucp::{Buf, Ep, Worker};
+use ucs::sys::shm::SegmentId;
+use ucs::{Result, Status};
+
+/// The tag step of the set-up message (below the abort notice, above any real step).
+pub const SETUP_STEP: u64 = 0xffe;
+
+/// Members of a host group at most for the segment path.
+pub const MAX_MEMBERS: usize = 256;
+
+/// A team's segment as seen by one member.
+pub(crate) struct ShmTeam {
+    pub(crate) seg: Seg,
+    /// Team ranks of the segment's members, by member index.
+    pub(crate) ranks: Vec<usize>,
+    /// This member's index.
+    pub(crate) me: usize,
+    /// Next round id to reserve (local to this member; the same sequence everywhere).
+    next: AtomicU32,
+    /// The last round this member completed.
+    done: AtomicU32,
+}
+
+impl ShmTeam {
+    fn new(seg: Seg, ranks: &[usize], me: usize) -> ShmTeam {
+        ShmTeam {
+            seg,
+            ranks: ranks.to_vec(),
+            me,
+            next: AtomicU32::new(1),
+            done: AtomicU32::new(0),
+        }
+    }
+
+    /// Reserves `n` rounds; returns the first round id.
+    pub(crate) fn reserve(&self, n: u32) -> u32 {
+        self.next.fetch_add(n, Ordering::Relaxed)
+    }
+
+    pub(crate) fn done(&self) -> u32 {
+        self.done.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn set_done(&self, k: u32) {
+        self.done.store(k, Ordering::Relaxed);
+    }
+
+    /// Members of the segment.
+    pub fn members(&self) -> usize {
+        self.seg.members()
+    }
+}
+
+fn encode(id: &SegmentId) -> [u8; 24] {
+    let mut m = [0u8; 24];
+    m[..4].copy_from_slice(&id.pid.to_le_bytes());
+    m[4..8].copy_from_slice(&id.fd.to_le_bytes());
+    m[8..16].copy_from_slice(&id.ino.to_le_bytes());
+    m[16..].copy_from_slice(&id.len.to_le_bytes());
+    m
+}
+
+fn decode(m: &[u8; 24]) -> SegmentId {
+    let u32_at = |i: usize| u32::from_le_bytes([m[i], m[i + 1], m[i + 2], m[i + 3]]);
+    let u64_at = |i: usize| {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&m[i..i + 8]);
+        u64::from_le_bytes(b)
+    };
+    SegmentId {
+        pid: u32_at(0),
+        fd: u32_at(4) as i32,
+        ino: u64_at(8),
+        len: u64_at(16),
+    }
+}
+
+/// Where a team's segment set-up happens: its tag coordinates and the group.
+pub(crate) struct SetupSpec<'a> {
+    pub team_id: u32,
+    pub me: usize,
+    /// Team ranks of the group, ascending; `me` is one of them.
+    pub group: &'a [usize],
+    pub eps: &'a [Option<Ep>],
+    pub timeout: Duration,
+}
+
+/// Waits for `req` at most `timeout`; aborts it on timeout.
+fn finish(w: &mut Worker, req: ucp::Request, timeout: Duration) -> Result<()> {
+    match w.wait_request(req, timeout) {
+        Ok(Status::Ok) => Ok(()),
+        Ok(e) => Err(e),
+        Err(e) => {
+            let _ = w.request_abort(req);
+            let _ = w.request_free(req);
+            Err(e)
+        }
+    }
+}
+
+/// Sends `msg` to `ep` with tag `t` and waits for the send to complete.
+fn send(w: &mut Worker, ep: Ep, t: u64, msg: &[u8], timeout: Duration) -> Result<()> {
+    // SAFETY: `msg` outlives the request: it completes or is aborted in `finish`.
+    let b = unsafe { Buf::contig(msg.as_ptr().cast_mut(), msg.len()) };
+    match w.tag_send_nb(ep, b, t, false, None)? {
+        Some(req) => finish(w, req, timeout),
+        None => Ok(()),
+    }
+}
+
+/// Receives exactly `msg.len()` bytes with tag `t`.
+fn recv(w: &mut Worker, t: u64, msg: &mut [u8], timeout: Duration) -> Result<()> {
+    // SAFETY: `msg` outlives the receive: it completes or is aborted in `finish`.
+    let b = unsafe { Buf::contig(msg.as_mut_ptr(), msg.len()) };
+    let req = w.tag_recv_nb(b, t, u64::MAX, None)?;
+    finish(w, req, timeout)
+}
+
+/// Creates (lowest rank of the group) or attaches the group's segment.
+///
+/// The creator waits for every member's answer (attached or not) before it goes on, so
+/// that it never closes the segment (leaving, or failing) while a member still has to
+/// reach it; an answer of failure fails the creator too.
+pub(crate) fn setup(w: &mut Worker, s: &SetupSpec<'_>) -> Result<Arc<ShmTeam>> {
+    let n = s.group.len();
+    let idx = s
+        .group
+        .iter()
+        .position(|&r| r == s.me)
+        .ok_or(Status::InvalidParam)?;
+    if n > MAX_MEMBERS {
+        return Err(Status::Unsupported);
+    }
+    let leader = s.group[0];
+    let ep = |r: usize| s.eps.get(r).copied().flatten().ok_or(Status::InvalidParam);
+    if idx == 0 {
+        let seg = Seg::create(n)?;
+        let msg = encode(seg.id());
+        let t = tag::make(s.team_id, 0, SETUP_STEP, leader);
+        for &r in &s.group[1..] {
+            send(w, ep(r)?, t, &msg, s.timeout)?;
+        }
+        for &r in &s.group[1..] {
+            let mut ack = [0u8; 1];
+            recv(
+                w,
+                tag::make(s.team_id, 0, SETUP_STEP, r),
+                &mut ack,
+                s.timeout,
+            )?;
+            if ack[0] != 1 {
+                tracing::error!("coll: team rank {r} could not attach the team segment");
+                return Err(Status::ShmemSegment);
+            }
+        }
+        return Ok(Arc::new(ShmTeam::new(seg, s.group, idx)));
+    }
+    let mut msg = [0u8; 24];
+    if let Err(e) = recv(
+        w,
+        tag::make(s.team_id, 0, SETUP_STEP, leader),
+        &mut msg,
+        s.timeout,
+    ) {
+        tracing::error!("coll: no shared segment from team rank {leader}: {e}");
+        return Err(e);
+    }
+    let seg = Seg::attach(&decode(&msg), n);
+    let ack = [u8::from(seg.is_ok())];
+    send(
+        w,
+        ep(leader)?,
+        tag::make(s.team_id, 0, SETUP_STEP, s.me),
+        &ack,
+        s.timeout,
+    )?;
+    Ok(Arc::new(ShmTeam::new(seg?, s.group, idx)))
+}
+
+/// The host groups of a team: for each member, a key; members with equal keys share a
+/// host. `split` > 0 further cuts each host into groups of consecutive ranks of that
+/// size (`UCX_COLL_HOST_GROUP_SIZE`, to test the hierarchical form on one machine).
+pub(crate) fn group_keys(hosts: &[u64], split: usize) -> Vec<(u64, usize)> {
+    let mut seen: Vec<(u64, usize)> = Vec::new();
+    hosts
+        .iter()
+        .map(|&h| {
+            let i = match seen.iter().position(|x| x.0 == h) {
+                Some(i) => i,
+                None => {
+                    seen.push((h, 0));
+                    seen.len() - 1
+                }
+            };
+            let k = seen[i].1;
+            seen[i].1 += 1;
+            (h, k.checked_div(split).unwrap_or(0))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn segment_id_round_trips() {
+        let id = SegmentId {
+            pid: 77,
+            fd: 9,
+            ino: 1 << 40 | 3,
+            len: 65536,
+        };
+        assert_eq!(decode(&encode(&id)), id);
+    }
+
+    #[test]
+    fn groups_follow_hosts_and_split() {
+        let hosts = [1, 1, 2, 1, 2, 1];
+        assert_eq!(
+            group_keys(&hosts, 0),
+            vec![(1, 0), (1, 0), (2, 0), (1, 0), (2, 0), (1, 0)]
+        );
+        assert_eq!(
+            group_keys(&hosts, 2),
+            vec![(1, 0), (1, 0), (2, 0), (1, 1), (2, 0), (1, 1)]
+        );
+    }
+
+    #[test]
+    fn segment_is_owner_only_with_two_slots_per_member() {
+        let s = Seg::create(3).unwrap();
+        assert_eq!(s.members(), 3);
+        let a = s.slot_ptr(0, 0) as usize;
+        let b = s.slot_ptr(0, 1) as usize;
+        let c = s.slot_ptr(1, 0) as usize;
+        assert_eq!(b - a, s.slot());
+        assert_eq!(c - a, 2 * s.slot());
+        let t = Seg::attach(s.id(), 3).unwrap();
+        t.set_flag(2, 5);
+        assert_eq!(s.flag(2), 5);
+        assert!(Seg::attach(s.id(), 4).is_err());
+        assert!(seg::reached(5, 5) && seg::reached(1, u32::MAX) && !seg::reached(4, 5));
+    }
+}

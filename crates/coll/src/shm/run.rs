@@ -1,0 +1,652 @@
+//! One collective over a team segment, as a state machine of rounds.
+//!
+//! Every member takes part in every round of every collective of the segment, in the
+//! same order (the round ids are reserved at post time, and all members compute the same
+//! number of rounds from the arguments). Round `k` at a member:
+//!
+//! 1. if it writes this round: wait until every member has entered round `k-1` (so it
+//!    finished reading round `k-2`, the last use of slot `k % 2`, whatever collective
+//!    that was);
+//! 2. write its data of the round into its slot `k % 2`;
+//! 3. store its flag = `k` (release);
+//! 4. wait until every member it reads from has flag ≥ `k` (acquire);
+//! 5. read (copy out, or reduce into the destination), and count the round as done.
+//!
+//! Two slots per member let a writer run one round ahead of its readers: large messages
+//! go through in chunks of one slot, pipelined. Reductions read the members' slots in
+//! member order, so every member of an allreduce computes the same bits.
+//!
+//! **Single copy.** Pure data movement (bcast, allgather(v), alltoall not in place,
+//! gather, scatter) of at least [`CMA_MIN`] bytes per block takes two rounds instead: in
+//! the first, each member that has data writes only its process id and the address of its
+//! data into its slot, and the readers copy straight out of that process's memory with
+//! `process_vm_readv` (cross-memory attach: one copy instead of two, no chunking); the
+//! second round, flags only, tells the writers that every reader is done with their
+//! buffers. The kernel checks every remote range: a wrong one is an error, not a fault.
+//!
+//! [`Run::advance`] never blocks: it returns `Ok(false)` at the first unmet wait, and
+//! [`Run::waiting`] says whose flag it waits for (the caller sleeps on it, or fails the
+//! collective when that member is gone).
+
+use super::ShmTeam;
+use crate::alg::Shape;
+use crate::dtype::{self, DataType, Op};
+use crate::select::CollType;
+use std::sync::Arc;
+use ucs::{Result, Status};
+
+/// Whom a member waits for before reading, or before overwriting its slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Who {
+    Nobody,
+    All,
+    One(usize),
+}
+
+/// A collective running (or ready to run) over a team segment.
+pub(crate) struct Run {
+    team: Arc<ShmTeam>,
+    coll: CollType,
+    shape: Arc<Shape>,
+    dt: DataType,
+    op: Op,
+    /// Divide the result by this (Op::Avg), else 0.
+    avg: usize,
+    src: *const u8,
+    dst: *mut u8,
+    /// Bytes moved per round (per destination for alltoall and scatter).
+    chunk: usize,
+    /// Single copy by cross-memory attach (two rounds: descriptors, then done).
+    cma: bool,
+    base: u32,
+    rounds: u32,
+    r: u32,
+    wrote: bool,
+    /// The member whose flag the run waits for, and the value it saw.
+    waiting: Option<(usize, u32)>,
+}
+
+// SAFETY: the raw pointers are the request's buffers, which move with the request (see
+// `exec`'s rules); the segment is shared memory behind an Arc.
+unsafe impl Send for Run {}
+
+/// Blocks of at least this many bytes move by cross-memory attach (one copy).
+pub const CMA_MIN: usize = 32 << 10;
+
+/// Rounds and chunk bytes of a collective on a segment with `slot`-byte slots, and
+/// whether it moves its data by cross-memory attach.
+fn geometry(coll: CollType, s: &Shape, slot: usize) -> (u32, usize, bool) {
+    use CollType as C;
+    let es = s.esize.max(1);
+    let whole = (slot / es * es).max(es);
+    let per_peer = (slot / s.size.max(1)).max(1);
+    let (len, chunk) = match coll {
+        C::Barrier => (0, whole),
+        C::Bcast | C::Reduce | C::Allreduce => (s.count * es, whole),
+        C::Allgather | C::Allgatherv | C::Gather | C::Gatherv => {
+            (s.dst_blocks.iter().map(|b| b.1).max().unwrap_or(0), slot)
+        }
+        C::Alltoall | C::Alltoallv | C::Scatter | C::Scatterv => (
+            s.src_blocks
+                .iter()
+                .chain(&s.dst_blocks)
+                .map(|b| b.1)
+                .max()
+                .unwrap_or(0),
+            per_peer,
+        ),
+        C::ReduceScatter | C::ReduceScatterv => (
+            s.src_blocks.iter().map(|b| b.0 + b.1).max().unwrap_or(0),
+            whole,
+        ),
+    };
+    let cma = len >= CMA_MIN
+        && match coll {
+            C::Bcast | C::Allgather | C::Allgatherv | C::Gather | C::Scatter => true,
+            // In place, a member's blocks are overwritten while the others read them.
+            C::Alltoall => !s.in_place,
+            _ => false,
+        };
+    if cma {
+        return (2, len, true);
+    }
+    (len.div_ceil(chunk).max(1) as u32, chunk, false)
+}
+
+/// A member's descriptor in a single-copy round: its process id and data address.
+fn put_desc(slot: *mut u8, addr: *const u8) {
+    let mut d = [0u8; 16];
+    d[..8].copy_from_slice(&u64::from(std::process::id()).to_le_bytes());
+    d[8..].copy_from_slice(&(addr as u64).to_le_bytes());
+    // SAFETY: slots are at least a page long; this member owns its slot this round.
+    unsafe { copy(d.as_ptr(), slot, 16) };
+}
+
+/// Reads the descriptor of a member from its slot.
+fn get_desc(slot: *const u8) -> (u32, u64) {
+    let mut d = [0u8; 16];
+    // SAFETY: the slot is at least a page long, and its owner's flag reached this round.
+    unsafe { copy(slot, d.as_mut_ptr(), 16) };
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&d[..8]);
+    let pid = u64::from_le_bytes(a) as u32;
+    a.copy_from_slice(&d[8..]);
+    (pid, u64::from_le_bytes(a))
+}
+
+/// Copies `len` bytes at `addr` of process `pid` into `to`.
+fn pull(pid: u32, addr: u64, to: *mut u8, len: usize) -> Result<()> {
+    if len == 0 {
+        return Ok(());
+    }
+    // SAFETY: `to..to+len` lies in the request's destination (checked by the plan), not
+    // accessed otherwise during this call.
+    let dst = unsafe { std::slice::from_raw_parts_mut(to, len) };
+    ucs::sys::cma::read(pid, addr, dst)
+}
+
+/// Whether the segment path implements `coll` (the v-variants whose counts are known at
+/// every member; gatherv, scatterv and alltoallv are not, as their round counts would
+/// need an exchange first).
+pub fn supports(coll: CollType) -> bool {
+    !matches!(
+        coll,
+        CollType::Alltoallv | CollType::Gatherv | CollType::Scatterv
+    )
+}
+
+/// `len` bytes from `from` to `to` (nothing when `len` is 0).
+///
+/// # Safety
+/// Both ranges valid and not overlapping.
+#[inline]
+unsafe fn copy(from: *const u8, to: *mut u8, len: usize) {
+    if len > 0 {
+        // SAFETY: the caller's promise.
+        unsafe { std::ptr::copy_nonoverlapping(from, to, len) }
+    }
+}
+
+/// A collective for the segment path, before its buffers are known.
+#[derive(Clone)]
+pub(crate) struct Job {
+    pub team: Arc<ShmTeam>,
+    pub coll: CollType,
+    /// The collective in segment terms (rank and root are member indices).
+    pub shape: Arc<Shape>,
+    /// Divisor of Op::Avg (the size of the whole team).
+    pub avg_over: usize,
+}
+
+/// What a [`Run`] needs to be built.
+pub(crate) struct RunSpec {
+    pub job: Job,
+    pub dt: DataType,
+    pub op: Op,
+    pub src: *const u8,
+    pub dst: *mut u8,
+}
+
+impl Run {
+    /// A run of `spec`; [`Run::start`] reserves its rounds.
+    pub(crate) fn new(spec: RunSpec) -> Run {
+        let j = spec.job;
+        let (rounds, chunk, cma) = geometry(j.coll, &j.shape, j.team.seg.slot());
+        let avg = if spec.op == Op::Avg && j.coll.reduces() {
+            j.avg_over
+        } else {
+            0
+        };
+        Run {
+            team: j.team,
+            coll: j.coll,
+            shape: j.shape,
+            dt: spec.dt,
+            op: spec.op,
+            avg,
+            src: spec.src,
+            dst: spec.dst,
+            chunk,
+            cma,
+            base: 0,
+            rounds,
+            r: 0,
+            wrote: false,
+            waiting: None,
+        }
+    }
+
+    /// Takes the next rounds of the segment (at post, in post order).
+    pub(crate) fn start(&mut self) {
+        self.base = self.team.reserve(self.rounds);
+        self.r = 0;
+        self.wrote = false;
+        self.waiting = None;
+    }
+
+    /// Rounds completed so far (grows as the run makes progress).
+    pub(crate) fn progress_mark(&self) -> usize {
+        self.r as usize * 2 + usize::from(self.wrote)
+    }
+
+    /// The member (segment index) whose flag the run waits for, if it is blocked, and
+    /// the flag value it saw (to sleep until it changes).
+    pub(crate) fn waiting(&self) -> Option<(usize, u32)> {
+        self.waiting
+    }
+
+    /// The segment this run uses.
+    pub(crate) fn team(&self) -> &Arc<ShmTeam> {
+        &self.team
+    }
+
+    fn me(&self) -> usize {
+        self.shape.rank
+    }
+
+    fn root(&self) -> usize {
+        self.shape.root
+    }
+
+    /// Whom this member waits for before writing its slot: everybody, if it writes at
+    /// all. (The previous user of the slot, two rounds back, may have been another
+    /// collective with other readers: any member may still be reading it.)
+    fn before_write(&self) -> Who {
+        use CollType as C;
+        let root = self.me() == self.root();
+        if self.cma && self.r == 1 {
+            return Who::Nobody;
+        }
+        match self.coll {
+            C::Barrier => Who::Nobody,
+            C::Bcast | C::Scatter | C::Scatterv if !root => Who::Nobody,
+            C::Reduce | C::Gather | C::Gatherv if root => Who::Nobody,
+            _ => Who::All,
+        }
+    }
+
+    /// Whose slots this member reads.
+    fn sources(&self) -> Who {
+        use CollType as C;
+        let root = self.me() == self.root();
+        if self.cma && self.r == 1 {
+            // Everybody is done reading the writers' buffers.
+            return Who::All;
+        }
+        match self.coll {
+            C::Bcast | C::Scatter | C::Scatterv if root => Who::Nobody,
+            C::Bcast | C::Scatter | C::Scatterv => Who::One(self.root()),
+            C::Reduce | C::Gather | C::Gatherv if !root => Who::Nobody,
+            _ => Who::All,
+        }
+    }
+
+    /// The first member in `who` whose flag has not reached `k`, with its flag.
+    fn behind(&self, who: Who, k: u32) -> Option<(usize, u32)> {
+        let seg = &self.team.seg;
+        let me = self.me();
+        let late = |j: usize| {
+            let f = seg.flag(j);
+            (j != me && !super::seg::reached(f, k)).then_some((j, f))
+        };
+        match who {
+            Who::Nobody => None,
+            Who::One(j) => late(j),
+            Who::All => (0..seg.members()).find_map(late),
+        }
+    }
+
+    /// Runs rounds until one must wait; `Ok(true)` when the collective completed here.
+    pub(crate) fn advance(&mut self) -> Result<bool> {
+        while self.r < self.rounds {
+            if self.team.seg.aborted() {
+                return Err(Status::ConnectionReset);
+            }
+            let k = self.base.wrapping_add(self.r);
+            if !self.wrote {
+                // Rounds of earlier collectives of the segment come first.
+                if self.team.done() != k.wrapping_sub(1) {
+                    self.waiting = None;
+                    return Ok(false);
+                }
+                if let Some(w) = self.behind(self.before_write(), k.wrapping_sub(1)) {
+                    self.waiting = Some(w);
+                    return Ok(false);
+                }
+                self.write(k)?;
+                self.team.seg.set_flag(self.me(), k);
+                self.wrote = true;
+            }
+            if let Some(w) = self.behind(self.sources(), k) {
+                self.waiting = Some(w);
+                return Ok(false);
+            }
+            self.read(k)?;
+            self.team.set_done(k);
+            self.r += 1;
+            self.wrote = false;
+        }
+        self.waiting = None;
+        Ok(true)
+    }
+
+    /// The byte range of chunk `r` of a `len`-byte block: (offset, length).
+    fn piece(&self, len: usize) -> (usize, usize) {
+        let off = (self.r as usize * self.chunk).min(len);
+        (off, (len - off).min(self.chunk))
+    }
+
+    /// Whether this member's input is in its destination: in place, which for reduce and
+    /// gather concerns the root only (and never scatter, whose input is the root's source).
+    fn own_in_dst(&self) -> bool {
+        use CollType as C;
+        match self.coll {
+            // In place, the root of a scatter keeps its block where it is, in the source.
+            C::Scatter | C::Scatterv => false,
+            C::Reduce | C::Gather | C::Gatherv => self.shape.in_place && self.me() == self.root(),
+            _ => self.shape.in_place,
+        }
+    }
+
+    /// The input: the source, or in place the destination.
+    fn input(&self) -> *const u8 {
+        if self.own_in_dst() {
+            self.dst
+        } else {
+            self.src
+        }
+    }
+
+    fn write(&mut self, k: u32) -> Result<()> {
+        use CollType as C;
+        let s = self.shape.clone();
+        let me = self.me();
+        let root = me == self.root();
+        let slot = self.team.seg.slot_ptr(me, k);
+        if self.cma {
+            return self.write_desc(slot);
+        }
+        // SAFETY (every block below): the regions lie inside the request's buffers (the
+        // plan checked their lengths against these blocks) or inside this member's own
+        // slot `k % 2`, which no member reads now (step 1 of the module documentation),
+        // and a user buffer never overlaps the segment.
+        match self.coll {
+            C::Barrier => {}
+            C::Bcast => {
+                if root {
+                    let (o, l) = self.piece(s.bytes());
+                    // SAFETY: as stated at the top of this function's match.
+                    unsafe { copy(self.dst.add(o), slot, l) };
+                }
+            }
+            C::Allreduce | C::Reduce => {
+                if !(self.coll == C::Reduce && root) {
+                    let (o, l) = self.piece(s.bytes());
+                    // SAFETY: as stated at the top of this function's match.
+                    unsafe { copy(self.input().add(o), slot, l) };
+                }
+            }
+            C::ReduceScatter | C::ReduceScatterv => {
+                let total = s.src_blocks.iter().map(|b| b.0 + b.1).max().unwrap_or(0);
+                let (o, l) = self.piece(total);
+                // SAFETY: as stated at the top of this function's match.
+                unsafe { copy(self.input().add(o), slot, l) };
+            }
+            C::Allgather | C::Allgatherv | C::Gather | C::Gatherv => {
+                let (bo, bl) = s.dst_blocks[me];
+                let (o, l) = self.piece(bl);
+                let from = if self.own_in_dst() {
+                    self.dst.cast_const().wrapping_add(bo)
+                } else {
+                    self.src
+                };
+                let gather_root = matches!(self.coll, C::Gather | C::Gatherv) && root;
+                if !gather_root {
+                    // SAFETY: as stated at the top of this function's match.
+                    unsafe { copy(from.add(o), slot, l) };
+                }
+                let keeps_own = matches!(self.coll, C::Allgather | C::Allgatherv) || root;
+                if !self.own_in_dst() && keeps_own {
+                    // SAFETY: as stated at the top of this function's match.
+                    unsafe { copy(self.src.add(o), self.dst.add(bo + o), l) };
+                }
+            }
+            C::Alltoall | C::Alltoallv | C::Scatter | C::Scatterv => {
+                let scatter = matches!(self.coll, C::Scatter | C::Scatterv);
+                if scatter && !root {
+                    return Ok(());
+                }
+                for j in 0..s.size {
+                    let (bo, bl) = s.src_blocks[j];
+                    let (o, l) = self.piece(bl);
+                    let from = self.input().wrapping_add(bo);
+                    if j != me {
+                        // SAFETY: as stated at the top of this function's match.
+                        unsafe { copy(from.add(o), slot.add(j * self.chunk), l) };
+                    } else if !s.in_place {
+                        let to = if scatter { 0 } else { s.dst_blocks[me].0 };
+                        // SAFETY: as stated at the top of this function's match.
+                        unsafe { copy(from.add(o), self.dst.add(to + o), l) };
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn read(&mut self, k: u32) -> Result<()> {
+        use CollType as C;
+        let s = self.shape.clone();
+        let me = self.me();
+        let root = me == self.root();
+        let seg = &self.team.seg;
+        if self.cma {
+            return self.read_cma(k);
+        }
+        // SAFETY (every block below): source slots `k % 2` of members whose flag reached
+        // `k` hold this round's data and are not written until this member enters round
+        // `k+1`; destination regions lie inside the request's destination buffer.
+        match self.coll {
+            C::Barrier => {}
+            C::Bcast => {
+                if !root {
+                    let (o, l) = self.piece(s.bytes());
+                    // SAFETY: as stated at the top of this function's match.
+                    unsafe { copy(seg.slot_ptr(self.root(), k), self.dst.add(o), l) };
+                }
+            }
+            C::Allreduce => {
+                let (o, l) = self.piece(s.bytes());
+                self.reduce_into(k, o, 0, l, None)?;
+            }
+            C::Reduce => {
+                if root {
+                    let (o, l) = self.piece(s.bytes());
+                    if !self.own_in_dst() {
+                        // SAFETY: as stated at the top of this function's match.
+                        unsafe { copy(self.src.add(o), self.dst.add(o), l) };
+                    }
+                    self.reduce_into(k, o, 0, l, Some(me))?;
+                }
+            }
+            C::ReduceScatter | C::ReduceScatterv => {
+                let total = s.src_blocks.iter().map(|b| b.0 + b.1).max().unwrap_or(0);
+                let (o, l) = self.piece(total);
+                let (bo, bl) = s.src_blocks[me];
+                let (x, y) = (o.max(bo), (o + l).min(bo + bl));
+                if x < y {
+                    self.reduce_into(k, x - bo, x - o, y - x, None)?;
+                }
+            }
+            C::Allgather | C::Allgatherv | C::Gather | C::Gatherv => {
+                if matches!(self.coll, C::Gather | C::Gatherv) && !root {
+                    return Ok(());
+                }
+                for j in (0..s.size).filter(|&j| j != me) {
+                    let (bo, bl) = s.dst_blocks[j];
+                    let (o, l) = self.piece(bl);
+                    // SAFETY: as stated at the top of this function's match.
+                    unsafe { copy(seg.slot_ptr(j, k), self.dst.add(bo + o), l) };
+                }
+            }
+            C::Alltoall | C::Alltoallv => {
+                for j in (0..s.size).filter(|&j| j != me) {
+                    let (bo, bl) = s.dst_blocks[j];
+                    let (o, l) = self.piece(bl);
+                    let from = seg.slot_ptr(j, k).wrapping_add(me * self.chunk);
+                    // SAFETY: as stated at the top of this function's match.
+                    unsafe { copy(from, self.dst.add(bo + o), l) };
+                }
+            }
+            C::Scatter | C::Scatterv => {
+                if !root {
+                    let (_, bl) = s.src_blocks[me];
+                    let (o, l) = self.piece(bl);
+                    let from = seg.slot_ptr(self.root(), k).wrapping_add(me * self.chunk);
+                    // SAFETY: as stated at the top of this function's match.
+                    unsafe { copy(from, self.dst.add(o), l) };
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Single copy, first round: this member's descriptor (and its own block copied
+    /// locally); second round: nothing (flags only).
+    fn write_desc(&self, slot: *mut u8) -> Result<()> {
+        use CollType as C;
+        if self.r == 1 {
+            return Ok(());
+        }
+        let s = &self.shape;
+        let me = self.me();
+        let root = me == self.root();
+        match self.coll {
+            C::Bcast if root => put_desc(slot, self.dst),
+            C::Scatter if root => {
+                put_desc(slot, self.src);
+                let (bo, bl) = s.src_blocks[me];
+                if !s.in_place {
+                    // SAFETY: the root's block of its source and its destination, both
+                    // checked by the plan, distinct buffers.
+                    unsafe { copy(self.src.add(bo), self.dst, bl) };
+                }
+            }
+            C::Allgather | C::Allgatherv | C::Gather => {
+                let (bo, bl) = s.dst_blocks[me];
+                let mine = if self.own_in_dst() {
+                    self.dst.cast_const().wrapping_add(bo)
+                } else {
+                    self.src
+                };
+                if !(self.coll == C::Gather && root) {
+                    put_desc(slot, mine);
+                }
+                if !self.own_in_dst() && (self.coll != C::Gather || root) {
+                    // SAFETY: this member's block of its source and destination.
+                    unsafe { copy(self.src, self.dst.add(bo), bl) };
+                }
+            }
+            C::Alltoall => {
+                put_desc(slot, self.src);
+                let (so, sl) = s.src_blocks[me];
+                // SAFETY: this member's own block, source to destination (not in place).
+                unsafe { copy(self.src.add(so), self.dst.add(s.dst_blocks[me].0), sl) };
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Single copy, first round: this member's data straight from the writers' memory.
+    fn read_cma(&self, k: u32) -> Result<()> {
+        use CollType as C;
+        if self.r == 1 {
+            return Ok(());
+        }
+        let s = &self.shape;
+        let seg = &self.team.seg;
+        let me = self.me();
+        let root = me == self.root();
+        let desc = |j: usize| get_desc(seg.slot_ptr(j, k));
+        match self.coll {
+            C::Bcast if !root => {
+                let (pid, a) = desc(self.root());
+                pull(pid, a, self.dst, s.bytes())?;
+            }
+            C::Scatter if !root => {
+                let (pid, a) = desc(self.root());
+                let b = s.src_blocks[me].1;
+                pull(pid, a + (me * b) as u64, self.dst, b)?;
+            }
+            C::Allgather | C::Allgatherv => {
+                for j in (0..s.size).filter(|&j| j != me) {
+                    let (pid, a) = desc(j);
+                    let (bo, bl) = s.dst_blocks[j];
+                    pull(pid, a, self.dst.wrapping_add(bo), bl)?;
+                }
+            }
+            C::Gather if root => {
+                for j in (0..s.size).filter(|&j| j != me) {
+                    let (pid, a) = desc(j);
+                    let (bo, bl) = s.dst_blocks[j];
+                    pull(pid, a, self.dst.wrapping_add(bo), bl)?;
+                }
+            }
+            C::Alltoall => {
+                let (mo, ml) = s.src_blocks[me];
+                for j in (0..s.size).filter(|&j| j != me) {
+                    let (pid, a) = desc(j);
+                    pull(
+                        pid,
+                        a + mo as u64,
+                        self.dst.wrapping_add(s.dst_blocks[j].0),
+                        ml,
+                    )?;
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Reduces `len` bytes at offset `at` of every member's slot `k % 2` into the
+    /// destination at `out`. With `own = Some(me)` the destination already holds this
+    /// member's part and its slot is skipped; else the first slot is copied first, and
+    /// the members' parts are combined in member order.
+    fn reduce_into(
+        &self,
+        k: u32,
+        out: usize,
+        at: usize,
+        len: usize,
+        own: Option<usize>,
+    ) -> Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        let seg = &self.team.seg;
+        // SAFETY: `out..out+len` lies in the destination (checked by the plan); no other
+        // reference to it lives during this call.
+        let into = unsafe { std::slice::from_raw_parts_mut(self.dst.add(out), len) };
+        let mut first = own.is_none();
+        for j in 0..seg.members() {
+            if Some(j) == own {
+                continue;
+            }
+            // SAFETY: slot `k % 2` of j holds this round's data (its flag reached k) and
+            // is not written until this member enters the next round.
+            let from = unsafe { std::slice::from_raw_parts(seg.slot_ptr(j, k).add(at), len) };
+            if first {
+                into.copy_from_slice(from);
+                first = false;
+            } else {
+                dtype::reduce(self.dt, self.op, into, from)?;
+            }
+        }
+        if self.avg > 0 {
+            dtype::scale(self.dt, into, self.avg)?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,241 @@
+//! The layout of a team's shared segment and the only raw access to it.
+//!
+//! ```text
+//!  Header   magic, members, slot bytes, abort word, sleepers      (one padded line)
+//!  Ctrl[n]  one padded line per member: its round flag              (written by its owner)
+//!  Data     per member two slots of `slot` bytes (round k uses slot k % 2)
+//! ```
+//!
+//! Invariants:
+//! - a member writes only its own control line and its own slots (and the shared abort
+//!   and sleeper words, atomically);
+//! - the flag of member j holds the last round j entered, stored with release after j
+//!   wrote that round's data and finished reading every earlier round; a reader loads it
+//!   with acquire before touching j's slot, so the data is visible;
+//! - flags are 32-bit and compared with wrap-around; sleepers wait on the header's bell
+//!   (a futex word), which writers bump and wake only while someone sleeps.
+//!
+//! The flag protocol itself (which rounds wait for whom) is in [`super::run`]; this module
+//! only gives sound accessors under the rule that the protocol keeps writers and readers
+//! of one slot apart in time.
+
+use crossbeam_utils::CachePadded;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::Duration;
+use ucs::sys::shm::ShmSegment;
+use ucs::{Result, Status};
+
+/// "rucxcoll" in ASCII: marks an initialised segment.
+const MAGIC: u64 = 0x7275_6378_636f_6c6c;
+
+#[repr(C)]
+struct Header {
+    magic: AtomicU64,
+    members: AtomicU32,
+    slot: AtomicU32,
+    /// Set (to 1) by a member whose collective failed: the others fail theirs.
+    abort: AtomicU32,
+    /// Members sleeping on a futex: writers ring the bell only when this is not zero.
+    sleepers: AtomicU32,
+    /// The futex word sleepers wait on: bumped by every flag store made while someone
+    /// sleeps, so a sleeper wakes on any member's progress, not only the one it watched.
+    bell: AtomicU32,
+}
+
+#[repr(C)]
+struct Ctrl {
+    flag: AtomicU32,
+}
+
+/// True when round `have` is at or past round `want` (wrapping).
+#[inline]
+pub(crate) fn reached(have: u32, want: u32) -> bool {
+    (have.wrapping_sub(want) as i32) >= 0
+}
+
+/// Bytes of one slot for a segment of `n` members: 256 KiB up to 16 members, then less,
+/// so that the segment stays near 8 MiB. (Large slots: fewer rounds, so fewer waits for
+/// a peer that the scheduler took off its core.)
+pub(crate) fn slot_bytes(n: usize) -> usize {
+    let per = (4 << 20) / n.max(1);
+    (per / 4096 * 4096).clamp(4096, 256 << 10)
+}
+
+/// A mapped team segment with its geometry.
+pub(crate) struct Seg {
+    map: ShmSegment,
+    n: usize,
+    slot: usize,
+    ctrl_off: usize,
+    data_off: usize,
+}
+
+// SAFETY: the mapping is plain shared memory; all shared fields are atomics, and slot
+// memory is accessed only under the flag protocol described above.
+unsafe impl Send for Seg {}
+// SAFETY: as above.
+unsafe impl Sync for Seg {}
+
+impl Seg {
+    fn geometry(n: usize) -> (usize, usize, usize, usize) {
+        let line = std::mem::size_of::<CachePadded<Ctrl>>();
+        let ctrl_off = std::mem::size_of::<CachePadded<Header>>();
+        let data_off = (ctrl_off + n * line).next_multiple_of(4096);
+        let slot = slot_bytes(n);
+        (ctrl_off, data_off, slot, data_off + n * 2 * slot)
+    }
+
+    /// Creates and initialises the segment of `n` members (mode 0600, a memfd: it has no
+    /// name to unlink and goes with the last mapping).
+    pub(crate) fn create(n: usize) -> Result<Seg> {
+        let (ctrl_off, data_off, slot, len) = Self::geometry(n);
+        let map = ShmSegment::create("rucx-coll", len)?;
+        let s = Seg {
+            map,
+            n,
+            slot,
+            ctrl_off,
+            data_off,
+        };
+        let h = s.header();
+        h.members.store(n as u32, Ordering::Relaxed);
+        h.slot.store(slot as u32, Ordering::Relaxed);
+        h.magic.store(MAGIC, Ordering::Release);
+        Ok(s)
+    }
+
+    /// Maps the segment a member created and checks that it is a team segment of `n`
+    /// members with this build's geometry.
+    pub(crate) fn attach(id: &ucs::sys::shm::SegmentId, n: usize) -> Result<Seg> {
+        let (ctrl_off, data_off, slot, len) = Self::geometry(n);
+        if (id.len as usize) < len {
+            return Err(Status::InvalidAddr);
+        }
+        let map = ShmSegment::attach(id)?;
+        let s = Seg {
+            map,
+            n,
+            slot,
+            ctrl_off,
+            data_off,
+        };
+        let h = s.header();
+        if h.magic.load(Ordering::Acquire) != MAGIC
+            || h.members.load(Ordering::Relaxed) as usize != n
+            || h.slot.load(Ordering::Relaxed) as usize != slot
+        {
+            tracing::error!("coll: the team segment does not have the expected geometry");
+            return Err(Status::InvalidAddr);
+        }
+        Ok(s)
+    }
+
+    /// What the other members need to attach.
+    pub(crate) fn id(&self) -> &ucs::sys::shm::SegmentId {
+        self.map.id()
+    }
+
+    /// Members of the segment.
+    pub(crate) fn members(&self) -> usize {
+        self.n
+    }
+
+    /// Bytes per slot.
+    pub(crate) fn slot(&self) -> usize {
+        self.slot
+    }
+
+    fn header(&self) -> &Header {
+        // SAFETY: the mapping is page-aligned and longer than the header; the header is
+        // made of atomics, valid for any bit pattern, shared with other processes.
+        unsafe { &*self.map.as_ptr().cast::<Header>() }
+    }
+
+    fn ctrl(&self, j: usize) -> &AtomicU32 {
+        debug_assert!(j < self.n);
+        let line = std::mem::size_of::<CachePadded<Ctrl>>();
+        // SAFETY: line j lies inside the mapping (geometry), is aligned to the padded
+        // line (the mapping is page-aligned, lines are multiples of their alignment), and
+        // holds an atomic.
+        unsafe {
+            &(*self
+                .map
+                .as_ptr()
+                .add(self.ctrl_off + j * line)
+                .cast::<Ctrl>())
+            .flag
+        }
+    }
+
+    /// The round flag of member `j` (acquire: j's data of that round is visible).
+    #[inline]
+    pub(crate) fn flag(&self, j: usize) -> u32 {
+        self.ctrl(j).load(Ordering::Acquire)
+    }
+
+    /// Publishes round `k` for member `j` and wakes sleepers.
+    #[inline]
+    pub(crate) fn set_flag(&self, j: usize, k: u32) {
+        let f = self.ctrl(j);
+        // SeqCst pairs with the sleeper's SeqCst increment: either it sees the new flag
+        // before sleeping, or this load sees it counted and wakes it.
+        f.store(k, Ordering::SeqCst);
+        let h = self.header();
+        if h.sleepers.load(Ordering::SeqCst) != 0 {
+            h.bell.fetch_add(1, Ordering::SeqCst);
+            let _ = rustix::thread::futex::wake(
+                &h.bell,
+                rustix::thread::futex::Flags::empty(),
+                u32::MAX,
+            );
+        }
+    }
+
+    /// Sleeps until member `j`'s flag leaves `seen`, at most `timeout`.
+    pub(crate) fn sleep_on(&self, j: usize, seen: u32, timeout: Duration) {
+        let h = self.header();
+        h.sleepers.fetch_add(1, Ordering::SeqCst);
+        // Read before the flag: a store after this bumps the bell, and the wait returns.
+        let bell = h.bell.load(Ordering::SeqCst);
+        let f = self.ctrl(j);
+        if f.load(Ordering::SeqCst) == seen && h.abort.load(Ordering::Relaxed) == 0 {
+            let ts = rustix::thread::futex::Timespec {
+                tv_sec: timeout.as_secs() as _,
+                tv_nsec: timeout.subsec_nanos() as _,
+            };
+            // Interrupted, timed out or woken: the caller looks again either way.
+            let _ = rustix::thread::futex::wait(
+                &h.bell,
+                rustix::thread::futex::Flags::empty(),
+                bell,
+                Some(ts),
+            );
+        }
+        h.sleepers.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// Marks the team's segment aborted (a member's collective failed).
+    pub(crate) fn set_abort(&self) {
+        let h = self.header();
+        h.abort.store(1, Ordering::SeqCst);
+        h.bell.fetch_add(1, Ordering::SeqCst);
+        let _ =
+            rustix::thread::futex::wake(&h.bell, rustix::thread::futex::Flags::empty(), u32::MAX);
+    }
+
+    /// Whether a member aborted.
+    #[inline]
+    pub(crate) fn aborted(&self) -> bool {
+        self.header().abort.load(Ordering::Acquire) != 0
+    }
+
+    /// Address of slot `k % 2` of member `j`.
+    #[inline]
+    pub(crate) fn slot_ptr(&self, j: usize, k: u32) -> *mut u8 {
+        debug_assert!(j < self.n);
+        let i = j * 2 + (k & 1) as usize;
+        self.map
+            .as_ptr()
+            .wrapping_add(self.data_off + i * self.slot)
+    }
+}

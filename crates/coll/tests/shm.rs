@@ -1,0 +1,312 @@
+//! The shared-memory path (`Alg::Shm`): teams of threads (one host) run every collective
+//! the segment implements × every datatype and operation × in place or not × team sizes
+//! 1–8 × sizes 0, 1, 13 elements (uneven), several slots (pipelined chunks) and 4 MiB,
+//! blocking, nonblocking and persistent, every byte checked against the reference; the
+//! table picks the segment for a local team; many segment collectives in flight at once.
+
+mod common;
+
+use coll::{Alg, Args, Buffer, CollType, DataType, Op, Options};
+use common::team::with_team;
+use common::*;
+use uct::Transport;
+
+fn shm_colls() -> impl Iterator<Item = CollType> {
+    CollType::ALL.into_iter().filter(|c| c.accepts(Alg::Shm))
+}
+
+/// Every datatype × operation at 13 elements; two pairs at 0, 1 and 70001 elements (the
+/// last crosses slot boundaries: pipelined rounds, and per-peer chunks of alltoall).
+fn cases(p: usize) -> Vec<Case> {
+    let mut out = Vec::new();
+    let mut seed = 1000 * p as u64;
+    let mut push = |coll, dt, op, count, in_place| {
+        seed += 1;
+        out.push(Case {
+            coll,
+            alg: Alg::Shm,
+            dt,
+            op,
+            p,
+            root: seed as usize % p,
+            count,
+            in_place,
+            seed,
+        });
+    };
+    for coll in shm_colls() {
+        for in_place in [false, true] {
+            if in_place && !has_in_place(coll) {
+                continue;
+            }
+            for dt in DataType::ALL {
+                for op in ops_for(coll, dt) {
+                    push(coll, dt, op, 13, in_place);
+                }
+            }
+            let pairs = if coll.reduces() {
+                [(DataType::Int32, Op::Sum), (DataType::Float64, Op::Avg)]
+            } else {
+                [(DataType::Int8, Op::Sum), (DataType::Float64, Op::Sum)]
+            };
+            for count in [0, 1, 70001] {
+                for (dt, op) in pairs {
+                    push(coll, dt, op, count, in_place);
+                }
+            }
+        }
+    }
+    out
+}
+
+fn run_cases(p: usize, list: &[Case]) -> Vec<String> {
+    let out = with_team(p, Transport::Shm, Options::default(), |rank, cx, team| {
+        let mut bad = Vec::new();
+        for (i, c) in list.iter().enumerate() {
+            if let Some(e) = run_one(cx, team, rank, i, c) {
+                bad.push(e);
+            }
+        }
+        bad
+    });
+    out.into_iter().flatten().collect()
+}
+
+#[test]
+fn every_collective_through_the_segment() {
+    let only: Option<usize> = std::env::var("COLL_TEST_P")
+        .ok()
+        .and_then(|v| v.parse().ok());
+    let mut failures = Vec::new();
+    for p in (1..=8).filter(|p| only.map_or(true, |o| o == *p)) {
+        let t0 = std::time::Instant::now();
+        let list = cases(p);
+        failures.extend(run_cases(p, &list));
+        eprintln!(
+            "shm p={p}: {} collectives in {:?}",
+            list.len(),
+            t0.elapsed()
+        );
+    }
+    assert!(
+        failures.is_empty(),
+        "{} failed:\n{}",
+        failures.len(),
+        failures[..failures.len().min(10)].join("\n")
+    );
+}
+
+/// 4 MiB (64 slots of pipelining), sizes that do not divide by the team.
+#[test]
+fn four_mib_through_the_segment() {
+    let big = (4 << 20) / 4 - 3;
+    for p in [2, 3] {
+        let list: Vec<Case> = shm_colls()
+            .enumerate()
+            .map(|(i, coll)| {
+                let per_rank = matches!(
+                    coll,
+                    CollType::Allgather
+                        | CollType::Allgatherv
+                        | CollType::Alltoall
+                        | CollType::Gather
+                        | CollType::Scatter
+                        | CollType::ReduceScatter
+                        | CollType::ReduceScatterv
+                );
+                Case {
+                    coll,
+                    alg: Alg::Shm,
+                    dt: DataType::Float32,
+                    op: Op::Sum,
+                    p,
+                    root: i % p,
+                    count: if per_rank { big / p } else { big },
+                    in_place: i % 2 == 1 && has_in_place(coll),
+                    seed: 77 + i as u64,
+                }
+            })
+            .collect();
+        let f = run_cases(p, &list);
+        assert!(f.is_empty(), "{f:?}");
+    }
+}
+
+/// A local team takes the segment by itself; not where it has no form (alltoallv), and
+/// not with the segment switched off.
+#[test]
+fn table_picks_the_segment_for_a_local_team() {
+    for shm in [true, false] {
+        let opts = Options {
+            shm,
+            ..Options::default()
+        };
+        with_team(3, Transport::Tcp, opts, |rank, cx, team| {
+            let src = (rank as u64 + 1).to_ne_bytes();
+            let r = cx
+                .init(
+                    team,
+                    Args::new(CollType::Allreduce)
+                        .src(Buffer::from_vec(src.to_vec()))
+                        .dst(Buffer::from_vec(vec![0; 8]))
+                        .dtype(DataType::Uint64)
+                        .count(1),
+                )
+                .unwrap();
+            assert_eq!(cx.algorithm(r).unwrap() == Alg::Shm, shm);
+            cx.post(r).unwrap();
+            cx.wait(r).unwrap();
+            let a = cx.finalize(r).unwrap();
+            assert_eq!(a.dst.unwrap().into_vec().unwrap(), 6u64.to_ne_bytes());
+            let v = cx
+                .init(
+                    team,
+                    Args::new(CollType::Alltoallv)
+                        .src(Buffer::from_vec(vec![rank as u8; 3]))
+                        .dst(Buffer::from_vec(vec![0; 3]))
+                        .src_v(vec![1; 3], vec![0, 1, 2])
+                        .dst_v(vec![1; 3], vec![0, 1, 2])
+                        .count(1),
+                )
+                .unwrap();
+            assert_ne!(cx.algorithm(v).unwrap(), Alg::Shm);
+            cx.post(v).unwrap();
+            cx.wait(v).unwrap();
+            let a = cx.finalize(v).unwrap();
+            assert_eq!(a.dst.unwrap().into_vec().unwrap(), vec![0, 1, 2]);
+            let forced = cx.run(team, Args::new(CollType::Barrier).alg(Alg::Shm));
+            assert_eq!(forced.is_ok(), shm, "{forced:?}");
+        });
+    }
+}
+
+/// 30 segment collectives of mixed kinds posted before any wait, completed in reverse
+/// order: each takes its rounds in post order.
+#[test]
+fn many_in_flight_on_the_segment() {
+    let p = 4;
+    with_team(p, Transport::Shm, Options::default(), |rank, cx, team| {
+        let n = 5000usize;
+        let reqs: Vec<_> = (0..30u64)
+            .map(|i| {
+                let a = if i % 2 == 0 {
+                    let v: Vec<u8> = (0..n as u64)
+                        .flat_map(|k| (k * i + rank as u64).to_ne_bytes())
+                        .collect();
+                    Args::new(CollType::Allreduce)
+                        .src(Buffer::from_vec(v))
+                        .dst(Buffer::from_vec(vec![0; 8 * n]))
+                        .dtype(DataType::Uint64)
+                        .count(n)
+                } else {
+                    Args::new(CollType::Bcast)
+                        .dst(Buffer::from_vec(vec![(rank as u8) ^ (i as u8); n]))
+                        .root(i as usize % p)
+                        .count(n)
+                };
+                let r = cx.init(team, a.alg(Alg::Shm)).unwrap();
+                cx.post(r).unwrap();
+                r
+            })
+            .collect();
+        for (i, r) in reqs.into_iter().enumerate().rev() {
+            cx.wait(r).unwrap();
+            let got = cx.finalize(r).unwrap().dst.unwrap().into_vec().unwrap();
+            let i = i as u64;
+            let want: Vec<u8> = if i % 2 == 0 {
+                (0..n as u64)
+                    .flat_map(|k| (0..p as u64).map(|q| k * i + q).sum::<u64>().to_ne_bytes())
+                    .collect()
+            } else {
+                vec![((i as usize % p) as u8) ^ (i as u8); n]
+            };
+            assert_eq!(got, want, "collective {i}");
+        }
+    });
+}
+
+/// The hierarchical form on one machine: members cut into host groups of 2 or 3
+/// (`host_group_size`), barrier, bcast and allreduce through each group's segment and
+/// the network among the group leaders, every byte checked; the table picks it by
+/// itself, and the other collectives keep the network algorithms.
+#[test]
+fn hierarchical_groups() {
+    let mut failures = Vec::new();
+    for (p, g) in [(2, 1), (3, 2), (4, 2), (5, 2), (6, 3), (7, 3), (8, 3)] {
+        let mut list = Vec::new();
+        let mut seed = 5000 * p as u64;
+        for coll in [CollType::Barrier, CollType::Bcast, CollType::Allreduce] {
+            let pairs: &[(DataType, Op)] = if coll.reduces() {
+                &[
+                    (DataType::Int32, Op::Sum),
+                    (DataType::Float64, Op::Avg),
+                    (DataType::DoubleInt, Op::Minloc),
+                    (DataType::Uint8, Op::Bxor),
+                ]
+            } else {
+                &[(DataType::Int8, Op::Sum)]
+            };
+            for count in [0, 1, 13, 70001] {
+                for &(dt, op) in pairs {
+                    for in_place in [false, true] {
+                        if in_place && !has_in_place(coll) {
+                            continue;
+                        }
+                        seed += 1;
+                        list.push(Case {
+                            coll,
+                            alg: Alg::Hier,
+                            dt,
+                            op,
+                            p,
+                            root: seed as usize % p,
+                            count,
+                            in_place,
+                            seed,
+                        });
+                    }
+                }
+            }
+        }
+        let opts = Options {
+            host_group_size: g,
+            ..Options::default()
+        };
+        let out = with_team(p, Transport::Shm, opts, |rank, cx, team| {
+            let mut bad = Vec::new();
+            for (i, c) in list.iter().enumerate() {
+                if let Some(e) = run_one(cx, team, rank, i, c) {
+                    bad.push(e);
+                }
+            }
+            let mut pick = |coll| {
+                let r = cx
+                    .init(
+                        team,
+                        Args::new(coll)
+                            .dst(Buffer::from_vec(vec![0; 8 * p]))
+                            .src(Buffer::from_vec(vec![0; 8 * p]))
+                            .count(8),
+                    )
+                    .unwrap();
+                let a = cx.algorithm(r).unwrap();
+                cx.finalize(r).unwrap();
+                a
+            };
+            let want = if g == 1 { None } else { Some(Alg::Hier) };
+            assert_eq!(
+                Some(pick(CollType::Allreduce)).filter(|&a| a == Alg::Hier),
+                want
+            );
+            assert_ne!(pick(CollType::Allgather), Alg::Shm);
+            bad
+        });
+        failures.extend(out.into_iter().flatten());
+    }
+    assert!(
+        failures.is_empty(),
+        "{} failed:\n{}",
+        failures.len(),
+        failures[..failures.len().min(10)].join("\n")
+    );
+}
