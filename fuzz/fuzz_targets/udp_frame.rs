@@ -11,7 +11,11 @@ use uct::udp::wire::{decode_addr, encode_addr, frame_header, parse, put_header, 
 fuzz_target!(|data: &[u8]| {
     if let Ok((a, seg)) = decode_addr(data) {
         assert_ne!(a.port(), 0, "port 0 decoded");
-        assert_eq!(encode_addr(&a, seg), data, "udp address does not round-trip");
+        assert_eq!(
+            encode_addr(&a, seg),
+            data,
+            "udp address does not round-trip"
+        );
     }
     match parse(data) {
         Ok(Frame::Am(id, body)) => {
@@ -19,7 +23,11 @@ fuzz_target!(|data: &[u8]| {
             m.extend_from_slice(body);
             assert_eq!(m, data, "active-message frame does not round-trip");
         }
-        Ok(Frame::Put { reg, addr, data: body }) => {
+        Ok(Frame::Put {
+            reg,
+            addr,
+            data: body,
+        }) => {
             let mut m = put_header(reg, addr).to_vec();
             m.extend_from_slice(body);
             assert_eq!(m, data, "put piece does not round-trip");
