@@ -1,7 +1,7 @@
 //! Fuzz target: what the udp transport decodes from a datagram. The reliability packet
 //! (`uct_rel::packet::Packet::decode`): whatever decodes re-encodes to exactly the bytes it
 //! came from; a data packet's payload goes through the udp frame decoder
-//! (`uct::udp::wire::parse_frame`), which must split it losslessly and only with a valid
+//! (`uct::udp::wire::parse`), which must split it losslessly and only with a valid
 //! am id. The same bytes also feed the frame decoder and the udp interface address
 //! decoder directly, with the same round-trip checks.
 
@@ -12,12 +12,16 @@ use uct::udp::wire;
 use uct_rel::packet::{Body, Packet, HEADER_LEN};
 
 fn check_frame(m: &[u8]) {
-    if let Ok((id, rest)) = wire::parse_frame(m) {
-        assert!(id < uct::AM_ID_MAX);
-        let mut again = wire::frame_header(id).to_vec();
-        again.extend_from_slice(rest);
-        assert_eq!(again, m, "udp frame does not round-trip");
-    }
+    let (mut again, rest) = match wire::parse(m) {
+        Ok(wire::Frame::Am(id, rest)) => {
+            assert!(id < uct::AM_ID_MAX);
+            (wire::frame_header(id).to_vec(), rest)
+        }
+        Ok(wire::Frame::Put { reg, addr, data }) => (wire::put_header(reg, addr).to_vec(), data),
+        Err(_) => return,
+    };
+    again.extend_from_slice(rest);
+    assert_eq!(again, m, "udp frame does not round-trip");
 }
 
 fuzz_target!(|data: &[u8]| {
