@@ -23,7 +23,7 @@
 //! ```
 
 use crate::context::Context;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64};
 use ucs::{Result, Status};
 use uct::rkey::{PackedRkey, RkeyKind};
 use uct::Transport;
@@ -262,7 +262,7 @@ impl Context {
     ) -> Option<u64> {
         match size {
             AtomicSize::B64 => {
-                self.region_word64(key_id, addr, |a| atomic64(a, op, value, compare))
+                self.region_word64(key_id, addr, |a| uct::rma::apply64(a, op, value, compare))
             }
             AtomicSize::B32 => {
                 if addr % 4 != 0 {
@@ -271,36 +271,10 @@ impl Context {
                 self.with_region(key_id, addr, 4, |p| {
                     // SAFETY: as in region_word64, for an aligned 32-bit word.
                     let a = unsafe { AtomicU32::from_ptr(p.cast::<u32>()) };
-                    u64::from(atomic32(a, op, value as u32, compare as u32))
+                    u64::from(uct::rma::apply32(a, op, value as u32, compare as u32))
                 })
             }
         }
-    }
-}
-
-fn atomic64(a: &AtomicU64, op: AtomicOp, value: u64, compare: u64) -> u64 {
-    match op {
-        AtomicOp::Add => a.fetch_add(value, Ordering::SeqCst),
-        AtomicOp::And => a.fetch_and(value, Ordering::SeqCst),
-        AtomicOp::Or => a.fetch_or(value, Ordering::SeqCst),
-        AtomicOp::Xor => a.fetch_xor(value, Ordering::SeqCst),
-        AtomicOp::Swap => a.swap(value, Ordering::SeqCst),
-        AtomicOp::Cswap => a
-            .compare_exchange(compare, value, Ordering::SeqCst, Ordering::SeqCst)
-            .unwrap_or_else(|v| v),
-    }
-}
-
-fn atomic32(a: &AtomicU32, op: AtomicOp, value: u32, compare: u32) -> u32 {
-    match op {
-        AtomicOp::Add => a.fetch_add(value, Ordering::SeqCst),
-        AtomicOp::And => a.fetch_and(value, Ordering::SeqCst),
-        AtomicOp::Or => a.fetch_or(value, Ordering::SeqCst),
-        AtomicOp::Xor => a.fetch_xor(value, Ordering::SeqCst),
-        AtomicOp::Swap => a.swap(value, Ordering::SeqCst),
-        AtomicOp::Cswap => a
-            .compare_exchange(compare, value, Ordering::SeqCst, Ordering::SeqCst)
-            .unwrap_or_else(|v| v),
     }
 }
 

@@ -149,35 +149,41 @@ pub fn atomic(
             // SAFETY: p is 8-byte aligned (checked), inside mapped memory of the key, and
             // only ever accessed atomically by rucx peers.
             let a = unsafe { AtomicU64::from_ptr(p.cast()) };
-            Ok(match op {
-                AtomicOp::Add => a.fetch_add(value, Ordering::SeqCst),
-                AtomicOp::And => a.fetch_and(value, Ordering::SeqCst),
-                AtomicOp::Or => a.fetch_or(value, Ordering::SeqCst),
-                AtomicOp::Xor => a.fetch_xor(value, Ordering::SeqCst),
-                AtomicOp::Swap => a.swap(value, Ordering::SeqCst),
-                AtomicOp::Cswap => {
-                    match a.compare_exchange(compare, value, Ordering::SeqCst, Ordering::SeqCst) {
-                        Ok(v) | Err(v) => v,
-                    }
-                }
-            })
+            Ok(apply64(a, op, value, compare))
         }
         AtomicSize::B32 => {
-            let (v, c) = (value as u32, compare as u32);
             // SAFETY: as above with 4-byte alignment.
             let a = unsafe { AtomicU32::from_ptr(p.cast()) };
-            Ok(u64::from(match op {
-                AtomicOp::Add => a.fetch_add(v, Ordering::SeqCst),
-                AtomicOp::And => a.fetch_and(v, Ordering::SeqCst),
-                AtomicOp::Or => a.fetch_or(v, Ordering::SeqCst),
-                AtomicOp::Xor => a.fetch_xor(v, Ordering::SeqCst),
-                AtomicOp::Swap => a.swap(v, Ordering::SeqCst),
-                AtomicOp::Cswap => {
-                    match a.compare_exchange(c, v, Ordering::SeqCst, Ordering::SeqCst) {
-                        Ok(v) | Err(v) => v,
-                    }
-                }
-            }))
+            Ok(u64::from(apply32(a, op, value as u32, compare as u32)))
         }
     }
+}
+
+/// `op` on an atomic word (any width): the previous value.
+macro_rules! apply_op {
+    ($a:expr, $op:expr, $v:expr, $c:expr) => {
+        match $op {
+            AtomicOp::Add => $a.fetch_add($v, Ordering::SeqCst),
+            AtomicOp::And => $a.fetch_and($v, Ordering::SeqCst),
+            AtomicOp::Or => $a.fetch_or($v, Ordering::SeqCst),
+            AtomicOp::Xor => $a.fetch_xor($v, Ordering::SeqCst),
+            AtomicOp::Swap => $a.swap($v, Ordering::SeqCst),
+            AtomicOp::Cswap => {
+                match $a.compare_exchange($c, $v, Ordering::SeqCst, Ordering::SeqCst) {
+                    Ok(v) | Err(v) => v,
+                }
+            }
+        }
+    };
+}
+
+/// Applies `op` to a 64-bit word in memory of this process (sequentially consistent);
+/// the previous value. Also the emulated atomics' target side (ucp).
+pub fn apply64(a: &AtomicU64, op: AtomicOp, value: u64, compare: u64) -> u64 {
+    apply_op!(a, op, value, compare)
+}
+
+/// [`apply64`] for a 32-bit word.
+pub fn apply32(a: &AtomicU32, op: AtomicOp, value: u32, compare: u32) -> u32 {
+    apply_op!(a, op, value, compare)
 }

@@ -282,7 +282,6 @@ pub(crate) fn send_nb(
             // To this very worker with nothing queued before it: the handler runs now, as
             // it would in progress, on the caller's bytes (nothing encoded or copied).
             deliver(core, st, &f, header, d);
-            data.release();
             return Ok(Post::Done(cb));
         }
         // Small enough for the transport's inline path: the first 8 header bytes are

@@ -145,11 +145,6 @@ impl Lent {
 }
 
 impl Buf {
-    /// Lets the buffer go once its operation completed in the call (the drop is inline
-    /// and costs a compare for caller memory).
-    #[inline(always)]
-    pub(crate) fn release(self) {}
-
     /// True for memory the request owns (given back through the request).
     #[inline]
     pub(crate) fn is_owned(&self) -> bool {

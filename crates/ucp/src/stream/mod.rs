@@ -180,7 +180,6 @@ pub(crate) fn recv_nb(
     }
     if cb.is_none() {
         if let Some(n) = take_now(st, ep, &buf, waitall) {
-            buf.release();
             return Ok(StreamRecv::Done(n));
         }
     }

@@ -210,7 +210,6 @@ pub(crate) fn recv_nb(
             Unexp::Small { len, bytes } if imm && !buf.is_owned() => {
                 let data = &bytes[..usize::from(len)];
                 let status = take_whole(&buf, data);
-                buf.release();
                 let info = RecvInfo {
                     sender_tag: mtag,
                     length: data.len(),
@@ -227,7 +226,6 @@ pub(crate) fn recv_nb(
                     length: data.len(),
                 };
                 st.recycle(data);
-                buf.release();
                 if let Some(ack) = sync {
                     st.acks.push_back(ack);
                 }

@@ -49,7 +49,6 @@ pub(crate) fn send_nb(
                 // To this very worker with nothing queued before it: the receive side
                 // takes the message now (it never calls a transport, so this is safe).
                 super::recv::eager(core, st, tag, data, None);
-                buf.release();
                 return Ok(Post::Done(cb));
             }
             let done = match proto {
@@ -68,7 +67,6 @@ pub(crate) fn send_nb(
                 Proto::Multi | Proto::Rndv => false,
             };
             if done {
-                buf.release();
                 return Ok(Post::Done(cb));
             }
         }
