@@ -157,11 +157,9 @@ unsafe fn send(
     };
     let rep = e.ep;
     run(wk, |w, side| {
-        let rq = wk.begin(side, &op, 0)?;
-        let out = w
-            .am_send_nb(rep, id, hdr, buf, f, op.callback(rq))
-            .map(Outcome::of);
-        wk.conclude(w, side, &op, rq, out, RecvOut::None)
+        wk.start(w, side, &op, 0, RecvOut::None, |w, cb| {
+            w.am_send_nb(rep, id, hdr, buf, f, cb).map(Outcome::of)
+        })
     })?
 }
 
@@ -233,11 +231,9 @@ pub unsafe extern "C" fn ucp_am_recv_data_nbx(
                 .am_kept
                 .remove(&(data_desc as usize))
                 .ok_or(Status::InvalidParam)?;
-            let rq = wk.begin(side, &op, 0)?;
-            let out = w
-                .am_recv_data_nb(desc, buf, op.callback(rq))
-                .map(Outcome::Req);
-            wk.conclude(w, side, &op, rq, out, RecvOut::Length)
+            wk.start(w, side, &op, 0, RecvOut::Length, |w, cb| {
+                w.am_recv_data_nb(desc, buf, cb).map(Outcome::Req)
+            })
         })?
     })
 }

@@ -1556,6 +1556,108 @@ impl Wk {
         Ok(ReqHdr::user(hdr))
     }
 
+    /// Starts one operation inside [`Wk::with`]: `f` runs the Rust call with the callback
+    /// to give it. An operation that is [`Wk::lazy`] starts with none and takes a header
+    /// only if it is still in progress when `f` returns ([`Wk::settle`]); any other
+    /// takes its header first ([`Wk::begin`], [`Wk::conclude`]).
+    #[inline(always)]
+    pub(crate) fn start(
+        &self,
+        w: &mut Worker,
+        side: &mut Side,
+        op: &Op,
+        flags: u32,
+        recv: RecvOut,
+        f: impl FnOnce(&mut Worker, Option<Callback>) -> Result<Outcome>,
+    ) -> Result<ucs_status_ptr_t> {
+        if Wk::lazy(op) {
+            let out = f(w, None);
+            return self.settle(w, side, op, flags, out, recv);
+        }
+        let hdr = self.begin(side, op, flags)?;
+        let out = f(w, op.callback(hdr));
+        self.conclude(w, side, op, hdr, out, recv)
+    }
+
+    /// True when `op` may start without a header ([`Wk::settle`]): it reports by word to a
+    /// pooled request, and an immediate completion returns no request. Operations with
+    /// a queue, the caller's request memory, `NO_IMM_CMPL`/`FORCE_IMM_CMPL`, or a generic
+    /// datatype (whose `finish` must run before the call returns) take [`Wk::begin`].
+    #[inline(always)]
+    pub(crate) fn lazy(op: &Op) -> bool {
+        op.cq.is_null()
+            && op.request.is_null()
+            && op.mask & (UCP_OP_ATTR_FLAG_NO_IMM_CMPL | UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL) == 0
+            && op.datatype & UCP_DATATYPE_CLASS_MASK != UCP_DATATYPE_GENERIC
+    }
+
+    /// Turns the outcome of a Rust call started with no callback (for an `op` that is
+    /// [`Wk::lazy`]) into what the C function returns. Most small operations complete in
+    /// the call, and then no request header is taken from the pool at all; one still in
+    /// progress gets its header now and is handed to the word-completion path
+    /// (`Worker::request_adopt`). Runs inside [`Wk::with`].
+    #[inline(always)]
+    pub(crate) fn settle(
+        &self,
+        w: &mut Worker,
+        side: &mut Side,
+        op: &Op,
+        flags: u32,
+        out: Result<Outcome>,
+        recv: RecvOut,
+    ) -> Result<ucs_status_ptr_t> {
+        match out {
+            Ok(Outcome::Done(s, info)) => {
+                // SAFETY: the caller's receive-information pointer, given with its mask bit.
+                unsafe { write_recv_info(op, recv, info) };
+                Ok(match s {
+                    Status::Ok => std::ptr::null_mut(),
+                    e => guard::status_to_ptr(e),
+                })
+            }
+            Ok(Outcome::Req(r)) => self.settle_pending(w, side, op, flags, r, recv),
+            Ok(Outcome::Polled(r)) => {
+                let hdr = self.begin(side, op, flags)?;
+                self.conclude(w, side, op, hdr, Ok(Outcome::Polled(r)), recv)
+            }
+            Err(s) => Err(s),
+        }
+    }
+
+    /// [`Wk::settle`] for an operation still in progress: its header, and the request
+    /// reported by the header's word from now on.
+    #[inline(never)]
+    fn settle_pending(
+        &self,
+        w: &mut Worker,
+        side: &mut Side,
+        op: &Op,
+        flags: u32,
+        r: Request,
+        recv: RecvOut,
+    ) -> Result<ucs_status_ptr_t> {
+        let hdr = match self.begin(side, op, flags) {
+            Ok(h) => h,
+            Err(e) => {
+                // No memory for the C request: stop the operation rather than let it run
+                // with nobody to tell.
+                let _ = w.request_abort(r);
+                let _ = w.request_free(r);
+                return Err(e);
+            }
+        };
+        match w.request_adopt(r, hdr as u64) {
+            // Completed in the call after all (a synchronous send to this very worker).
+            Some((s, info)) => self.immediate(side, op, hdr, s, info, recv),
+            None => {
+                // SAFETY: the header started for this call, given out now.
+                unsafe { self.fill_pooled(hdr, op) };
+                self.outstanding(w, side, hdr, r);
+                Ok(ReqHdr::user(hdr))
+            }
+        }
+    }
+
     /// [`Wk::fill`] for a pooled header (the caller's memory is filled by `begin`).
     ///
     /// # Safety

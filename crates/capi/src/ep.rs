@@ -223,9 +223,9 @@ unsafe fn flush(ep: *mut Handle<EpH>, op: Op) -> Result<ucs_status_ptr_t> {
     let (e, wk) = unsafe { get(ep)? };
     let rep = e.ep;
     run(wk, |w, side| {
-        let hdr = wk.begin(side, &op, 0)?;
-        let out = w.ep_flush_nb(rep, op.callback(hdr)).map(Outcome::of);
-        wk.conclude(w, side, &op, hdr, out, RecvOut::None)
+        wk.start(w, side, &op, 0, RecvOut::None, |w, cb| {
+            w.ep_flush_nb(rep, cb).map(Outcome::of)
+        })
     })?
 }
 

@@ -435,14 +435,12 @@ unsafe fn put_common(
     }
     let rep = e.ep;
     run(wk, |w, side| {
-        let hdr = wk.begin(side, &op, 0)?;
         // SAFETY: the API's contract: the buffer stays readable, and unchanged, until
         // completion (null with a length was refused above).
         let src = unsafe { Buf::contig(buffer.cast_mut().cast(), len) };
-        let out = w
-            .put_nb(rep, src, remote_addr, &k.rk, op.callback(hdr))
-            .map(Outcome::of);
-        wk.conclude(w, side, &op, hdr, out, RecvOut::None)
+        wk.start(w, side, &op, 0, RecvOut::None, |w, cb| {
+            w.put_nb(rep, src, remote_addr, &k.rk, cb).map(Outcome::of)
+        })
     })?
 }
 
@@ -461,14 +459,12 @@ unsafe fn get_common(
     }
     let rep = e.ep;
     run(wk, |w, side| {
-        let hdr = wk.begin(side, &op, 0)?;
         // SAFETY: the API's contract: the buffer stays writable, and untouched by the
         // application, until completion (null with a length was refused above).
         let dst = unsafe { Buf::contig(buffer.cast(), len) };
-        let out = w
-            .get_nb(rep, dst, remote_addr, &k.rk, op.callback(hdr))
-            .map(Outcome::of);
-        wk.conclude(w, side, &op, hdr, out, RecvOut::None)
+        wk.start(w, side, &op, 0, RecvOut::None, |w, cb| {
+            w.get_nb(rep, dst, remote_addr, &k.rk, cb).map(Outcome::of)
+        })
     })?
 }
 

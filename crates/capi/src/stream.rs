@@ -24,11 +24,9 @@ unsafe fn send(
     let buf = unsafe { dt::buf(buffer, count, op.datatype, Dir::Send)? };
     let rep = e.ep;
     run(wk, |w, side| {
-        let hdr = wk.begin(side, &op, 0)?;
-        let out = w
-            .stream_send_nb(rep, buf, op.callback(hdr))
-            .map(Outcome::of);
-        wk.conclude(w, side, &op, hdr, out, RecvOut::None)
+        wk.start(w, side, &op, 0, RecvOut::None, |w, cb| {
+            w.stream_send_nb(rep, buf, cb).map(Outcome::of)
+        })
     })?
 }
 
@@ -80,10 +78,8 @@ unsafe fn recv(
     // The length of an immediate completion goes to `length`, not to `recv_info`.
     op.recv_info = length.cast();
     run(wk, |w, side| {
-        let hdr = wk.begin(side, &op, 0)?;
-        let out = w
-            .stream_recv_nb(rep, buf, waitall, op.callback(hdr))
-            .map(|r| match r {
+        wk.start(w, side, &op, 0, RecvOut::Length, |w, cb| {
+            w.stream_recv_nb(rep, buf, waitall, cb).map(|r| match r {
                 StreamRecv::Done(n) => Outcome::Done(
                     Status::Ok,
                     RecvInfo {
@@ -92,8 +88,8 @@ unsafe fn recv(
                     },
                 ),
                 StreamRecv::Pending(r) => Outcome::Req(r),
-            });
-        wk.conclude(w, side, &op, hdr, out, RecvOut::Length)
+            })
+        })
     })?
 }
 

@@ -43,13 +43,21 @@ unsafe fn send(
         return unsafe { start_or_post(wk, p, op, 0, RecvOut::None) };
     }
     let rep = e.ep;
-    run_try(wk, |w, side| {
-        let hdr = wk.begin(side, &op, 0)?;
-        let out = w
-            .tag_send_nb(rep, buf, tag, sync, op.callback(hdr))
-            .map(Outcome::of);
-        wk.conclude(w, side, &op, hdr, out, RecvOut::None)
-    })
+    run_try(
+        wk,
+        #[inline(always)]
+        |w, side| {
+            wk.start(
+                w,
+                side,
+                &op,
+                0,
+                RecvOut::None,
+                #[inline(always)]
+                |w, cb| w.tag_send_nb(rep, buf, tag, sync, cb).map(Outcome::of),
+            )
+        },
+    )
 }
 
 /// True when an operation may be posted for the thread that holds the worker (thread
@@ -216,21 +224,32 @@ unsafe fn recv(
         // SAFETY: forwarded contract.
         return unsafe { start_or_post(wk, p, op, F_RECV, RecvOut::Tag) };
     }
-    run_try(wk, |w, side| {
-        let hdr = wk.begin(side, &op, F_RECV)?;
-        let cb = op.callback(hdr);
-        let out = if op.no_imm() {
-            w.tag_recv_nb(buf, tag, tag_mask, cb).map(Outcome::Req)
-        } else {
-            // A message that is already here is received in the call, with no request:
-            // the call returns NULL (or the error), as UCX's does.
-            w.tag_recv_nbx(buf, tag, tag_mask, cb).map(|p| match p {
-                RecvPosted::Done(s, info) => Outcome::Done(s, info),
-                RecvPosted::Pending(r) => Outcome::Req(r),
-            })
-        };
-        wk.conclude(w, side, &op, hdr, out, RecvOut::Tag)
-    })
+    run_try(
+        wk,
+        #[inline(always)]
+        |w, side| {
+            wk.start(
+                w,
+                side,
+                &op,
+                F_RECV,
+                RecvOut::Tag,
+                #[inline(always)]
+                |w, cb| {
+                    if op.no_imm() {
+                        w.tag_recv_nb(buf, tag, tag_mask, cb).map(Outcome::Req)
+                    } else {
+                        // A message that is already here is received in the call, with no
+                        // request: the call returns NULL (or the error), as UCX's does.
+                        w.tag_recv_nbx(buf, tag, tag_mask, cb).map(|p| match p {
+                            RecvPosted::Done(s, info) => Outcome::Done(s, info),
+                            RecvPosted::Pending(r) => Outcome::Req(r),
+                        })
+                    }
+                },
+            )
+        },
+    )
 }
 
 #[no_mangle]
@@ -349,11 +368,9 @@ unsafe fn msg_recv(
             .msgs
             .remove(&(message as usize))
             .ok_or(Status::InvalidParam)?;
-        let hdr = wk.begin(side, &op, F_RECV)?;
-        let out = w
-            .tag_msg_recv_nb(m, buf, op.callback(hdr))
-            .map(Outcome::Req);
-        wk.conclude(w, side, &op, hdr, out, RecvOut::Tag)
+        wk.start(w, side, &op, F_RECV, RecvOut::Tag, |w, cb| {
+            w.tag_msg_recv_nb(m, buf, cb).map(Outcome::Req)
+        })
     })?
 }
 

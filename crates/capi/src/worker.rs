@@ -363,9 +363,9 @@ unsafe fn worker_flush(worker: *mut Handle<Wk>, op: Op) -> Result<ucs_status_ptr
     // SAFETY: the caller's worker handle.
     let wk = unsafe { core::get(worker)? };
     run(wk, |w, side| {
-        let hdr = wk.begin(side, &op, 0)?;
-        let out = w.flush_nb(op.callback(hdr)).map(Outcome::of);
-        wk.conclude(w, side, &op, hdr, out, RecvOut::None)
+        wk.start(w, side, &op, 0, RecvOut::None, |w, cb| {
+            w.flush_nb(cb).map(Outcome::of)
+        })
     })?
 }
 

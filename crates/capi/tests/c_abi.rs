@@ -55,6 +55,18 @@ fn tag_ping_pong() {
     }
 }
 
+/// Every completion shape of the nbx tag calls on one worker: completed in the call
+/// (NULL, no callback) or later (a request, its callback once), receives posted first
+/// or second, plain and synchronous sends, eager and rendezvous sizes, with and without
+/// callbacks; every byte checked. rucx gives an operation a pooled request only when it
+/// is still in progress as the call returns, so these shapes take different paths.
+#[test]
+fn request_completion_shapes() {
+    for out in build_and_run("requests.c", &[]) {
+        assert!(out.contains("requests test passed"), "{out}");
+    }
+}
+
 /// Completion queues (rucx's extension header): thousands of preposted tag receives and
 /// sends reporting into queues between two processes, over the default transports and
 /// tcp only. Built with rucx's headers only (UCX has no such API).

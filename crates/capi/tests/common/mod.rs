@@ -32,24 +32,23 @@ pub fn out_dir() -> PathBuf {
 
 /// The built C library (`librucx_capi.so`, SONAME `libucp.so.0`). `cargo test` does not
 /// always build a package's cdylib for its integration tests (a fresh checkout has only
-/// the rlib), so the first caller builds it with the cargo that runs the tests.
+/// the rlib, and a library left by an earlier build may be stale), so the first caller
+/// builds it with the cargo that runs the tests (a no-op when it is up to date).
 pub fn cdylib() -> PathBuf {
     static BUILD: std::sync::Once = std::sync::Once::new();
     let p = out_dir().join("librucx_capi.so");
     BUILD.call_once(|| {
-        if !p.exists() {
-            let target_dir = out_dir()
-                .parent()
-                .map(Path::to_path_buf)
-                .expect("target dir");
-            let status = std::process::Command::new(env!("CARGO"))
-                .args(["build", "-p", "capi", "--lib", "--target-dir"])
-                .arg(&target_dir)
-                .current_dir(env!("CARGO_MANIFEST_DIR"))
-                .status()
-                .expect("run cargo build -p capi");
-            assert!(status.success(), "cargo build -p capi failed");
-        }
+        let target_dir = out_dir()
+            .parent()
+            .map(Path::to_path_buf)
+            .expect("target dir");
+        let status = std::process::Command::new(env!("CARGO"))
+            .args(["build", "-p", "capi", "--lib", "--target-dir"])
+            .arg(&target_dir)
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .status()
+            .expect("run cargo build -p capi");
+        assert!(status.success(), "cargo build -p capi failed");
     });
     assert!(
         p.exists(),

@@ -498,7 +498,7 @@ impl Worker {
     /// completion is reported through [`Worker::drain_completed`] with `word` and the
     /// request freed then. If it already completed, it is freed now and its outcome
     /// returned instead.
-    pub(crate) fn request_adopt(&mut self, r: Request, word: u64) -> Option<(Status, RecvInfo)> {
+    pub fn request_adopt(&mut self, r: Request, word: u64) -> Option<(Status, RecvInfo)> {
         let Some(q) = self.core.reqs.get_mut(r.0) else {
             // Not a live request: nothing will ever report it.
             return Some((Status::NoElem, RecvInfo::default()));
