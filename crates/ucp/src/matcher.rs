@@ -343,8 +343,19 @@ impl Arrivals {
     }
 
     /// Records that the message `seq` has left its bucket.
-    #[inline]
+    #[inline(always)]
     fn remove(&mut self, seq: u64) {
+        // The usual case, the oldest message of all with no dead entry behind it: a pop,
+        // and the front stays live, and no compaction is due.
+        if self.dead == 0 && self.entries.front().is_some_and(|&(s, _)| s == seq) {
+            self.entries.pop_front();
+            return;
+        }
+        self.remove_slow(seq);
+    }
+
+    #[inline(never)]
+    fn remove_slow(&mut self, seq: u64) {
         let at = match self.entries.front() {
             Some(&(first, _)) if first == seq => Some(0),
             _ => self

@@ -49,10 +49,21 @@ pub enum ThreadMode {
     Multi,
 }
 
+/// The least time between two full turns of [`Worker::progress`] (see
+/// `Worker::full_turn_now`): 200 µs, so a system call per full turn costs a polling loop
+/// well under 1% of its time, while a new connection or a dead peer waits at most this
+/// long beyond its event.
+const FULL_TURN_PERIOD_NS: u64 = 200_000;
+
 /// A worker.
 pub struct Worker {
     ctx: Context,
     tick: u32,
+    /// When the last full turn ran ([`Worker::progress`]), in `ucs::now_ns` time.
+    full_turn_at: u64,
+    /// The next progress call whose `tick` comes round makes a full turn whatever the
+    /// time (after a sleep, or when a progress thread held active messages back).
+    full_turn_due: bool,
     /// Listeners and their pending connection requests.
     pub(crate) cm: crate::cm::CmState,
     mode: ThreadMode,
@@ -118,6 +129,8 @@ impl Worker {
         Ok(Worker {
             ctx: ctx.clone(),
             tick: 0,
+            full_turn_at: 0,
+            full_turn_due: false,
             cm: crate::cm::CmState::default(),
             mode,
             tls,
@@ -225,12 +238,35 @@ impl Worker {
 
     // ----- progress --------------------------------------------------------------------
 
+    /// Whether this progress call (one in 256) makes a full turn: polling every
+    /// interface, also those that only wait for new peers, and checking that peers live.
+    /// A full turn costs system calls (an `epoll_wait` per shared-memory interface and per
+    /// socket-based one without connections), so it is also spaced in time: at most one
+    /// per [`FULL_TURN_PERIOD_NS`], unless one is due at once. A tight polling loop (a
+    /// ping-pong) then pays a clock read per 256 calls, not a system call.
+    #[inline(never)]
+    fn full_turn_now(&mut self) -> bool {
+        let now = ucs::now_ns();
+        if self.full_turn_due || now.wrapping_sub(self.full_turn_at) >= FULL_TURN_PERIOD_NS {
+            self.full_turn_due = false;
+            self.full_turn_at = now;
+            return true;
+        }
+        false
+    }
+
+    /// Makes the next progress call whose tick comes round a full turn.
+    pub(crate) fn full_turn_next(&mut self) {
+        self.tick |= 0xff;
+        self.full_turn_due = true;
+    }
+
     /// Makes progress on everything outstanding; returns the number of events handled.
     pub fn progress(&mut self) -> usize {
         let mut n = 0;
-        let (core, p) = (&mut self.core, &mut self.p);
         self.tick = self.tick.wrapping_add(1);
-        let idle_turn = self.tick % 256 == 0;
+        let idle_turn = self.tick % 256 == 0 && self.full_turn_now();
+        let (core, p) = (&mut self.core, &mut self.p);
         let mut events = false;
         if idle_turn {
             // Every live interface, and the list of those to poll on every call: a
@@ -655,6 +691,9 @@ impl Worker {
 
     /// Prepares to sleep on the event descriptor. `Busy` means there is work now.
     pub fn arm(&mut self) -> Result<()> {
+        // Whatever wakes the caller may be on an interface polled only in full turns (a
+        // new connection, a first datagram from a new peer): the next progress makes one.
+        self.full_turn_next();
         if !self.p.idle()
             || !self.p.am.held.is_empty()
             || !self.core.completed.is_empty()

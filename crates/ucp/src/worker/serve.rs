@@ -38,7 +38,7 @@ impl Worker {
         }
         if p.am.held.len() > held {
             // The application's next progress is a full turn, which hands them out first.
-            self.tick |= 0xff;
+            self.full_turn_next();
         }
         if events {
             self.handle_iface_events();
