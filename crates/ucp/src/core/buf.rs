@@ -116,9 +116,19 @@ impl Drop for Buf {
     #[inline(always)]
     fn drop(&mut self) {
         if !matches!(*self.0, Mem::Contig { .. }) {
-            // SAFETY: dropped once, here; the Buf is not used after its drop.
-            unsafe { ManuallyDrop::drop(&mut self.0) }
+            self.drop_owned();
         }
+    }
+}
+
+impl Buf {
+    /// The drop of a buffer that owns something, out of line: the drop glue that callers
+    /// inline is then a compare and a branch, with no registers to save.
+    #[cold]
+    #[inline(never)]
+    fn drop_owned(&mut self) {
+        // SAFETY: called once, from the Buf's drop; the Buf is not used after it.
+        unsafe { ManuallyDrop::drop(&mut self.0) }
     }
 }
 

@@ -28,7 +28,7 @@ pub struct Message(pub(crate) u64);
 /// and taking it moves little: the rare kinds are boxed.
 pub(crate) enum Unexp {
     /// A whole message of at most [`INLINE`] bytes, not synchronous, kept in place.
-    Small { len: u8, bytes: [u8; INLINE] },
+    Small { len: u8, bytes: InlineBytes },
     /// A whole message, and the synchronous send to acknowledge, if any.
     Eager {
         data: Vec<u8>,
@@ -42,6 +42,13 @@ pub(crate) enum Unexp {
 
 /// Messages up to this size wait inline in the matcher (no buffer to take or give back).
 pub(crate) const INLINE: usize = 40;
+
+/// The inline bytes of [`Unexp::Small`], 8-byte aligned: the message moves into its
+/// bucket (and out again) by whole words, not by the odd-offset pieces an unaligned
+/// array after the enum's tag would take.
+#[derive(Clone, Copy)]
+#[repr(C, align(8))]
+pub(crate) struct InlineBytes(pub [u8; INLINE]);
 
 /// A fragmented unexpected message still arriving: `data` has room for all of it.
 pub(crate) struct Partial {
@@ -74,8 +81,8 @@ impl Unexp {
     #[inline]
     pub(crate) fn whole(st: &mut TagState, p: &[u8], sync: Option<(u64, u64)>) -> Unexp {
         if sync.is_none() && p.len() <= INLINE {
-            let mut bytes = [0u8; INLINE];
-            copy_into(&mut bytes, p);
+            let mut bytes = InlineBytes([0u8; INLINE]);
+            copy_into(&mut bytes.0, p);
             return Unexp::Small {
                 len: p.len() as u8,
                 bytes,
@@ -208,7 +215,7 @@ pub(crate) fn recv_nb(
         // An owned buffer goes back through its request, so it always gets one.
         Err((_, (mtag, u), (buf, cb))) => match u {
             Unexp::Small { len, bytes } if imm && !buf.is_owned() => {
-                let data = &bytes[..usize::from(len)];
+                let data = &bytes.0[..usize::from(len)];
                 let status = take_whole(&buf, data);
                 let info = RecvInfo {
                     sender_tag: mtag,

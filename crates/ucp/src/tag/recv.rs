@@ -179,7 +179,7 @@ pub(crate) fn consume_unexp(
     u: Unexp,
 ) {
     match u {
-        Unexp::Small { len, bytes } => core.recv_whole(r, tag, &bytes[..usize::from(len)]),
+        Unexp::Small { len, bytes } => core.recv_whole(r, tag, &bytes.0[..usize::from(len)]),
         Unexp::Eager { data, sync } => {
             core.recv_whole(r, tag, &data);
             st.recycle(data);
