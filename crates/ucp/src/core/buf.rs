@@ -226,7 +226,16 @@ impl Buf {
     }
 
     /// Total length in bytes.
+    #[inline(always)]
     pub fn len(&self) -> usize {
+        match &*self.0 {
+            Mem::Contig { len, .. } => *len,
+            _ => self.len_other(),
+        }
+    }
+
+    #[inline(never)]
+    fn len_other(&self) -> usize {
         match &*self.0 {
             Mem::Contig { len, .. } => *len,
             Mem::Owned(o) => o.len,
@@ -241,6 +250,7 @@ impl Buf {
     }
 
     /// The start of a contiguous buffer (`None` for an I/O vector or a datatype).
+    #[inline]
     pub fn contig_ptr(&self) -> Option<*mut u8> {
         self.raw().map(|(p, _)| p)
     }

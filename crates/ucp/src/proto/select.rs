@@ -50,7 +50,7 @@ pub fn tag_proto(th: &Thresholds, buf: &Buf, sync: bool) -> Proto {
 
 /// The protocol of an active message with a `hdr_len`-byte header and `data` on a lane
 /// with thresholds `th`; `InvalidParam` when it cannot go as asked.
-#[inline]
+#[inline(always)]
 pub fn am_proto(th: &Thresholds, hdr_len: usize, data: &Buf, flags: AmSendFlags) -> Result<Proto> {
     let len = data.len();
     let fits = EAGER_HDR + hdr_len + len <= th.max_bcopy + 8;
