@@ -1652,7 +1652,7 @@ impl Wk {
             None => {
                 // SAFETY: the header started for this call, given out now.
                 unsafe { self.fill_pooled(hdr, op) };
-                self.outstanding(w, side, hdr, r);
+                Self::track(side, hdr, r);
                 Ok(ReqHdr::user(hdr))
             }
         }
@@ -1673,13 +1673,20 @@ impl Wk {
     /// Keeps `hdr` as an outstanding request for `r`, which is released now.
     #[inline(always)]
     fn outstanding(&self, w: &mut Worker, side: &mut Side, hdr: *mut ReqHdr, r: Request) {
+        Self::track(side, hdr, r);
+        let _ = w.request_free(r);
+    }
+
+    /// Puts `hdr` on the in-flight list as the C request of `r` (whose release is the
+    /// caller's business: `Worker::request_adopt` has released it already).
+    #[inline(always)]
+    fn track(side: &mut Side, hdr: *mut ReqHdr, r: Request) {
         // SAFETY: the header started for this call, on no list.
         unsafe {
             (*hdr).rust_id = r.to_u64();
             (*hdr).flags.fetch_or(F_RUST, Ordering::Relaxed);
             side.inflight.link(hdr);
         }
-        let _ = w.request_free(r);
     }
 
     /// Takes the completion of `hdr`'s own request out of the worker's completions (the

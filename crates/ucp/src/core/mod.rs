@@ -205,10 +205,44 @@ impl Core {
                 ReqKind::Rma(s) => Some(s.ep),
                 _ => None,
             };
+            let cq = matches!(q.cb, Some(Callback::Cq(_)));
+            let remove = !cq && Self::settle_found(q, r, &mut self.words, &mut self.completed);
             if let Some(Some(e)) = counted.and_then(|ep| self.eps.get_mut(ep as usize)) {
                 e.outstanding = e.outstanding.saturating_sub(1);
             }
-            self.settle(r);
+            if cq {
+                self.settle(r);
+            } else if remove {
+                self.reqs.remove(r.0);
+            }
+        }
+    }
+
+    /// [`Core::settle`] of a request already looked up (`q`, the request `r`): reports it
+    /// or lists it; true when it is done with and must be removed from the pool.
+    #[inline(always)]
+    fn settle_found(
+        q: &Req,
+        r: Request,
+        words: &mut Vec<Completed>,
+        completed: &mut Vec<Request>,
+    ) -> bool {
+        match (&q.cb, q.released) {
+            (Some(Callback::Word(word)), true) => {
+                words.push(Completed {
+                    request: r,
+                    word: *word,
+                    status: q.status.unwrap_or(Status::Ok),
+                    info: q.info,
+                });
+                true
+            }
+            (Some(Callback::Cq(_)), _) => false,
+            (Some(_), _) | (None, true) => {
+                completed.push(r);
+                false
+            }
+            (None, false) => false,
         }
     }
 
@@ -369,8 +403,12 @@ impl Core {
         }
         if q.status.is_none() {
             q.status = Some(status);
-            if q.cb.is_some() || q.released {
+            // One look at the request for the usual completion (by word, or listed); a
+            // completion queue's report goes the long way.
+            if matches!(q.cb, Some(Callback::Cq(_))) {
                 self.settle(r);
+            } else if Self::settle_found(q, r, &mut self.words, &mut self.completed) {
+                self.reqs.remove(r.0);
             }
         }
     }
