@@ -275,6 +275,9 @@ static int origin(int fd)
         CHECK(UCS_PTR_STATUS(rucx_put_signal_nbx(ep, src, 8, b, key[region], sig, key[region],
                                                  (rucx_signal_op_t)7, 1, &p)) ==
                   UCS_ERR_INVALID_PARAM, "unknown op");
+        CHECK(UCS_PTR_STATUS(rucx_put_signal_nbx(ep, src, SIZE_MAX, b, key[region], sig,
+                                                 key[region], RUCX_SIGNAL_OP_ADD, 1, &p)) ==
+                  UCS_ERR_INVALID_PARAM, "a count larger than any memory");
         CHECK(UCS_PTR_STATUS(rucx_put_signal_nbx(ep, src, 8, b, key[region], sig, NULL,
                                                  RUCX_SIGNAL_OP_SET, 1, &p)) ==
                   UCS_ERR_INVALID_PARAM, "no signal key");

@@ -122,6 +122,8 @@ unsafe fn in_call(a: &Args) -> Result<Option<ucs_status_ptr_t>> {
     let data: &[u8] = match (len, a.buffer.is_null()) {
         (0, _) => &[],
         (_, true) => return Err(Status::InvalidParam),
+        // No memory holds more than isize::MAX bytes (nor may a slice claim to).
+        (l, false) if l > isize::MAX as usize => return Err(Status::InvalidParam),
         // SAFETY: the caller's buffer of `len` bytes, readable during the call, which is
         // all this path reads it for.
         (_, false) => unsafe { std::slice::from_raw_parts(a.buffer.cast(), len) },
