@@ -205,10 +205,13 @@ static int origin(int fd)
             switch (r % 4) {
             case 0: /* no parameter at all */
                 break;
-            case 1: /* callback and user data */
-                p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+            case 1: /* callback, user data and the datatype (a call done inside returns
+                     * UCS_OK and runs no callback) */
+                p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                                 UCP_OP_ATTR_FIELD_DATATYPE;
                 p.cb.send      = send_cb;
                 p.user_data    = &held[region];
+                p.datatype     = ucp_dt_make_contig(1);
                 break;
             case 2: /* never complete in the call */
                 p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
@@ -243,6 +246,8 @@ static int origin(int fd)
             if ((r % 4 == 1 && req != NULL) || r % 4 == 2) {
                 CHECK(cb_count == 1, "callback ran %d times", cb_count);
                 CHECK(cb_user == p.user_data, "callback's user data");
+            } else {
+                CHECK(cb_count == 0, "callback of a call done inside ran %d times", cb_count);
             }
             full_read(fd, &c, 1);
             CHECK(c == 'k', "round %u (%s, region %u, %llu bytes): target saw old data", round,
@@ -270,6 +275,9 @@ static int origin(int fd)
         CHECK(UCS_PTR_STATUS(rucx_put_signal_nbx(ep, src, 8, b, key[region], sig, key[region],
                                                  (rucx_signal_op_t)7, 1, &p)) ==
                   UCS_ERR_INVALID_PARAM, "unknown op");
+        CHECK(UCS_PTR_STATUS(rucx_put_signal_nbx(ep, src, SIZE_MAX, b, key[region], sig,
+                                                 key[region], RUCX_SIGNAL_OP_ADD, 1, &p)) ==
+                  UCS_ERR_INVALID_PARAM, "a count larger than any memory");
         CHECK(UCS_PTR_STATUS(rucx_put_signal_nbx(ep, src, 8, b, key[region], sig, NULL,
                                                  RUCX_SIGNAL_OP_SET, 1, &p)) ==
                   UCS_ERR_INVALID_PARAM, "no signal key");

@@ -361,11 +361,22 @@ pub(crate) unsafe fn ep_key<'a>(
     // SAFETY: the caller's handles.
     let (e, wk) = unsafe { ep_get(ep)? };
     // SAFETY: as above.
+    let k = unsafe { key_of(e, rkey)? };
+    Ok((e, wk, k))
+}
+
+/// The remote key `rkey`, checked to belong to the worker of endpoint `e`.
+///
+/// # Safety
+/// `rkey` as for [`Handle::get`].
+#[inline(always)]
+pub(crate) unsafe fn key_of<'a>(e: &EpH, rkey: *mut Handle<RkeyObj>) -> Result<&'a RkeyObj> {
+    // SAFETY: forwarded contract.
     let k = unsafe { Handle::get(rkey)? };
     if k.wk != e.wk || k.wgen != e.wgen {
         return Err(Status::InvalidParam);
     }
-    Ok((e, wk, k))
+    Ok(k)
 }
 
 pub(crate) fn contig_len(op: &Op, count: usize) -> Result<usize> {

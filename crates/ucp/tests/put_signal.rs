@@ -3,8 +3,10 @@
 //! pattern each time, so data older than the signal would be caught. Paths: shm with a
 //! direct mapping, CMA (registered memory, and forced), emulation forced over shm, tcp and
 //! udp, the worker's endpoint to itself, and keys whose data and signal take different
-//! paths. Bad input (misaligned or out-of-range words, foreign keys, a forged range) is
-//! refused with an error and leaves the memory and the process intact.
+//! paths; through the worker and, where both keys are mapped, the worker-free
+//! `ucp::rma::put_signal_in_call`. Bad input (misaligned or out-of-range words, foreign
+//! keys, a forged range) is refused with an error and leaves the memory and the process
+//! intact.
 
 mod common;
 
@@ -202,7 +204,21 @@ fn peer_case(tls: &str, path: RmaPath, data_in: usize, sig_in: usize, expect: (R
                 assert_eq!(p.line(), "ready");
                 let addr = bases[data_in] + off as u64;
                 let saddr = bases[sig_in] + sig_off as u64;
-                if pass % 2 == 0 {
+                // Pass 2 takes the worker-free call where the keys allow it (both
+                // mapped): it must say so exactly then, and complete in the call.
+                let in_call = (pass == 2)
+                    .then(|| {
+                        ucp::rma::put_signal_in_call(ep, &data, addr, dk, saddr, sk, sop, value)
+                    })
+                    .flatten();
+                assert_eq!(
+                    in_call.is_some(),
+                    pass == 2 && expect.0 != RmaPath::Emulated && expect.1 == RmaPath::Direct,
+                    "{tls} {path:?}: which calls need the worker"
+                );
+                if let Some(r) = in_call {
+                    r.unwrap();
+                } else if pass % 2 == 0 {
                     // SAFETY: `data` outlives the request, waited for right here.
                     let r = unsafe {
                         w.put_signal_nb(
@@ -520,4 +536,71 @@ fn bad_input_is_refused() {
     assert!(backing[1048..2040].iter().all(|&b| b == 0xee));
     assert_eq!(backing[2040..2048], 42u64.to_ne_bytes());
     assert!(backing[2048..].iter().all(|&b| b == 0xee));
+}
+
+/// The worker-free call on mapped keys (the self transport maps this process's own
+/// region): each refusal comes before any byte is written; a good call lands its data and
+/// then its signal; an emulated key is left to the worker (`None`).
+#[test]
+fn in_call_refuses_before_writing() {
+    let ctx = ctx_with(RmaPath::Auto, "self");
+    let mut w = Worker::new(&ctx, ThreadMode::Single).unwrap();
+    let me = w.address();
+    let ep = w.ep_create(&me).unwrap();
+    let other = w.ep_create(&me).unwrap();
+    let mut backing = vec![0xeeu8; 4096];
+    // SAFETY: the region is inside `backing`, which outlives the mapping.
+    let region = unsafe { backing.as_mut_ptr().add(1024) };
+    // SAFETY: `backing` outlives the mapping.
+    let mem = unsafe { ctx.mem_map(Some(region), 1024) }.unwrap();
+    let packed = mem.rkey_pack();
+    let base = region as u64;
+    let rk = w.rkey_unpack(ep, &packed).unwrap();
+    let rk_other = w.rkey_unpack(other, &packed).unwrap();
+    assert_eq!(
+        (rk.rma_path(), rk.amo_path()),
+        (RmaPath::Direct, RmaPath::Direct)
+    );
+    let d = [5u8; 16];
+    let sig = base + 1016;
+    let add = SignalOp::Add;
+    let cases: [(u64, u64, &RemoteKey, &RemoteKey, &str); 6] = [
+        (base, sig + 4, &rk, &rk, "misaligned signal"),
+        (base, base + 1020, &rk, &rk, "signal past the end"),
+        (base, base - 8, &rk, &rk, "signal before the start"),
+        (base + 1010, sig, &rk, &rk, "data past the end"),
+        (base, sig, &rk_other, &rk, "data key of another endpoint"),
+        (base, sig, &rk, &rk_other, "signal key of another endpoint"),
+    ];
+    for (addr, saddr, dk, sk, what) in cases {
+        let r = ucp::rma::put_signal_in_call(ep, &d, addr, dk, saddr, sk, add, 1);
+        assert_eq!(r, Some(Err(Status::InvalidParam)), "{what}");
+    }
+    assert!(backing.iter().all(|&b| b == 0xee), "a refused call wrote");
+    let r = ucp::rma::put_signal_in_call(ep, &d, base + 8, &rk, sig, &rk, SignalOp::Set, 42);
+    assert_eq!(r, Some(Ok(())));
+    assert_eq!(load_acquire(sig as *mut u8), 42);
+    let r = ucp::rma::put_signal_in_call(ep, &[], base, &rk, sig, &rk, add, 3);
+    assert_eq!(r, Some(Ok(())), "no data, only the signal");
+    assert_eq!(load_acquire(sig as *mut u8), 45);
+    // A key resolved for emulation needs the worker: `None`, and nothing written.
+    let ectx = ctx_with(RmaPath::Emulated, "self");
+    let mut ew = Worker::new(&ectx, ThreadMode::Single).unwrap();
+    let eme = ew.address();
+    let eep = ew.ep_create(&eme).unwrap();
+    let emem = ectx.mem_alloc(4096).unwrap();
+    let ek = ew.rkey_unpack(eep, &emem.rkey_pack()).unwrap();
+    assert_eq!(ek.rma_path(), RmaPath::Emulated);
+    let eb = emem.address() as u64;
+    let r = ucp::rma::put_signal_in_call(eep, &d, eb, &ek, eb + 64, &ek, add, 1);
+    assert_eq!(r, None);
+    assert_eq!(load_acquire(emem.address().wrapping_add(64)), 0);
+    drop(mem);
+    assert!(backing[..1032].iter().all(|&b| b == 0xee));
+    assert_eq!(backing[1032..1048], [5u8; 16]);
+    assert!(backing[1048..2040].iter().all(|&b| b == 0xee));
+    assert_eq!(
+        u64::from_ne_bytes(backing[2040..2048].try_into().unwrap()),
+        45
+    );
 }

@@ -128,7 +128,10 @@ pub(crate) fn registered_mut(
 
 /// Performs an atomic operation and returns the previous value. Only keys with direct
 /// access support atomics here; a CMA key gives `Unsupported` (the protocol layer emulates
-/// them). A misaligned address is `InvalidParam`.
+/// them). A misaligned address is `InvalidParam`. Inline: at a call site that names the
+/// size (and often the operation) most of the matching folds away, which matters on the
+/// put-with-signal path, where this is the last step before the target can see the signal.
+#[inline]
 pub fn atomic(
     rkey: &Rkey,
     op: AtomicOp,
@@ -179,6 +182,7 @@ macro_rules! apply_op {
 
 /// Applies `op` to a 64-bit word in memory of this process (sequentially consistent);
 /// the previous value. Also the emulated atomics' target side (ucp).
+#[inline]
 pub fn apply64(a: &AtomicU64, op: AtomicOp, value: u64, compare: u64) -> u64 {
     apply_op!(a, op, value, compare)
 }

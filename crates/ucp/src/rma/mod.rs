@@ -62,6 +62,19 @@ impl RemoteKey {
         }
     }
 
+    /// The transport key when put and get complete in the call (direct or CMA).
+    #[inline]
+    fn in_call(&self) -> Option<&uct::Rkey> {
+        self.uct.as_ref().filter(|_| self.rma != RmaPath::Emulated)
+    }
+
+    /// The transport key when atomics are CPU atomics through a mapping.
+    #[inline]
+    fn cpu_atomics(&self) -> Option<&uct::Rkey> {
+        self.uct.as_ref().filter(|_| self.amo == RmaPath::Direct)
+    }
+
+    #[inline]
     fn check(&self, ep: Ep, addr: u64, len: usize) -> Result<()> {
         if ep != self.ep {
             return Err(Status::InvalidParam);
@@ -186,7 +199,7 @@ pub(crate) fn put_nb(
 ) -> Result<Post> {
     let len = src.len();
     rk.check(ep, addr, len)?;
-    if let Some(k) = rk.uct.as_ref().filter(|_| rk.rma != RmaPath::Emulated) {
+    if let Some(k) = rk.in_call() {
         put_direct(k, addr, &src)?;
         return Ok(Post::Done(cb));
     }
@@ -244,7 +257,7 @@ pub(crate) fn put_nbi(
     rk: &RemoteKey,
 ) -> Result<Post> {
     rk.check(ep, addr, data.len())?;
-    if let Some(k) = rk.uct.as_ref().filter(|_| rk.rma != RmaPath::Emulated) {
+    if let Some(k) = rk.in_call() {
         uct::rma::put_one(k, addr, data)?;
         return Ok(Post::Done(None));
     }
@@ -270,6 +283,63 @@ pub(crate) enum Src<'a> {
     Buf(Buf),
 }
 
+/// A put with remote signal that needs no worker: when the data key is reached in the
+/// call (mapped or CMA) and the signal key maps its memory, the bytes are written and the
+/// signal applied here, complete on return. `None` when either key needs messages (the
+/// caller takes [`crate::Worker::put_signal_nb`]). Touches no worker state, so a caller
+/// holding the endpoint (the C API's handle) may call it without the worker or its lock.
+/// The arguments are checked as `put_signal_nb` checks them, before anything is written;
+/// `ep` is only compared with the keys' endpoint: that it is still open is the caller's
+/// to know (a closed one's mapping stays valid while the keys live).
+#[allow(clippy::too_many_arguments)]
+#[inline]
+pub fn put_signal_in_call(
+    ep: Ep,
+    data: &[u8],
+    addr: u64,
+    rk: &RemoteKey,
+    signal_addr: u64,
+    signal_rk: &RemoteKey,
+    op: SignalOp,
+    value: u64,
+) -> Option<Result<()>> {
+    let (k, sk) = (rk.in_call()?, signal_rk.cpu_atomics()?);
+    let sig = Signal {
+        addr: signal_addr,
+        rk: signal_rk,
+        op,
+        value,
+    };
+    Some(
+        check_put_signal(ep, addr, data.len(), rk, &sig).and_then(|()| {
+            if !data.is_empty() {
+                uct::rma::put_one(k, addr, data)?;
+            }
+            apply_signal(sk, &sig)
+        }),
+    )
+}
+
+/// The checks of a put with signal, all before any byte moves: both ranges in their
+/// keys (unpacked on `ep`), the signal word aligned.
+#[inline]
+fn check_put_signal(ep: Ep, addr: u64, len: usize, rk: &RemoteKey, sig: &Signal<'_>) -> Result<()> {
+    rk.check(ep, addr, len)?;
+    sig.rk.check(ep, sig.addr, 8)?;
+    check_aligned(sig.addr, AtomicSize::B64)
+}
+
+/// The signal as a CPU atomic through a mapping. SeqCst, which includes the release that
+/// publishes the data written before it.
+#[inline]
+fn apply_signal(sk: &uct::Rkey, sig: &Signal<'_>) -> Result<()> {
+    let op = match sig.op {
+        SignalOp::Add => AtomicOp::Add,
+        SignalOp::Set => AtomicOp::Swap,
+    };
+    uct::rma::atomic(sk, op, AtomicSize::B64, sig.addr, sig.value, 0).map(drop)
+}
+
 /// Writes `src` to `addr`, then applies the signal; see the module doc for the order.
 pub(crate) fn put_signal(
     core: &mut Core,
@@ -285,11 +355,9 @@ pub(crate) fn put_signal(
         Src::Buf(b) => b.len(),
     };
     let owned = matches!(src, Src::Copy(_));
-    rk.check(ep, addr, len)?;
-    sig.rk.check(ep, sig.addr, 8)?;
-    check_aligned(sig.addr, AtomicSize::B64)?;
+    check_put_signal(ep, addr, len, rk, sig)?;
     let mut sent_data = false;
-    if let Some(k) = rk.uct.as_ref().filter(|_| rk.rma != RmaPath::Emulated) {
+    if let Some(k) = rk.in_call() {
         // Direct and CMA complete the copy in this call: the data is in place before the
         // signal below is applied or sent.
         match &src {
@@ -297,13 +365,8 @@ pub(crate) fn put_signal(
             Src::Buf(b) if !b.is_empty() => put_direct(k, addr, b)?,
             _ => {}
         }
-        if let (RmaPath::Direct, Some(sk)) = (sig.rk.amo, sig.rk.uct.as_ref()) {
-            let op = match sig.op {
-                SignalOp::Add => AtomicOp::Add,
-                SignalOp::Set => AtomicOp::Swap,
-            };
-            // SeqCst, which includes the release that publishes the data.
-            uct::rma::atomic(sk, op, AtomicSize::B64, sig.addr, sig.value, 0)?;
+        if let Some(sk) = sig.rk.cpu_atomics() {
+            apply_signal(sk, sig)?;
             return Ok(Post::Done(cb));
         }
         sent_data = true;
@@ -338,7 +401,7 @@ pub(crate) fn get_nb(
 ) -> Result<Post> {
     let len = dst.len();
     rk.check(ep, addr, len)?;
-    if let Some(k) = rk.uct.as_ref().filter(|_| rk.rma != RmaPath::Emulated) {
+    if let Some(k) = rk.in_call() {
         get_direct(k, addr, &mut dst)?;
         return Ok(Post::Done(cb));
     }
@@ -360,7 +423,7 @@ pub(crate) fn atomic_post(
         return Err(Status::InvalidParam);
     }
     rk.check(ep, addr, size.bytes())?;
-    if let (RmaPath::Direct, Some(k)) = (rk.amo, rk.uct.as_ref()) {
+    if let Some(k) = rk.cpu_atomics() {
         uct::rma::atomic(k, op, size, addr, value, 0)?;
         return Ok(Post::Done(None));
     }
@@ -399,7 +462,7 @@ pub(crate) fn atomic_fetch_nb(
     if result.len() < size.bytes() {
         return Err(Status::InvalidParam);
     }
-    if let (RmaPath::Direct, Some(k)) = (rk.amo, rk.uct.as_ref()) {
+    if let Some(k) = rk.cpu_atomics() {
         let old = uct::rma::atomic(k, op, size, addr, value, compare)?;
         write_old(&result, size, old);
         return Ok(Post::Done(cb));
