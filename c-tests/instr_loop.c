@@ -1,12 +1,14 @@
 /* instr_loop: the C ABI's cost of one 8-byte tagged message, for instruction counting
  * (scripts/instr-count runs it under callgrind at two counts and takes the difference).
  *
- *   instr_loop N [WARMUP]
+ *   instr_loop N [WARMUP [posted]]
  *
  * One worker, one endpoint to that same worker (ucp picks its loopback transport). Each
  * iteration sends 8 bytes with ucp_tag_send_nbx, receives them with ucp_tag_recv_nbx,
  * and calls ucp_worker_progress until both requests are complete; the received value
- * and length are checked every time. WARMUP iterations (default 100) run first, so that
+ * and length are checked every time. With "posted", the receive goes first and both
+ * calls name a callback and a datatype, as Open MPI's pml ucx does: the message then
+ * meets a posted receive, and completion comes through the callbacks. WARMUP iterations (default 100) run first, so that
  * lazy set-up is not part of the difference between two counts.
  *
  * Exit status 0 when every message arrived intact, 1 otherwise. Built against the UCP
@@ -67,6 +69,60 @@ static uint64_t round_trip(ucp_worker_h worker, ucp_ep_h ep, uint64_t value)
     return in;
 }
 
+static int callbacks;
+static ucp_tag_recv_info_t posted_info;
+
+static void posted_send_cb(void *req, ucs_status_t status, void *user_data)
+{
+    CHECK_OK(status);
+    (*(int*)user_data)++;
+    (void)req;
+}
+
+static void posted_recv_cb(void *req, ucs_status_t status, const ucp_tag_recv_info_t *info,
+                           void *user_data)
+{
+    CHECK_OK(status);
+    posted_info = *info;
+    (*(int*)user_data)++;
+    (void)req;
+}
+
+/* One message to a receive posted before it, both with callbacks; returns the value. */
+static uint64_t posted_round(ucp_worker_h worker, ucp_ep_h ep, uint64_t value)
+{
+    uint64_t out = value, in = ~value;
+    ucp_request_param_t sp, rp;
+    void *sreq, *rreq;
+    int want;
+
+    memset(&rp, 0, sizeof(rp));
+    rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_DATATYPE |
+                      UCP_OP_ATTR_FIELD_USER_DATA;
+    rp.cb.recv      = posted_recv_cb;
+    rp.datatype     = ucp_dt_make_contig(1);
+    rp.user_data    = &callbacks;
+    sp              = rp;
+    sp.cb.send      = posted_send_cb;
+    callbacks = 0;
+    posted_info.length = 0;
+    rreq = ucp_tag_recv_nbx(worker, &in, sizeof(in), LOOP_TAG, ~0ULL, &rp);
+    CHECK(rreq != NULL && !UCS_PTR_IS_ERR(rreq), "posted receive");
+    sreq = ucp_tag_send_nbx(ep, &out, sizeof(out), LOOP_TAG, &sp);
+    CHECK(!UCS_PTR_IS_ERR(sreq), "send: %s", ucs_status_string(UCS_PTR_STATUS(sreq)));
+    want = 1 + (sreq != NULL);
+    while (callbacks < want) {
+        ucp_worker_progress(worker);
+    }
+    CHECK(posted_info.length == sizeof(in) && posted_info.sender_tag == LOOP_TAG,
+          "receive information: %zu bytes", posted_info.length);
+    ucp_request_free(rreq);
+    if (sreq != NULL) {
+        ucp_request_free(sreq);
+    }
+    return in;
+}
+
 int main(int argc, char **argv)
 {
     ucp_params_t params;
@@ -80,8 +136,8 @@ int main(int argc, char **argv)
     unsigned long n, warmup = 100, i;
     char *end;
 
-    if (argc < 2 || argc > 3) {
-        fprintf(stderr, "usage: %s ITERATIONS [WARMUP]\n", argv[0]);
+    if (argc < 2 || argc > 4 || (argc == 4 && strcmp(argv[3], "posted") != 0)) {
+        fprintf(stderr, "usage: %s ITERATIONS [WARMUP [posted]]\n", argv[0]);
         return 2;
     }
     n = strtoul(argv[1], &end, 10);
@@ -89,7 +145,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s: bad iteration count '%s'\n", argv[0], argv[1]);
         return 2;
     }
-    if (argc == 3) {
+    int posted = argc == 4;
+    if (argc >= 3) {
         warmup = strtoul(argv[2], &end, 10);
         if (*end != '\0') {
             fprintf(stderr, "%s: bad warm-up count '%s'\n", argv[0], argv[2]);
@@ -116,7 +173,7 @@ int main(int argc, char **argv)
 
     for (i = 0; i < warmup + n; i++) {
         uint64_t v = 0x1000 + i;
-        uint64_t got = round_trip(worker, ep, v);
+        uint64_t got = posted ? posted_round(worker, ep, v) : round_trip(worker, ep, v);
         CHECK(got == v, "iteration %lu received %#llx, expected %#llx", i,
               (unsigned long long)got, (unsigned long long)v);
     }
@@ -132,7 +189,7 @@ int main(int argc, char **argv)
     }
     ucp_worker_destroy(worker);
     ucp_cleanup(context);
-    printf("instr_loop: %lu iterations (+%lu warm-up) of 8-byte tag send+recv: ok\n", n,
-           warmup);
+    printf("instr_loop: %lu iterations (+%lu warm-up) of 8-byte tag send+recv%s: ok\n", n,
+           warmup, posted ? " (posted receive, callbacks)" : "");
     return 0;
 }
