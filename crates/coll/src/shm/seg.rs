@@ -2,9 +2,14 @@
 //!
 //! ```text
 //!  Header   magic, members, slot bytes, abort word, sleepers      (one padded line)
-//!  Ctrl[n]  one padded line per member: its round flag              (written by its owner)
+//!  Ctrl[n]  one padded line per member: its round flag and two small (written by its owner)
+//!           inline slots of INLINE bytes, all in the line's first 64 bytes
 //!  Data     per member two slots of `slot` bytes (round k uses slot k % 2)
 //! ```
+//!
+//! A round whose data fits [`INLINE`] bytes per member uses inline slot `k % 2` of the
+//! control line instead of a data slot: a reader that sees the flag then has the data in
+//! the same cache line, one transfer between cores instead of two.
 //!
 //! Invariants:
 //! - a member writes only its own control line and its own slots (and the shared abort
@@ -42,10 +47,22 @@ struct Header {
     bell: AtomicU32,
 }
 
+/// Bytes of one inline slot of a control line.
+pub(crate) const INLINE: usize = 24;
+
 #[repr(C)]
 struct Ctrl {
     flag: AtomicU32,
+    _pad: u32,
+    /// Inline slots `k % 2`: plain bytes, written and read under the same rule as the
+    /// data slots.
+    inline: [[u8; INLINE]; 2],
 }
+
+// The flag and both inline slots share one 64-byte cache line.
+const _: () = assert!(std::mem::size_of::<Ctrl>() <= 64);
+const _: () = assert!(std::mem::offset_of!(Ctrl, inline) == 8);
+const _: () = assert!(std::mem::align_of::<CachePadded<Ctrl>>() >= 64);
 
 /// True when round `have` is at or past round `want` (wrapping).
 #[inline]
@@ -151,20 +168,29 @@ impl Seg {
         unsafe { &*self.map.as_ptr().cast::<Header>() }
     }
 
-    fn ctrl(&self, j: usize) -> &AtomicU32 {
+    /// The address of member `j`'s control line.
+    #[inline]
+    fn line(&self, j: usize) -> *mut Ctrl {
         debug_assert!(j < self.n);
         let line = std::mem::size_of::<CachePadded<Ctrl>>();
+        self.map
+            .as_ptr()
+            .wrapping_add(self.ctrl_off + j * line)
+            .cast::<Ctrl>()
+    }
+
+    fn ctrl(&self, j: usize) -> &AtomicU32 {
         // SAFETY: line j lies inside the mapping (geometry), is aligned to the padded
         // line (the mapping is page-aligned, lines are multiples of their alignment), and
-        // holds an atomic.
-        unsafe {
-            &(*self
-                .map
-                .as_ptr()
-                .add(self.ctrl_off + j * line)
-                .cast::<Ctrl>())
-            .flag
-        }
+        // its flag is an atomic, valid for any bit pattern.
+        unsafe { &*std::ptr::addr_of!((*self.line(j)).flag) }
+    }
+
+    /// Address of inline slot `k % 2` of member `j` ([`INLINE`] bytes).
+    #[inline]
+    pub(crate) fn inline_ptr(&self, j: usize, k: u32) -> *mut u8 {
+        let at = std::mem::offset_of!(Ctrl, inline) + (k & 1) as usize * INLINE;
+        self.line(j).cast::<u8>().wrapping_add(at)
     }
 
     /// The round flag of member `j` (acquire: j's data of that round is visible).
