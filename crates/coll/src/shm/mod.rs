@@ -31,6 +31,7 @@ pub(crate) mod split;
 
 use crate::exec::tag;
 use seg::Seg;
+pub use seg::{slot_bytes, INLINE};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;

@@ -48,7 +48,7 @@ struct Header {
 }
 
 /// Bytes of one inline slot of a control line.
-pub(crate) const INLINE: usize = 24;
+pub const INLINE: usize = 24;
 
 #[repr(C)]
 struct Ctrl {
@@ -73,7 +73,7 @@ pub(crate) fn reached(have: u32, want: u32) -> bool {
 /// Bytes of one slot for a segment of `n` members: 256 KiB up to 16 members, then less,
 /// so that the segment stays near 8 MiB. (Large slots: fewer rounds, so fewer waits for
 /// a peer that the scheduler took off its core.)
-pub(crate) fn slot_bytes(n: usize) -> usize {
+pub fn slot_bytes(n: usize) -> usize {
     let per = (4 << 20) / n.max(1);
     (per / 4096 * 4096).clamp(4096, 256 << 10)
 }
