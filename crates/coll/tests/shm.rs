@@ -133,7 +133,7 @@ fn four_mib_through_the_segment() {
 }
 
 /// Sizes at and around the segment path's crossovers, each side of each: the inline
-/// slots (bytes a member writes in one round: `INLINE`), the split allreduce
+/// slots (bytes a member writes in one round: `INLINE`), the split allreduce and reduce
 /// (`SPLIT_MIN`, and a last chunk of one element, fewer than the members), and
 /// cross-memory attach (`CMA_MIN`); in place and not, teams of 2, 3 and 5.
 #[test]
@@ -198,6 +198,7 @@ fn crossover_edges_through_the_segment() {
                     one_chunk + 1,
                 ] {
                     push(CollType::Allreduce, dt, op, count, in_place);
+                    push(CollType::Reduce, dt, op, count, in_place);
                 }
             }
         }

@@ -74,7 +74,8 @@ unsafe impl Send for Run {}
 /// Blocks of at least this many bytes move by cross-memory attach (one copy).
 pub const CMA_MIN: usize = 32 << 10;
 
-/// Allreduce vectors of at least this many bytes take the split form (see [`super::split`]).
+/// Allreduce and reduce vectors of at least this many bytes take the split form (see
+/// [`super::split`]).
 pub const SPLIT_MIN: usize = 16 << 10;
 
 /// How a run moves its data.
@@ -87,7 +88,8 @@ pub(crate) enum Mode {
     Inline,
     /// Single copy by cross-memory attach (two rounds: descriptors, then done).
     Cma,
-    /// Allreduce in two rounds per chunk, each member reducing its part ([`Split`]).
+    /// Allreduce or reduce in two rounds per chunk, each member reducing its part
+    /// ([`Split`]).
     Split,
 }
 
@@ -136,7 +138,7 @@ fn geometry(coll: CollType, s: &Shape, slot: usize) -> (u32, usize, Mode) {
     if cma {
         return (2, len, Mode::Cma);
     }
-    if coll == C::Allreduce && s.size > 1 && len >= SPLIT_MIN {
+    if matches!(coll, C::Allreduce | C::Reduce) && s.size > 1 && len >= SPLIT_MIN {
         return (Split::rounds(len, chunk), chunk, Mode::Split);
     }
     (len.div_ceil(chunk).max(1) as u32, chunk, Mode::Slot)
@@ -293,7 +295,8 @@ impl Run {
             avg: self.avg,
             input: self.input(),
             dst: self.dst,
-            in_place: self.shape.in_place,
+            in_place: self.own_in_dst(),
+            root: (self.coll == CollType::Reduce).then_some(self.root()),
             total: self.shape.bytes(),
             chunk: self.chunk,
         }
@@ -312,6 +315,14 @@ impl Run {
         if self.mode == Mode::Cma && self.r == 1 {
             return Who::Nobody;
         }
+        if self.mode == Mode::Split {
+            // Round B of a reduce writes nothing (its data went in during round A).
+            return if self.r % 2 == 1 && self.coll == CollType::Reduce {
+                Who::Nobody
+            } else {
+                Who::All
+            };
+        }
         match self.coll {
             C::Barrier => Who::Nobody,
             C::Bcast | C::Scatter | C::Scatterv if !root => Who::Nobody,
@@ -327,6 +338,14 @@ impl Run {
         if self.mode == Mode::Cma && self.r == 1 {
             // Everybody is done reading the writers' buffers.
             return Who::All;
+        }
+        if self.mode == Mode::Split {
+            // Round B of a reduce: the root alone reads.
+            return if self.r % 2 == 1 && self.coll == CollType::Reduce && !root {
+                Who::Nobody
+            } else {
+                Who::All
+            };
         }
         match self.coll {
             C::Bcast | C::Scatter | C::Scatterv if root => Who::Nobody,

@@ -1,6 +1,7 @@
-//! The split allreduce of the segment path: for a large vector, each member reduces only
-//! its own part, so that the members share the reduction work and do it at the same time
-//! (a reduce-scatter followed by an allgather, both through the slots).
+//! The split allreduce and reduce of the segment path: for a large vector, each member
+//! reduces only its own part, so that the members share the reduction work and do it at
+//! the same time (a reduce-scatter followed by an allgather, or a gather to the root,
+//! both through the slots).
 //!
 //! The vector goes in chunks of one slot; chunk `c` takes two rounds of the segment:
 //!
@@ -10,6 +11,12 @@
 //! - round B (`2c + 1`): each member writes its reduced part into its slot (the slot of
 //!   round B, so that the ordinary slot rule holds), and copies the others' reduced parts
 //!   out of their slots into its destination.
+//!
+//! A reduce has a destination at the root only: there, round A reduces the root's part
+//! into the destination as above; elsewhere, it reduces the member's part straight into
+//! its slot of round B (free: every member's flag reached round A, so all finished
+//! reading the round before it, that slot's last use), and round B only has the root
+//! copy the parts out.
 //!
 //! Part `j` of a chunk of `e` elements is elements `j·e/n .. (j+1)·e/n`: parts follow
 //! element boundaries and every member computes the same ones. Each part is reduced at
@@ -35,6 +42,8 @@ pub(crate) struct Split<'a> {
     pub input: *const u8,
     pub dst: *mut u8,
     pub in_place: bool,
+    /// The root of a reduce; `None` for an allreduce.
+    pub root: Option<usize>,
     /// Bytes of the whole vector.
     pub total: usize,
     /// Bytes of a chunk (a multiple of the element size).
@@ -66,6 +75,10 @@ impl Split<'_> {
         let (co, cl) = self.chunk_of(r);
         let slot = self.seg.slot_ptr(self.me, k);
         let (a, b) = self.part(self.me, cl);
+        if r % 2 == 1 && self.root.is_some() {
+            // A reduce: the root's part is in its destination, the others' in their slots.
+            return;
+        }
         // SAFETY (each copy): the ranges lie inside the chunk, which lies inside the
         // request's input or destination (checked by the plan) and inside this member's
         // slot `k % 2` (a chunk is at most one slot), which no member reads during this
@@ -90,6 +103,9 @@ impl Split<'_> {
         let (co, cl) = self.chunk_of(r);
         let n = self.seg.members();
         if r % 2 == 1 {
+            if self.root.is_some_and(|root| root != self.me) {
+                return Ok(());
+            }
             for j in (0..n).filter(|&j| j != self.me) {
                 let (a, b) = self.part(j, cl);
                 // SAFETY: slot `k % 2` of j holds its reduced part (its flag reached k)
@@ -103,10 +119,15 @@ impl Split<'_> {
         if a == b {
             return Ok(());
         }
-        // SAFETY: the range lies in the destination (checked by the plan), no other
+        let to = match self.root {
+            Some(root) if root != self.me => self.seg.slot_ptr(self.me, k.wrapping_add(1)),
+            _ => self.dst.wrapping_add(co),
+        };
+        // SAFETY: the range lies in the destination (checked by the plan) or in this
+        // member's slot of the next round (free, see the module documentation); no other
         // reference to it lives during this call, and it overlaps none of the inputs read
         // below (in place, this member's input is read from its slot).
-        let into = unsafe { std::slice::from_raw_parts_mut(self.dst.add(co + a), b - a) };
+        let into = unsafe { std::slice::from_raw_parts_mut(to.add(a), b - a) };
         for j in 0..n {
             let from = if j == self.me && !self.in_place {
                 self.input.wrapping_add(co + a)
@@ -146,6 +167,7 @@ mod tests {
             input: std::ptr::null(),
             dst: std::ptr::null_mut(),
             in_place: false,
+            root: None,
             total: 10 * 8,
             chunk: 4 * 8,
         };
