@@ -18,7 +18,9 @@
 //!   wrote that round's data and finished reading every earlier round; a reader loads it
 //!   with acquire before touching j's slot, so the data is visible;
 //! - flags are 32-bit and compared with wrap-around; sleepers wait on the header's bell
-//!   (a futex word), which writers bump and wake only while someone sleeps.
+//!   (a futex word), which writers bump and wake only while someone sleeps; a flag
+//!   store is not fenced, and a member about to sleep polls briefly first (`sleep_on`),
+//!   so that a store still in the writer's store buffer is not slept through.
 //!
 //! The flag protocol itself (which rounds wait for whom) is in [`super::run`]; this module
 //! only gives sound accessors under the rule that the protocol keeps writers and readers
@@ -77,6 +79,9 @@ pub fn slot_bytes(n: usize) -> usize {
     let per = (4 << 20) / n.max(1);
     (per / 4096 * 4096).clamp(4096, 256 << 10)
 }
+
+/// How long a member about to sleep polls the flag it waits for (see `Seg::sleep_on`).
+const STORE_GRACE: Duration = Duration::from_micros(2);
 
 /// A mapped team segment with its geometry.
 pub(crate) struct Seg {
@@ -203,11 +208,13 @@ impl Seg {
     #[inline]
     pub(crate) fn set_flag(&self, j: usize, k: u32) {
         let f = self.ctrl(j);
-        // SeqCst pairs with the sleeper's SeqCst increment: either it sees the new flag
-        // before sleeping, or this load sees it counted and wakes it.
-        f.store(k, Ordering::SeqCst);
+        // No fence after the store (a SeqCst store would stall this member until the
+        // line is its own, a cross-core transfer per round on the 8-byte path). So the
+        // sleeper count read below may miss a sleeper that registered while the store
+        // still sat in this core's store buffer: `sleep_on` covers that window.
+        f.store(k, Ordering::Release);
         let h = self.header();
-        if h.sleepers.load(Ordering::SeqCst) != 0 {
+        if h.sleepers.load(Ordering::Relaxed) != 0 {
             h.bell.fetch_add(1, Ordering::SeqCst);
             let _ = rustix::thread::futex::wake(
                 &h.bell,
@@ -224,6 +231,14 @@ impl Seg {
         // Read before the flag: a store after this bumps the bell, and the wait returns.
         let bell = h.bell.load(Ordering::SeqCst);
         let f = self.ctrl(j);
+        // A writer that read the sleeper count before this member's increment had stored
+        // its flag before that read, unfenced: the store leaves its store buffer within
+        // about one cache-line transfer (an interrupt drains it too), so it shows up
+        // within this grace poll, and a sleep never waits for a flag already stored.
+        let t0 = std::time::Instant::now();
+        while f.load(Ordering::Acquire) == seen && t0.elapsed() < STORE_GRACE {
+            std::hint::spin_loop();
+        }
         if f.load(Ordering::SeqCst) == seen && h.abort.load(Ordering::Relaxed) == 0 {
             let ts = rustix::thread::futex::Timespec {
                 tv_sec: timeout.as_secs() as _,
