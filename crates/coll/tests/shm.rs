@@ -22,17 +22,15 @@ fn cases(p: usize) -> Vec<Case> {
     let mut seed = 1000 * p as u64;
     let mut push = |coll, dt, op, count, in_place| {
         seed += 1;
-        out.push(Case {
+        out.push(Case::seeded(
             coll,
-            alg: Alg::Shm,
-            dt,
-            op,
+            Alg::Shm,
+            (dt, op),
             p,
-            root: seed as usize % p,
             count,
             in_place,
             seed,
-        });
+        ));
     };
     for coll in shm_colls() {
         for in_place in [false, true] {
@@ -144,17 +142,16 @@ fn crossover_edges_through_the_segment() {
         let mut list = Vec::new();
         let mut push = |coll, dt, op, count, in_place: bool| {
             let seed = 5000 + list.len() as u64;
-            list.push(Case {
+            let in_place = in_place && has_in_place(coll);
+            list.push(Case::seeded(
                 coll,
-                alg: Alg::Shm,
-                dt,
-                op,
+                Alg::Shm,
+                (dt, op),
                 p,
-                root: seed as usize % p,
                 count,
-                in_place: in_place && has_in_place(coll),
+                in_place,
                 seed,
-            });
+            ));
         };
         for coll in shm_colls() {
             // Alltoall, scatter and reduce_scatter write one block per member a round.
@@ -328,17 +325,15 @@ fn hierarchical_groups() {
                             continue;
                         }
                         seed += 1;
-                        list.push(Case {
+                        list.push(Case::seeded(
                             coll,
-                            alg: Alg::Hier,
-                            dt,
-                            op,
+                            Alg::Hier,
+                            (dt, op),
                             p,
-                            root: seed as usize % p,
                             count,
                             in_place,
                             seed,
-                        });
+                        ));
                     }
                 }
             }
