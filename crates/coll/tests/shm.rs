@@ -17,20 +17,24 @@ fn shm_colls() -> impl Iterator<Item = CollType> {
 
 /// Every datatype × operation at 13 elements; two pairs at 0, 1 and 70001 elements (the
 /// last crosses slot boundaries: pipelined rounds, and per-peer chunks of alltoall).
+/// A case on the segment path.
+fn shm_case(
+    coll: CollType,
+    dt_op: (DataType, Op),
+    p: usize,
+    n: usize,
+    ip: bool,
+    seed: u64,
+) -> Case {
+    Case::seeded(coll, Alg::Shm, dt_op, p, n, ip, seed)
+}
+
 fn cases(p: usize) -> Vec<Case> {
     let mut out = Vec::new();
     let mut seed = 1000 * p as u64;
     let mut push = |coll, dt, op, count, in_place| {
         seed += 1;
-        out.push(Case::seeded(
-            coll,
-            Alg::Shm,
-            (dt, op),
-            p,
-            count,
-            in_place,
-            seed,
-        ));
+        out.push(shm_case(coll, (dt, op), p, count, in_place, seed));
     };
     for coll in shm_colls() {
         for in_place in [false, true] {
@@ -143,15 +147,7 @@ fn crossover_edges_through_the_segment() {
         let mut push = |coll, dt, op, count, in_place: bool| {
             let seed = 5000 + list.len() as u64;
             let in_place = in_place && has_in_place(coll);
-            list.push(Case::seeded(
-                coll,
-                Alg::Shm,
-                (dt, op),
-                p,
-                count,
-                in_place,
-                seed,
-            ));
+            list.push(shm_case(coll, (dt, op), p, count, in_place, seed));
         };
         for coll in shm_colls() {
             // Alltoall, scatter and reduce_scatter write one block per member a round.
