@@ -161,11 +161,18 @@ struct ReqState {
     shm: Option<Job>,
     /// The hierarchical form's, when `alg` is `Hier`.
     hier: Option<(HierJob, Arc<[usize]>)>,
-    task: Option<Task>,
+    /// Boxed: a task is large, and it moves between these two fields on every post of a
+    /// persistent request.
+    task: Option<Box<Task>>,
+    /// A completed segment task kept for the next post of this (persistent) request:
+    /// restarting it costs a round reservation, building one costs allocations.
+    spare: Option<Box<Task>>,
     /// `None` while running (or before the first post).
     status: Option<Status>,
     posted: bool,
-    last: Instant,
+    /// When the running collective last made progress; `None`: just now (read the
+    /// clock at the next look, so that a post or a spin that completes never reads it).
+    last: Option<Instant>,
 }
 
 /// The collectives context of one worker.
@@ -661,9 +668,10 @@ impl Context {
             shm: job,
             hier,
             task: None,
+            spare: None,
             status: Some(Status::Ok),
             posted: false,
-            last: Instant::now(),
+            last: None,
         };
         let idx = match self.reqs.iter().position(Option::is_none) {
             Some(i) => {
@@ -710,34 +718,46 @@ impl Context {
         let seq = t.seq;
         t.seq = t.seq.wrapping_add(1);
         let failed = t.failed;
-        let (id, me, eps) = (t.id, t.rank, t.eps.clone());
+        let (id, me) = (t.id, t.rank);
+        // Cloned only to build a task: a reused one has them (two atomic operations less
+        // per post).
+        let eps = &t.eps;
         let st = self
             .reqs
             .get_mut(r.idx as usize)
             .and_then(Option::as_mut)
             .ok_or(Status::InvalidParam)?;
         st.posted = true;
-        st.last = Instant::now();
+        st.last = None;
         if let Some(s) = failed {
             st.status = Some(s);
             return Ok(());
         }
-        let mut task = Task::new(TaskSpec {
-            sched: st.sched.clone(),
-            dt: st.args.dt,
-            op: st.args.op,
-            src: st.args.src.as_ref(),
-            dst: st.args.dst.as_ref(),
-            team: id,
-            seq,
-            me,
-            eps,
-            shm: st.shm.clone(),
-            hier: st.hier.clone(),
+        let spare = st.spare.take().map(|mut t| {
+            t.restart(seq);
+            t
+        });
+        let mut task = spare.unwrap_or_else(|| {
+            Box::new(Task::new(TaskSpec {
+                sched: st.sched.clone(),
+                dt: st.args.dt,
+                op: st.args.op,
+                src: st.args.src.as_ref(),
+                dst: st.args.dst.as_ref(),
+                team: id,
+                seq,
+                me,
+                eps: eps.clone(),
+                shm: st.shm.clone(),
+                hier: st.hier.clone(),
+            }))
         });
         st.status = None;
         match task.start(&mut self.worker, &mut self.keys) {
-            Ok(true) => st.status = Some(Status::Ok),
+            Ok(true) => {
+                st.status = Some(Status::Ok);
+                st.spare = task.reusable().then_some(task);
+            }
             Ok(false) => {
                 st.task = Some(task);
                 self.running.push(r.idx);
@@ -783,13 +803,13 @@ impl Context {
                     Spin::Done if fast => {
                         // Completed on the segment alone: nothing of it is left in the
                         // worker.
-                        st.task = None;
+                        st.spare = st.task.take().filter(|t| t.reusable());
                         st.status = Some(Status::Ok);
                         self.running.retain(|&i| i != r.idx);
                         return Ok(());
                     }
                     Spin::Idle => {}
-                    _ => st.last = Instant::now(),
+                    _ => st.last = None,
                 }
             }
             let n = self.progress();
@@ -797,7 +817,7 @@ impl Context {
             if let Some(s) = st.status {
                 return if s == Status::Ok { Ok(()) } else { Err(s) };
             }
-            let target = st.task.as_ref().and_then(shm_target);
+            let target = st.task.as_deref().and_then(shm_target);
             self.idle(&mut waiter, n, target)?;
         }
     }
@@ -1003,15 +1023,16 @@ impl Context {
             let (Some(mut task), team) = (st.task.take(), st.team) else {
                 continue;
             };
-            let mut last = st.last;
+            let before = st.last.unwrap_or_else(Instant::now);
+            let mut last = before;
             let res = self.check_task(team, &mut task, &mut last);
             let Some(Some(st)) = self.reqs.get_mut(idx as usize) else {
                 continue;
             };
-            if last != st.last {
+            if last != before {
                 n += 1;
             }
-            st.last = last;
+            st.last = Some(last);
             match res {
                 None => {
                     st.task = Some(task);
@@ -1020,6 +1041,9 @@ impl Context {
                 Some(r) => {
                     n += 1;
                     st.status = Some(r.err().unwrap_or(Status::Ok));
+                    if r.is_ok() && task.reusable() {
+                        st.spare = Some(task);
+                    }
                 }
             }
         }

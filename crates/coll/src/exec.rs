@@ -338,6 +338,22 @@ impl Task {
         }
     }
 
+    /// Makes a completed task of the segment path ready to be started again as
+    /// collective `seq` of its team, on the same buffers (a persistent request's repost).
+    pub(crate) fn restart(&mut self, seq: u32) {
+        debug_assert!(self.reusable());
+        self.seq = seq;
+        self.step = 0;
+        self.posted = false;
+        self.lost_seen = false;
+    }
+
+    /// Whether [`Task::restart`] applies: the whole collective runs on the segment, which
+    /// keeps no state in the task between posts but the run's geometry.
+    pub(crate) fn reusable(&self) -> bool {
+        self.shm.is_some() && self.abort.is_none() && self.inflight.is_empty()
+    }
+
     fn bufs(&mut self) -> Bufs<'_> {
         let mk = |(p, l): (*mut u8, usize)| -> &mut [u8] {
             if l == 0 {

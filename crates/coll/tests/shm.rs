@@ -17,22 +17,24 @@ fn shm_colls() -> impl Iterator<Item = CollType> {
 
 /// Every datatype × operation at 13 elements; two pairs at 0, 1 and 70001 elements (the
 /// last crosses slot boundaries: pipelined rounds, and per-peer chunks of alltoall).
+/// A case on the segment path.
+fn shm_case(
+    coll: CollType,
+    dt_op: (DataType, Op),
+    p: usize,
+    n: usize,
+    ip: bool,
+    seed: u64,
+) -> Case {
+    Case::seeded(coll, Alg::Shm, dt_op, p, n, ip, seed)
+}
+
 fn cases(p: usize) -> Vec<Case> {
     let mut out = Vec::new();
     let mut seed = 1000 * p as u64;
     let mut push = |coll, dt, op, count, in_place| {
         seed += 1;
-        out.push(Case {
-            coll,
-            alg: Alg::Shm,
-            dt,
-            op,
-            p,
-            root: seed as usize % p,
-            count,
-            in_place,
-            seed,
-        });
+        out.push(shm_case(coll, (dt, op), p, count, in_place, seed));
     };
     for coll in shm_colls() {
         for in_place in [false, true] {
@@ -129,6 +131,72 @@ fn four_mib_through_the_segment() {
             .collect();
         let f = run_cases(p, &list);
         assert!(f.is_empty(), "{f:?}");
+    }
+}
+
+/// Sizes at and around the segment path's crossovers, each side of each: the inline
+/// slots (bytes a member writes in one round: `INLINE`), the split allreduce and reduce
+/// (`SPLIT_MIN`, and a last chunk of one element, fewer than the members), and
+/// cross-memory attach (`CMA_MIN`); in place and not, teams of 2, 3 and 5.
+#[test]
+fn crossover_edges_through_the_segment() {
+    use coll::shm::run::{CMA_MIN, SPLIT_MIN};
+    use coll::shm::{slot_bytes, INLINE};
+    for p in [2, 3, 5] {
+        let mut list = Vec::new();
+        let mut push = |coll, dt, op, count, in_place: bool| {
+            let seed = 5000 + list.len() as u64;
+            let in_place = in_place && has_in_place(coll);
+            list.push(shm_case(coll, (dt, op), p, count, in_place, seed));
+        };
+        for coll in shm_colls() {
+            // Alltoall, scatter and reduce_scatter write one block per member a round.
+            let per_member = matches!(
+                coll,
+                CollType::Alltoall | CollType::Scatter | CollType::ReduceScatter
+            );
+            let edge = if per_member { INLINE / p } else { INLINE };
+            for in_place in [false, true] {
+                for count in [edge - 1, edge, edge + 1] {
+                    push(coll, DataType::Int8, Op::Sum, count, in_place);
+                }
+                let edge8 = edge / 8;
+                let (dt, op) = if coll.reduces() {
+                    (DataType::Float64, Op::Avg)
+                } else {
+                    (DataType::Float64, Op::Sum)
+                };
+                for count in [edge8, edge8 + 1] {
+                    push(coll, dt, op, count, in_place);
+                }
+                for count in [CMA_MIN - 1, CMA_MIN] {
+                    push(coll, DataType::Int8, Op::Max, count, in_place);
+                }
+            }
+        }
+        for in_place in [false, true] {
+            for (dt, op) in [
+                (DataType::Int32, Op::Sum),
+                (DataType::Float64, Op::Avg),
+                (DataType::Int8, Op::Min),
+                (DataType::Float16, Op::Max),
+            ] {
+                let es = dt.size();
+                let one_chunk = slot_bytes(p) / es;
+                for count in [
+                    SPLIT_MIN / es - 1,
+                    SPLIT_MIN / es,
+                    SPLIT_MIN / es + 1,
+                    one_chunk,
+                    one_chunk + 1,
+                ] {
+                    push(CollType::Allreduce, dt, op, count, in_place);
+                    push(CollType::Reduce, dt, op, count, in_place);
+                }
+            }
+        }
+        let f = run_cases(p, &list);
+        assert!(f.is_empty(), "p={p}: {} failed:\n{}", f.len(), f.join("\n"));
     }
 }
 
@@ -253,17 +321,15 @@ fn hierarchical_groups() {
                             continue;
                         }
                         seed += 1;
-                        list.push(Case {
+                        list.push(Case::seeded(
                             coll,
-                            alg: Alg::Hier,
-                            dt,
-                            op,
+                            Alg::Hier,
+                            (dt, op),
                             p,
-                            root: seed as usize % p,
                             count,
                             in_place,
                             seed,
-                        });
+                        ));
                     }
                 }
             }

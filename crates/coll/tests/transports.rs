@@ -36,17 +36,7 @@ fn cases(p: usize) -> Vec<Case> {
                             continue;
                         }
                         seed += 1;
-                        out.push(Case {
-                            coll,
-                            alg,
-                            dt,
-                            op,
-                            p,
-                            root: seed as usize % p,
-                            count,
-                            in_place,
-                            seed,
-                        });
+                        out.push(Case::seeded(coll, alg, (dt, op), p, count, in_place, seed));
                     }
                 }
             }

@@ -5,6 +5,7 @@
 //! - [`seg`]: the segment's layout, its flags (acquire/release, futex sleep/wake) and the
 //!   only raw access to it;
 //! - [`run`]: one collective as rounds over the segment, a non-blocking state machine;
+//! - [`split`]: the split allreduce of large vectors (each member reduces its part);
 //! - this module: a team's segment ([`ShmTeam`]), its set-up, and the grouping of a
 //!   team's members by host.
 //!
@@ -26,9 +27,11 @@
 pub mod hier;
 pub mod run;
 pub(crate) mod seg;
+pub(crate) mod split;
 
 use crate::exec::tag;
 use seg::Seg;
+pub use seg::{slot_bytes, INLINE};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;

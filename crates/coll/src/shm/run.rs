@@ -28,6 +28,8 @@
 //! [`Run::waiting`] says whose flag it waits for (the caller sleeps on it, or fails the
 //! collective when that member is gone).
 
+use super::seg::INLINE;
+use super::split::Split;
 use super::ShmTeam;
 use crate::alg::Shape;
 use crate::dtype::{self, DataType, Op};
@@ -56,8 +58,7 @@ pub(crate) struct Run {
     dst: *mut u8,
     /// Bytes moved per round (per destination for alltoall and scatter).
     chunk: usize,
-    /// Single copy by cross-memory attach (two rounds: descriptors, then done).
-    cma: bool,
+    mode: Mode,
     base: u32,
     rounds: u32,
     r: u32,
@@ -73,9 +74,27 @@ unsafe impl Send for Run {}
 /// Blocks of at least this many bytes move by cross-memory attach (one copy).
 pub const CMA_MIN: usize = 32 << 10;
 
-/// Rounds and chunk bytes of a collective on a segment with `slot`-byte slots, and
-/// whether it moves its data by cross-memory attach.
-fn geometry(coll: CollType, s: &Shape, slot: usize) -> (u32, usize, bool) {
+/// Allreduce and reduce vectors of at least this many bytes take the split form (see
+/// [`super::split`]).
+pub const SPLIT_MIN: usize = 16 << 10;
+
+/// How a run moves its data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// Through the data slots, one chunk per round.
+    Slot,
+    /// Through the inline slots of the control lines: one round, at most
+    /// [`INLINE`] bytes per member.
+    Inline,
+    /// Single copy by cross-memory attach (two rounds: descriptors, then done).
+    Cma,
+    /// Allreduce or reduce in two rounds per chunk, each member reducing its part
+    /// ([`Split`]).
+    Split,
+}
+
+/// Rounds, chunk bytes and mode of a collective on a segment with `slot`-byte slots.
+fn geometry(coll: CollType, s: &Shape, slot: usize) -> (u32, usize, Mode) {
     use CollType as C;
     let es = s.esize.max(1);
     let whole = (slot / es * es).max(es);
@@ -100,6 +119,15 @@ fn geometry(coll: CollType, s: &Shape, slot: usize) -> (u32, usize, bool) {
             whole,
         ),
     };
+    // What one member writes into its slot in a single round.
+    let per_member = match coll {
+        C::Alltoall | C::Alltoallv | C::Scatter | C::Scatterv => len.saturating_mul(s.size),
+        _ => len,
+    };
+    if per_member <= INLINE {
+        let per_peer = matches!(coll, C::Alltoall | C::Alltoallv | C::Scatter | C::Scatterv);
+        return (1, if per_peer { len.max(1) } else { chunk }, Mode::Inline);
+    }
     let cma = len >= CMA_MIN
         && match coll {
             C::Bcast | C::Allgather | C::Allgatherv | C::Gather | C::Scatter => true,
@@ -108,9 +136,12 @@ fn geometry(coll: CollType, s: &Shape, slot: usize) -> (u32, usize, bool) {
             _ => false,
         };
     if cma {
-        return (2, len, true);
+        return (2, len, Mode::Cma);
     }
-    (len.div_ceil(chunk).max(1) as u32, chunk, false)
+    if matches!(coll, C::Allreduce | C::Reduce) && s.size > 1 && len >= SPLIT_MIN {
+        return (Split::rounds(len, chunk), chunk, Mode::Split);
+    }
+    (len.div_ceil(chunk).max(1) as u32, chunk, Mode::Slot)
 }
 
 /// A member's descriptor in a single-copy round: its process id and data address.
@@ -160,7 +191,7 @@ pub fn supports(coll: CollType) -> bool {
 /// # Safety
 /// Both ranges valid and not overlapping.
 #[inline]
-unsafe fn copy(from: *const u8, to: *mut u8, len: usize) {
+pub(super) unsafe fn copy(from: *const u8, to: *mut u8, len: usize) {
     if len > 0 {
         // SAFETY: the caller's promise.
         unsafe { std::ptr::copy_nonoverlapping(from, to, len) }
@@ -191,7 +222,7 @@ impl Run {
     /// A run of `spec`; [`Run::start`] reserves its rounds.
     pub(crate) fn new(spec: RunSpec) -> Run {
         let j = spec.job;
-        let (rounds, chunk, cma) = geometry(j.coll, &j.shape, j.team.seg.slot());
+        let (rounds, chunk, mode) = geometry(j.coll, &j.shape, j.team.seg.slot());
         let avg = if spec.op == Op::Avg && j.coll.reduces() {
             j.avg_over
         } else {
@@ -207,7 +238,7 @@ impl Run {
             src: spec.src,
             dst: spec.dst,
             chunk,
-            cma,
+            mode,
             base: 0,
             rounds,
             r: 0,
@@ -244,6 +275,33 @@ impl Run {
         self.shape.rank
     }
 
+    /// Slot `k % 2` of member `j` for this run's mode: inline or data.
+    #[inline]
+    fn slot(&self, j: usize, k: u32) -> *mut u8 {
+        if self.mode == Mode::Inline {
+            self.team.seg.inline_ptr(j, k)
+        } else {
+            self.team.seg.slot_ptr(j, k)
+        }
+    }
+
+    /// This run as a split allreduce.
+    fn split(&self) -> Split<'_> {
+        Split {
+            seg: &self.team.seg,
+            me: self.me(),
+            dt: self.dt,
+            op: self.op,
+            avg: self.avg,
+            input: self.input(),
+            dst: self.dst,
+            in_place: self.own_in_dst(),
+            root: (self.coll == CollType::Reduce).then_some(self.root()),
+            total: self.shape.bytes(),
+            chunk: self.chunk,
+        }
+    }
+
     fn root(&self) -> usize {
         self.shape.root
     }
@@ -254,8 +312,16 @@ impl Run {
     fn before_write(&self) -> Who {
         use CollType as C;
         let root = self.me() == self.root();
-        if self.cma && self.r == 1 {
+        if self.mode == Mode::Cma && self.r == 1 {
             return Who::Nobody;
+        }
+        if self.mode == Mode::Split {
+            // Round B of a reduce writes nothing (its data went in during round A).
+            return if self.r % 2 == 1 && self.coll == CollType::Reduce {
+                Who::Nobody
+            } else {
+                Who::All
+            };
         }
         match self.coll {
             C::Barrier => Who::Nobody,
@@ -269,9 +335,17 @@ impl Run {
     fn sources(&self) -> Who {
         use CollType as C;
         let root = self.me() == self.root();
-        if self.cma && self.r == 1 {
+        if self.mode == Mode::Cma && self.r == 1 {
             // Everybody is done reading the writers' buffers.
             return Who::All;
+        }
+        if self.mode == Mode::Split {
+            // Round B of a reduce: the root alone reads.
+            return if self.r % 2 == 1 && self.coll == CollType::Reduce && !root {
+                Who::Nobody
+            } else {
+                Who::All
+            };
         }
         match self.coll {
             C::Bcast | C::Scatter | C::Scatterv if root => Who::Nobody,
@@ -359,13 +433,18 @@ impl Run {
 
     fn write(&mut self, k: u32) -> Result<()> {
         use CollType as C;
-        let s = self.shape.clone();
+        let s = &*self.shape;
         let me = self.me();
         let root = me == self.root();
-        let slot = self.team.seg.slot_ptr(me, k);
-        if self.cma {
-            return self.write_desc(slot);
+        match self.mode {
+            Mode::Cma => return self.write_desc(self.team.seg.slot_ptr(me, k)),
+            Mode::Split => {
+                self.split().write(self.r, k);
+                return Ok(());
+            }
+            Mode::Slot | Mode::Inline => {}
         }
+        let slot = self.slot(me, k);
         // SAFETY (every block below): the regions lie inside the request's buffers (the
         // plan checked their lengths against these blocks) or inside this member's own
         // slot `k % 2`, which no member reads now (step 1 of the module documentation),
@@ -436,12 +515,13 @@ impl Run {
 
     fn read(&mut self, k: u32) -> Result<()> {
         use CollType as C;
-        let s = self.shape.clone();
+        let s = &*self.shape;
         let me = self.me();
         let root = me == self.root();
-        let seg = &self.team.seg;
-        if self.cma {
-            return self.read_cma(k);
+        match self.mode {
+            Mode::Cma => return self.read_cma(k),
+            Mode::Split => return self.split().read(self.r, k),
+            Mode::Slot | Mode::Inline => {}
         }
         // SAFETY (every block below): source slots `k % 2` of members whose flag reached
         // `k` hold this round's data and are not written until this member enters round
@@ -452,7 +532,7 @@ impl Run {
                 if !root {
                     let (o, l) = self.piece(s.bytes());
                     // SAFETY: as stated at the top of this function's match.
-                    unsafe { copy(seg.slot_ptr(self.root(), k), self.dst.add(o), l) };
+                    unsafe { copy(self.slot(self.root(), k), self.dst.add(o), l) };
                 }
             }
             C::Allreduce => {
@@ -486,14 +566,14 @@ impl Run {
                     let (bo, bl) = s.dst_blocks[j];
                     let (o, l) = self.piece(bl);
                     // SAFETY: as stated at the top of this function's match.
-                    unsafe { copy(seg.slot_ptr(j, k), self.dst.add(bo + o), l) };
+                    unsafe { copy(self.slot(j, k), self.dst.add(bo + o), l) };
                 }
             }
             C::Alltoall | C::Alltoallv => {
                 for j in (0..s.size).filter(|&j| j != me) {
                     let (bo, bl) = s.dst_blocks[j];
                     let (o, l) = self.piece(bl);
-                    let from = seg.slot_ptr(j, k).wrapping_add(me * self.chunk);
+                    let from = self.slot(j, k).wrapping_add(me * self.chunk);
                     // SAFETY: as stated at the top of this function's match.
                     unsafe { copy(from, self.dst.add(bo + o), l) };
                 }
@@ -502,7 +582,7 @@ impl Run {
                 if !root {
                     let (_, bl) = s.src_blocks[me];
                     let (o, l) = self.piece(bl);
-                    let from = seg.slot_ptr(self.root(), k).wrapping_add(me * self.chunk);
+                    let from = self.slot(self.root(), k).wrapping_add(me * self.chunk);
                     // SAFETY: as stated at the top of this function's match.
                     unsafe { copy(from, self.dst.add(o), l) };
                 }
@@ -636,7 +716,7 @@ impl Run {
             }
             // SAFETY: slot `k % 2` of j holds this round's data (its flag reached k) and
             // is not written until this member enters the next round.
-            let from = unsafe { std::slice::from_raw_parts(seg.slot_ptr(j, k).add(at), len) };
+            let from = unsafe { std::slice::from_raw_parts(self.slot(j, k).add(at), len) };
             if first {
                 into.copy_from_slice(from);
                 first = false;

@@ -2,9 +2,14 @@
 //!
 //! ```text
 //!  Header   magic, members, slot bytes, abort word, sleepers      (one padded line)
-//!  Ctrl[n]  one padded line per member: its round flag              (written by its owner)
+//!  Ctrl[n]  one padded line per member: its round flag and two small (written by its owner)
+//!           inline slots of INLINE bytes, all in the line's first 64 bytes
 //!  Data     per member two slots of `slot` bytes (round k uses slot k % 2)
 //! ```
+//!
+//! A round whose data fits [`INLINE`] bytes per member uses inline slot `k % 2` of the
+//! control line instead of a data slot: a reader that sees the flag then has the data in
+//! the same cache line, one transfer between cores instead of two.
 //!
 //! Invariants:
 //! - a member writes only its own control line and its own slots (and the shared abort
@@ -13,7 +18,9 @@
 //!   wrote that round's data and finished reading every earlier round; a reader loads it
 //!   with acquire before touching j's slot, so the data is visible;
 //! - flags are 32-bit and compared with wrap-around; sleepers wait on the header's bell
-//!   (a futex word), which writers bump and wake only while someone sleeps.
+//!   (a futex word), which writers bump and wake only while someone sleeps; a flag
+//!   store is not fenced, and a member about to sleep polls briefly first (`sleep_on`),
+//!   so that a store still in the writer's store buffer is not slept through.
 //!
 //! The flag protocol itself (which rounds wait for whom) is in [`super::run`]; this module
 //! only gives sound accessors under the rule that the protocol keeps writers and readers
@@ -42,10 +49,22 @@ struct Header {
     bell: AtomicU32,
 }
 
+/// Bytes of one inline slot of a control line.
+pub const INLINE: usize = 24;
+
 #[repr(C)]
 struct Ctrl {
     flag: AtomicU32,
+    _pad: u32,
+    /// Inline slots `k % 2`: plain bytes, written and read under the same rule as the
+    /// data slots.
+    inline: [[u8; INLINE]; 2],
 }
+
+// The flag and both inline slots share one 64-byte cache line.
+const _: () = assert!(std::mem::size_of::<Ctrl>() <= 64);
+const _: () = assert!(std::mem::offset_of!(Ctrl, inline) == 8);
+const _: () = assert!(std::mem::align_of::<CachePadded<Ctrl>>() >= 64);
 
 /// True when round `have` is at or past round `want` (wrapping).
 #[inline]
@@ -56,10 +75,13 @@ pub(crate) fn reached(have: u32, want: u32) -> bool {
 /// Bytes of one slot for a segment of `n` members: 256 KiB up to 16 members, then less,
 /// so that the segment stays near 8 MiB. (Large slots: fewer rounds, so fewer waits for
 /// a peer that the scheduler took off its core.)
-pub(crate) fn slot_bytes(n: usize) -> usize {
+pub fn slot_bytes(n: usize) -> usize {
     let per = (4 << 20) / n.max(1);
     (per / 4096 * 4096).clamp(4096, 256 << 10)
 }
+
+/// How long a member about to sleep polls the flag it waits for (see `Seg::sleep_on`).
+const STORE_GRACE: Duration = Duration::from_micros(2);
 
 /// A mapped team segment with its geometry.
 pub(crate) struct Seg {
@@ -151,20 +173,29 @@ impl Seg {
         unsafe { &*self.map.as_ptr().cast::<Header>() }
     }
 
-    fn ctrl(&self, j: usize) -> &AtomicU32 {
+    /// The address of member `j`'s control line.
+    #[inline]
+    fn line(&self, j: usize) -> *mut Ctrl {
         debug_assert!(j < self.n);
         let line = std::mem::size_of::<CachePadded<Ctrl>>();
+        self.map
+            .as_ptr()
+            .wrapping_add(self.ctrl_off + j * line)
+            .cast::<Ctrl>()
+    }
+
+    fn ctrl(&self, j: usize) -> &AtomicU32 {
         // SAFETY: line j lies inside the mapping (geometry), is aligned to the padded
         // line (the mapping is page-aligned, lines are multiples of their alignment), and
-        // holds an atomic.
-        unsafe {
-            &(*self
-                .map
-                .as_ptr()
-                .add(self.ctrl_off + j * line)
-                .cast::<Ctrl>())
-            .flag
-        }
+        // its flag is an atomic, valid for any bit pattern.
+        unsafe { &*std::ptr::addr_of!((*self.line(j)).flag) }
+    }
+
+    /// Address of inline slot `k % 2` of member `j` ([`INLINE`] bytes).
+    #[inline]
+    pub(crate) fn inline_ptr(&self, j: usize, k: u32) -> *mut u8 {
+        let at = std::mem::offset_of!(Ctrl, inline) + (k & 1) as usize * INLINE;
+        self.line(j).cast::<u8>().wrapping_add(at)
     }
 
     /// The round flag of member `j` (acquire: j's data of that round is visible).
@@ -177,11 +208,13 @@ impl Seg {
     #[inline]
     pub(crate) fn set_flag(&self, j: usize, k: u32) {
         let f = self.ctrl(j);
-        // SeqCst pairs with the sleeper's SeqCst increment: either it sees the new flag
-        // before sleeping, or this load sees it counted and wakes it.
-        f.store(k, Ordering::SeqCst);
+        // No fence after the store (a SeqCst store would stall this member until the
+        // line is its own, a cross-core transfer per round on the 8-byte path). So the
+        // sleeper count read below may miss a sleeper that registered while the store
+        // still sat in this core's store buffer: `sleep_on` covers that window.
+        f.store(k, Ordering::Release);
         let h = self.header();
-        if h.sleepers.load(Ordering::SeqCst) != 0 {
+        if h.sleepers.load(Ordering::Relaxed) != 0 {
             h.bell.fetch_add(1, Ordering::SeqCst);
             let _ = rustix::thread::futex::wake(
                 &h.bell,
@@ -198,6 +231,14 @@ impl Seg {
         // Read before the flag: a store after this bumps the bell, and the wait returns.
         let bell = h.bell.load(Ordering::SeqCst);
         let f = self.ctrl(j);
+        // A writer that read the sleeper count before this member's increment had stored
+        // its flag before that read, unfenced: the store leaves its store buffer within
+        // about one cache-line transfer (an interrupt drains it too), so it shows up
+        // within this grace poll, and a sleep never waits for a flag already stored.
+        let t0 = std::time::Instant::now();
+        while f.load(Ordering::Acquire) == seen && t0.elapsed() < STORE_GRACE {
+            std::hint::spin_loop();
+        }
         if f.load(Ordering::SeqCst) == seen && h.abort.load(Ordering::Relaxed) == 0 {
             let ts = rustix::thread::futex::Timespec {
                 tv_sec: timeout.as_secs() as _,

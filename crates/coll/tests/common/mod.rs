@@ -21,6 +21,31 @@ pub struct Case {
     pub seed: u64,
 }
 
+impl Case {
+    /// A case whose seed also picks the root.
+    pub fn seeded(
+        coll: CollType,
+        alg: Alg,
+        (dt, op): (DataType, Op),
+        p: usize,
+        count: usize,
+        in_place: bool,
+        seed: u64,
+    ) -> Case {
+        Case {
+            coll,
+            alg,
+            dt,
+            op,
+            p,
+            root: seed as usize % p,
+            count,
+            in_place,
+            seed,
+        }
+    }
+}
+
 /// One rank's buffers and what its destination must hold afterwards.
 #[derive(Clone, Debug, Default)]
 pub struct Io {

@@ -1,0 +1,189 @@
+//! The split allreduce and reduce of the segment path: for a large vector, each member
+//! reduces only its own part, so that the members share the reduction work and do it at
+//! the same time (a reduce-scatter followed by an allgather, or a gather to the root,
+//! both through the slots).
+//!
+//! The vector goes in chunks of one slot; chunk `c` takes two rounds of the segment:
+//!
+//! - round A (`2c`): each member writes the parts of the chunk that the others reduce
+//!   into its slot; once everyone's flag reached the round, each member combines its own
+//!   part of every member's input, in member order, into its destination;
+//! - round B (`2c + 1`): each member writes its reduced part into its slot (the slot of
+//!   round B, so that the ordinary slot rule holds), and copies the others' reduced parts
+//!   out of their slots into its destination.
+//!
+//! A reduce has a destination at the root only: there, round A reduces the root's part
+//! into the destination as above; elsewhere, it reduces the member's part straight into
+//! its slot of round B (free: every member's flag reached round A, so all finished
+//! reading the round before it, that slot's last use), and round B only has the root
+//! copy the parts out.
+//!
+//! Part `j` of a chunk of `e` elements is elements `j·e/n .. (j+1)·e/n`: parts follow
+//! element boundaries and every member computes the same ones. Each part is reduced at
+//! one member and copied by the others, so all members end with the same bits.
+//!
+//! In place, a member's input is its destination, which round A overwrites: it writes its
+//! whole chunk to its slot and reduces its own part from there.
+
+use super::run::copy;
+use super::seg::Seg;
+use crate::dtype::{self, DataType, Op};
+use ucs::Result;
+
+/// One member's view of a split allreduce.
+pub(crate) struct Split<'a> {
+    pub seg: &'a Seg,
+    pub me: usize,
+    pub dt: DataType,
+    pub op: Op,
+    /// Divide the result by this (Op::Avg), else 0.
+    pub avg: usize,
+    /// This member's input (its destination when in place).
+    pub input: *const u8,
+    pub dst: *mut u8,
+    pub in_place: bool,
+    /// The root of a reduce; `None` for an allreduce.
+    pub root: Option<usize>,
+    /// Bytes of the whole vector.
+    pub total: usize,
+    /// Bytes of a chunk (a multiple of the element size).
+    pub chunk: usize,
+}
+
+impl Split<'_> {
+    /// Rounds of a `total`-byte vector in `chunk`-byte chunks.
+    pub(crate) fn rounds(total: usize, chunk: usize) -> u32 {
+        2 * total.div_ceil(chunk).max(1) as u32
+    }
+
+    /// Offset and length of the chunk of round `r`.
+    fn chunk_of(&self, r: u32) -> (usize, usize) {
+        let off = ((r / 2) as usize * self.chunk).min(self.total);
+        (off, (self.total - off).min(self.chunk))
+    }
+
+    /// Byte range of part `j` inside a chunk of `len` bytes.
+    fn part(&self, j: usize, len: usize) -> (usize, usize) {
+        let es = self.dt.size();
+        let n = self.seg.members();
+        let e = len / es;
+        (j * e / n * es, (j + 1) * e / n * es)
+    }
+
+    /// The write of round `r` (segment round `k`) into this member's slot.
+    pub(crate) fn write(&self, r: u32, k: u32) {
+        let (co, cl) = self.chunk_of(r);
+        let slot = self.seg.slot_ptr(self.me, k);
+        let (a, b) = self.part(self.me, cl);
+        if r % 2 == 1 && self.root.is_some() {
+            // A reduce: the root's part is in its destination, the others' in their slots.
+            return;
+        }
+        // SAFETY (each copy): the ranges lie inside the chunk, which lies inside the
+        // request's input or destination (checked by the plan) and inside this member's
+        // slot `k % 2` (a chunk is at most one slot), which no member reads during this
+        // write (the slot rule of `run`); user buffers never overlap the segment.
+        if r % 2 == 1 {
+            // SAFETY: as above; the part was reduced into the destination in round A.
+            unsafe { copy(self.dst.add(co + a), slot.add(a), b - a) };
+        } else if self.in_place {
+            // SAFETY: as above.
+            unsafe { copy(self.input.add(co), slot, cl) };
+        } else {
+            // SAFETY: as above (the parts before and after this member's own).
+            unsafe {
+                copy(self.input.add(co), slot, a);
+                copy(self.input.add(co + b), slot.add(b), cl - b);
+            }
+        }
+    }
+
+    /// The read of round `r` (segment round `k`), every member's flag at `k` or later.
+    pub(crate) fn read(&self, r: u32, k: u32) -> Result<()> {
+        let (co, cl) = self.chunk_of(r);
+        let n = self.seg.members();
+        if r % 2 == 1 {
+            if self.root.is_some_and(|root| root != self.me) {
+                return Ok(());
+            }
+            for j in (0..n).filter(|&j| j != self.me) {
+                let (a, b) = self.part(j, cl);
+                // SAFETY: slot `k % 2` of j holds its reduced part (its flag reached k)
+                // and is not written before this member enters the next round; the range
+                // lies in the destination.
+                unsafe { copy(self.seg.slot_ptr(j, k).add(a), self.dst.add(co + a), b - a) };
+            }
+            return Ok(());
+        }
+        let (a, b) = self.part(self.me, cl);
+        if a == b {
+            return Ok(());
+        }
+        let to = match self.root {
+            Some(root) if root != self.me => self.seg.slot_ptr(self.me, k.wrapping_add(1)),
+            _ => self.dst.wrapping_add(co),
+        };
+        // SAFETY: the range lies in the destination (checked by the plan) or in this
+        // member's slot of the next round (free, see the module documentation); no other
+        // reference to it lives during this call, and it overlaps none of the inputs read
+        // below (in place, this member's input is read from its slot).
+        let into = unsafe { std::slice::from_raw_parts_mut(to.add(a), b - a) };
+        for j in 0..n {
+            let from = if j == self.me && !self.in_place {
+                self.input.wrapping_add(co + a)
+            } else {
+                self.seg.slot_ptr(j, k).wrapping_add(a)
+            };
+            // SAFETY: either this member's own input range (not the destination), or
+            // slot `k % 2` of j, written before j's flag reached k and not rewritten
+            // before this member enters the next round.
+            let from = unsafe { std::slice::from_raw_parts(from, b - a) };
+            if j == 0 {
+                into.copy_from_slice(from);
+            } else {
+                dtype::reduce(self.dt, self.op, into, from)?;
+            }
+        }
+        if self.avg > 0 {
+            dtype::scale(self.dt, into, self.avg)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parts_cover_a_chunk_on_element_boundaries() {
+        let seg = Seg::create(3).unwrap();
+        let s = Split {
+            seg: &seg,
+            me: 0,
+            dt: DataType::Float64,
+            op: Op::Sum,
+            avg: 0,
+            input: std::ptr::null(),
+            dst: std::ptr::null_mut(),
+            in_place: false,
+            root: None,
+            total: 10 * 8,
+            chunk: 4 * 8,
+        };
+        assert_eq!(Split::rounds(80, 32), 6);
+        assert_eq!(s.chunk_of(0), (0, 32));
+        assert_eq!(s.chunk_of(3), (32, 32));
+        assert_eq!(s.chunk_of(5), (64, 16));
+        // 4 elements over 3 members: 1, 1, 2.
+        assert_eq!(
+            (s.part(0, 32), s.part(1, 32), s.part(2, 32)),
+            ((0, 8), (8, 16), (16, 32))
+        );
+        // 2 elements: the first member has none.
+        assert_eq!(
+            (s.part(0, 16), s.part(1, 16), s.part(2, 16)),
+            ((0, 0), (0, 8), (8, 16))
+        );
+    }
+}
