@@ -2,8 +2,13 @@
 //! pattern of task runtimes (LCI): T application threads per process, each with one
 //! endpoint and its own tag, ping-ponging (`tag_lat`) or streaming windows of messages
 //! (`tag_mr`/`tag_bw`) with its counterpart in the peer process, all through one
-//! [`SharedWorker`]; optionally one dedicated progress thread per process, in which case
-//! the application threads only post and test their tickets and never progress.
+//! [`SharedWorker`]; optionally with ucp's [`ProgressThread`] in each process. Every
+//! application thread waits the same way with or without it: it tests its ticket and, if
+//! the operation is not done, takes a try-locked turn of progress itself (returning at
+//! once when another thread is in the worker). The progress thread stays asleep while
+//! the application keeps entering the worker, so what the option measures is the cost of
+//! having one beside an application that waits actively (as an MPI library's progress
+//! thread sits beside ranks that wait in MPI calls).
 //!
 //! Both processes run the same code with the same options (the responder gets them on
 //! its command line); the channel carries the worker addresses, a start signal and the
@@ -13,11 +18,10 @@
 
 use crate::channel::{Channel, Msg};
 use crate::handshake;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 use ucp::shared::{Issued, Outcome, Ticket};
-use ucp::{Buf, Config, Context, Ep, Features, SharedWorker, ThreadMode, Worker};
+use ucp::{Buf, Config, Context, Ep, Features, ProgressThread, SharedWorker, ThreadMode, Worker};
 use ucs::{Result, Status};
 
 /// The hello's transport for these tests.
@@ -88,11 +92,10 @@ fn check(buf: &[u8], t: usize, iter: u64, o: Outcome) -> Result<()> {
     Ok(())
 }
 
-/// How a thread waits for its tickets: busy-polling, yielding now and then.
+/// How a thread waits for its tickets: busy-polling (test, then a try of progress),
+/// yielding now and then.
 struct Waiter<'a> {
     w: &'a SharedWorker,
-    /// A progress thread runs the worker: only test.
-    passive: bool,
     deadline: Instant,
 }
 
@@ -112,9 +115,10 @@ impl Waiter<'_> {
                 Ok(o) => return Ok(o),
                 Err(back) => t = back,
             }
-            // Without a progress thread each thread progresses (a try: 0 at once when
-            // another thread is in the worker); busy-polling, as ucx_perftest does.
-            if !self.passive && self.w.progress().unwrap_or(0) > 0 {
+            // Each thread progresses (a try: 0 at once when another thread is in the
+            // worker); busy-polling, as ucx_perftest does. A progress thread, if any,
+            // sees the worker progressed and stays asleep.
+            if self.w.progress().unwrap_or(0) > 0 {
                 continue;
             }
             n += 1;
@@ -165,7 +169,7 @@ fn side<C: Channel>(chan: &mut C, o: &MtOptions, timeout: Duration) -> Result<Si
     })
 }
 
-/// Runs `body` on `o.threads` threads (and the progress thread if asked) and returns
+/// Runs `body` on `o.threads` threads (beside a progress thread if asked) and returns
 /// what each thread returned.
 fn run_threads<T: Send>(
     s: &Side,
@@ -173,48 +177,28 @@ fn run_threads<T: Send>(
     body: impl Fn(usize, &Waiter<'_>) -> Result<T> + Sync,
     timeout: Duration,
 ) -> Result<Vec<T>> {
-    let stop = AtomicBool::new(false);
     let start = Barrier::new(o.threads);
     let deadline = Instant::now() + timeout;
+    // Stopped and joined when dropped, after the application threads are done.
+    let _progress = match o.progress_thread {
+        true => Some(ProgressThread::start(&s.w)?),
+        false => None,
+    };
     std::thread::scope(|sc| {
-        let progress = o.progress_thread.then(|| {
-            sc.spawn(|| {
-                let mut idle = 0u32;
-                while !stop.load(Ordering::Relaxed) {
-                    if s.w.progress().unwrap_or(0) == 0 {
-                        idle += 1;
-                        if idle % 16 == 0 {
-                            std::thread::yield_now();
-                        }
-                    } else {
-                        idle = 0;
-                    }
-                }
-            })
-        });
         let workers: Vec<_> = (0..o.threads)
             .map(|t| {
                 let (body, start) = (&body, &start);
                 sc.spawn(move || {
-                    let waiter = Waiter {
-                        w: &s.w,
-                        passive: o.progress_thread,
-                        deadline,
-                    };
+                    let waiter = Waiter { w: &s.w, deadline };
                     start.wait();
                     body(t, &waiter)
                 })
             })
             .collect();
-        let out: Vec<Result<T>> = workers
+        workers
             .into_iter()
             .map(|h| h.join().unwrap_or(Err(Status::IoError)))
-            .collect();
-        stop.store(true, Ordering::Relaxed);
-        if let Some(p) = progress {
-            let _ = p.join();
-        }
-        out.into_iter().collect()
+            .collect()
     })
 }
 

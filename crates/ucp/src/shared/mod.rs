@@ -12,7 +12,8 @@
 //! - `worker` (mutex): the worker's whole state (interfaces, endpoints, requests, tag
 //!   matching, protocol state). Taken with `try_lock` by posting, progress and waiting;
 //!   its holder calls into the transports. Taken blocking only by [`SharedWorker::with`]
-//!   (slow paths: endpoint creation, handlers, keys, close) and by timeout handling.
+//!   (slow paths: endpoint creation, handlers, keys, close) and by timeout handling. A
+//!   try first reads a flag the holder keeps (`gate.rs`), not the mutex itself.
 //! - `posted` (lock-free FIFO): operations waiting for the holder. Any thread pushes,
 //!   only the holder pops.
 //! - `slots` (lock-free): outcomes. The holder writes, the poster reads; no lock.
@@ -24,6 +25,7 @@
 //! looks at the FIFO again after releasing (both after a SeqCst fence), so at least one
 //! of them sees the other.
 
+mod gate;
 mod ops;
 mod slots;
 
@@ -33,13 +35,14 @@ use crate::core::request::{AmSendFlags, Buf, Callback, SignalOp};
 use crate::rma::RemoteKey;
 use crate::worker::Worker;
 use crossbeam_queue::SegQueue;
+use gate::{Gate, Held};
 use ops::Issue;
 pub use ops::Op;
 use slots::Slots;
 pub use slots::{Outcome, Ticket};
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{fence, AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use ucs::sys::EventFd;
 use ucs::{Result, Status};
@@ -71,7 +74,7 @@ pub struct SharedWorker {
 }
 
 struct Inner {
-    worker: Mutex<Worker>,
+    worker: Gate,
     posted: SegQueue<(Op, Report)>,
     slots: Slots,
     /// The worker's event descriptor, duplicated so that a thread can sleep on it without
@@ -104,7 +107,7 @@ impl SharedWorker {
         let waker = w.waker()?;
         Ok(SharedWorker {
             inner: Arc::new(Inner {
-                worker: Mutex::new(w),
+                worker: Gate::new(w),
                 posted: SegQueue::new(),
                 slots: Slots::new(slots),
                 events,
@@ -116,18 +119,12 @@ impl SharedWorker {
 
     // ----- holding the worker ----------------------------------------------------------
 
-    fn try_enter(&self) -> Option<MutexGuard<'_, Worker>> {
-        match self.inner.worker.try_lock() {
-            Ok(g) => Some(g),
-            Err(TryLockError::WouldBlock) => None,
-            // A panic while holding the worker leaves it as consistent as any other early
-            // return would, so a poisoned lock is still usable.
-            Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
-        }
+    fn try_enter(&self) -> Option<Held<'_>> {
+        self.inner.worker.try_enter()
     }
 
-    fn enter(&self) -> MutexGuard<'_, Worker> {
-        self.inner.worker.lock().unwrap_or_else(|p| p.into_inner())
+    fn enter(&self) -> Held<'_> {
+        self.inner.worker.enter()
     }
 
     /// Runs the posted operations in order; returns how many.
@@ -184,7 +181,7 @@ impl SharedWorker {
     }
 
     /// Releases the worker, then runs what was posted meanwhile if the worker is free.
-    fn leave(&self, mut g: MutexGuard<'_, Worker>) {
+    fn leave(&self, mut g: Held<'_>) {
         let mut done = self.publish(&mut g);
         drop(g);
         loop {

@@ -5,6 +5,12 @@
 //! by a [`Ticket`] (index and generation), and filled by whichever thread holds the worker
 //! when the operation completes. The poster reads it with [`Slots::take`].
 //!
+//! Layout, for threads that post and poll at once: each slot has a cache line of its
+//! own, so a thread polling its slot never shares a line with a slot another thread's
+//! completion is being written into; and the free list is a stack, so the next operation
+//! gets the slot the last one gave back, still in cache (a queue would walk the whole
+//! table, a cold line per operation).
+//!
 //! Invariants:
 //! - A slot's state word holds its generation above the flag bits; every reuse bumps the
 //!   generation, so a stale ticket or word never reads or completes a newer operation.
@@ -13,16 +19,20 @@
 //! - A slot is back on the free list only when both sides are done with it: the
 //!   completion happened and the poster took it, or the poster abandoned it and the
 //!   completion happened afterwards.
+//! - The free stack's head carries a count bumped by every change, so a pop that read a
+//!   head and its successor, and lost the processor while that slot was popped and pushed
+//!   back, fails its compare-and-swap instead of installing a stale successor.
 
 use crate::core::request::{RecvInfo, Request};
-use crossbeam_queue::ArrayQueue;
-use std::sync::atomic::{AtomicI32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use ucs::Status;
 
 const PENDING: u64 = 1;
 const DONE: u64 = 2;
 const ABANDONED: u64 = 4;
 const GEN_ONE: u64 = 8;
+/// The end of the free stack.
+const NIL: u32 = u32::MAX;
 
 /// The handle of an operation posted to a shared worker that had not completed when the
 /// call returned. Consume it with [`crate::SharedWorker::test`]/`wait`, or give it up
@@ -57,7 +67,9 @@ impl Outcome {
     }
 }
 
+/// One cache line: see the module docs.
 #[derive(Default)]
+#[repr(align(64))]
 struct Slot {
     state: AtomicU64,
     status: AtomicI32,
@@ -65,12 +77,16 @@ struct Slot {
     length: AtomicUsize,
     /// The worker's request for this operation (for cancel), 0 when there is none.
     request: AtomicU64,
+    /// The next free slot while this one is on the free stack.
+    next: AtomicU32,
 }
 
 /// A fixed table of completion slots.
 pub(crate) struct Slots {
     slots: Box<[Slot]>,
-    free: ArrayQueue<u32>,
+    /// The free stack: the top slot's index in the low half (`NIL` when empty), a count
+    /// of changes in the high half.
+    free: AtomicU64,
 }
 
 fn gen_of(state: u64) -> u32 {
@@ -79,21 +95,62 @@ fn gen_of(state: u64) -> u32 {
 
 impl Slots {
     pub(crate) fn new(n: usize) -> Slots {
-        let n = n.clamp(1, u32::MAX as usize);
-        let free = ArrayQueue::new(n);
-        for i in 0..n as u32 {
-            // Cannot fail: the queue holds exactly n entries.
-            let _ = free.push(i);
-        }
+        let n = n.clamp(1, NIL as usize);
+        // Chained in index order: slot 0 on top.
+        let slots: Box<[Slot]> = (0..n)
+            .map(|i| Slot {
+                next: AtomicU32::new(if i + 1 < n { i as u32 + 1 } else { NIL }),
+                ..Slot::default()
+            })
+            .collect();
         Slots {
-            slots: (0..n).map(|_| Slot::default()).collect(),
-            free,
+            slots,
+            free: AtomicU64::new(0),
+        }
+    }
+
+    /// Pops the free stack.
+    fn pop(&self) -> Option<u32> {
+        let mut head = self.free.load(Ordering::Acquire);
+        loop {
+            let top = head as u32;
+            if top == NIL {
+                return None;
+            }
+            // Stale when another thread popped `top` meanwhile; the count in the head then
+            // makes the exchange below fail.
+            let next = self.slots[top as usize].next.load(Ordering::Relaxed);
+            let new = (head >> 32).wrapping_add(1) << 32 | next as u64;
+            match self
+                .free
+                .compare_exchange_weak(head, new, Ordering::Acquire, Ordering::Acquire)
+            {
+                Ok(_) => return Some(top),
+                Err(h) => head = h,
+            }
+        }
+    }
+
+    /// Pushes `idx` on the free stack.
+    fn push(&self, idx: u32) {
+        let s = &self.slots[idx as usize];
+        let mut head = self.free.load(Ordering::Relaxed);
+        loop {
+            s.next.store(head as u32, Ordering::Relaxed);
+            let new = (head >> 32).wrapping_add(1) << 32 | idx as u64;
+            match self
+                .free
+                .compare_exchange_weak(head, new, Ordering::Release, Ordering::Relaxed)
+            {
+                Ok(_) => return,
+                Err(h) => head = h,
+            }
         }
     }
 
     /// A slot for a new operation; `NoResource` when every slot is in use.
     pub(crate) fn alloc(&self) -> ucs::Result<Ticket> {
-        let idx = self.free.pop().ok_or(Status::NoResource)?;
+        let idx = self.pop().ok_or(Status::NoResource)?;
         let s = &self.slots[idx as usize];
         let gen = gen_of(s.state.load(Ordering::Relaxed));
         s.request.store(0, Ordering::Relaxed);
@@ -179,8 +236,7 @@ impl Slots {
         let s = &self.slots[idx as usize];
         s.state
             .store((gen.wrapping_add(1) as u64) * GEN_ONE, Ordering::Release);
-        // Cannot fail: at most every slot is on the list.
-        let _ = self.free.push(idx);
+        self.push(idx);
     }
 }
 
@@ -234,6 +290,65 @@ mod tests {
         s.abandon(t);
         let t = s.alloc().unwrap();
         s.abandon(t);
+    }
+
+    #[test]
+    fn the_slot_given_back_last_is_reused_first() {
+        let s = Slots::new(8);
+        let a = s.alloc().unwrap();
+        let b = s.alloc().unwrap();
+        let (ai, bi) = (a.idx, b.idx);
+        assert_ne!(ai, bi);
+        s.abandon_unused(a);
+        s.abandon_unused(b);
+        let c = s.alloc().unwrap();
+        let d = s.alloc().unwrap();
+        assert_eq!((c.idx, d.idx), (bi, ai));
+        // A new generation: the old tickets' words name nothing now.
+        assert_ne!(c.word(), Ticket { idx: bi, gen: 0 }.word());
+        s.abandon_unused(c);
+        s.abandon_unused(d);
+    }
+
+    /// Threads allocate and give back slots at once: no slot is ever held by two of
+    /// them, and all of them are free again at the end.
+    #[test]
+    fn threads_never_share_a_slot() {
+        use std::sync::atomic::AtomicBool;
+        const N: usize = 16;
+        let s = Slots::new(N);
+        let held: Vec<AtomicBool> = (0..N).map(|_| AtomicBool::new(false)).collect();
+        std::thread::scope(|sc| {
+            for _ in 0..4 {
+                sc.spawn(|| {
+                    let mut mine = Vec::new();
+                    for i in 0..50_000usize {
+                        if i % 3 != 2 {
+                            if let Ok(t) = s.alloc() {
+                                let was = held[t.idx as usize].swap(true, Ordering::AcqRel);
+                                assert!(!was, "slot {} handed out twice", t.idx);
+                                mine.push(t);
+                            }
+                        } else if let Some(t) = mine.pop() {
+                            held[t.idx as usize].store(false, Ordering::Release);
+                            s.abandon_unused(t);
+                        }
+                    }
+                    for t in mine {
+                        held[t.idx as usize].store(false, Ordering::Release);
+                        s.abandon_unused(t);
+                    }
+                });
+            }
+        });
+        let all: Vec<Ticket> = (0..N).map(|_| s.alloc().unwrap()).collect();
+        let mut idx: Vec<u32> = all.iter().map(|t| t.idx).collect();
+        idx.sort_unstable();
+        assert_eq!(idx, (0..N as u32).collect::<Vec<_>>());
+        assert!(s.alloc().is_err());
+        for t in all {
+            s.abandon_unused(t);
+        }
     }
 
     #[test]
