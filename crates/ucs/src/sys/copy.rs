@@ -39,7 +39,7 @@ fn aliased(dst: *const u8, src: *const u8, len: usize) -> bool {
 ///
 /// # Panics
 /// If `dst` is shorter than `src`.
-#[inline]
+#[inline(never)]
 pub fn copy(dst: &mut [u8], src: &[u8]) {
     let dst = &mut dst[..src.len()];
     if aliased(dst.as_ptr(), src.as_ptr(), src.len()) {
@@ -51,10 +51,14 @@ pub fn copy(dst: &mut [u8], src: &[u8]) {
 
 /// [`copy`] from raw pointers.
 ///
+/// Both are out of line on purpose: callers reach them only for copies that would call
+/// `memcpy` anyway, and inlining the check into ucp's receive path changed the code
+/// around its 8-byte case (two more instructions per 8-byte tag receive).
+///
 /// # Safety
 /// As `std::ptr::copy_nonoverlapping`: `src..src+n` readable, `dst..dst+n` writable, the
 /// two ranges do not overlap.
-#[inline]
+#[inline(never)]
 pub unsafe fn copy_raw(src: *const u8, dst: *mut u8, n: usize) {
     if aliased(dst, src, n) {
         // SAFETY: the caller's contract makes both ranges valid and disjoint for n bytes.
