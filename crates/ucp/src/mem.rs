@@ -210,9 +210,7 @@ impl Context {
                 .with_region(key_id, addr, dst.len() as u64, |p| {
                     // SAFETY: with_region holds the lease on a region of this process that
                     // contains p..p+len; `dst` is not in it (a transport's or our buffer).
-                    unsafe {
-                        std::ptr::copy_nonoverlapping(p.cast_const(), dst.as_mut_ptr(), dst.len())
-                    }
+                    unsafe { ucs::sys::copy::copy_raw(p.cast_const(), dst.as_mut_ptr(), dst.len()) }
                 })
                 .is_some()
     }
@@ -225,7 +223,7 @@ impl Context {
                 .with_region(key_id, addr, data.len() as u64, |p| {
                     // SAFETY: with_region holds the lease on a region of this process that
                     // contains p..p+len; `data` is not in it.
-                    unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), p, data.len()) }
+                    unsafe { ucs::sys::copy::copy_raw(data.as_ptr(), p, data.len()) }
                 })
                 .is_some()
     }

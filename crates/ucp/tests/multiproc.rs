@@ -146,6 +146,54 @@ fn echo_every_threshold_size() {
     assert_eq!(w.dropped(), 0);
 }
 
+/// The sub-slice of `v` that starts `off` bytes past its first page boundary.
+fn at_page_offset(v: &mut [u8], off: usize, len: usize) -> &mut [u8] {
+    let page = 4096;
+    let start = (page - v.as_ptr() as usize % page) % page + off;
+    &mut v[start..start + len]
+}
+
+/// Payloads whose page offset puts the copies into and out of the transport's buffers at
+/// a distance of a few bytes modulo a page (where `memcpy`'s string instruction is slow
+/// and `ucs::sys::copy` takes its vector loop), and at plain distances, across every
+/// protocol: every byte of each echo is checked.
+#[test]
+fn echo_from_and_into_every_page_offset() {
+    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let mut p = Peer::spawn("echo", "");
+    let mut w = worker();
+    let ep = connect(&mut w, &mut p);
+    w.ep_connect(ep).unwrap();
+    let th = w.ep_thresholds(ep).unwrap().unwrap();
+    let mut sizes = vec![1024, 2113, 4096, 4104, 8192, 16_384, 65_536, 300_000];
+    sizes.extend([th.max_bcopy, th.first_frag + th.mid_frag + 1, th.rndv - 1]);
+    let most = *sizes.iter().max().unwrap();
+    let mut out = vec![0u8; most + 8192];
+    let mut back = vec![0u8; most + 8192];
+    let mut tag = 5000;
+    for &len in &sizes {
+        for (so, ro) in [(0, 0), (0, 16), (8, 0), (56, 48), (4088, 4090), (1, 9)] {
+            tag += 1;
+            let data = pattern(len, tag);
+            at_page_offset(&mut out, so, len).copy_from_slice(&data);
+            w.tag_send(ep, at_page_offset(&mut out, so, len), tag)
+                .unwrap();
+            let dst = at_page_offset(&mut back, ro, len);
+            dst.fill(0);
+            let info = w.tag_recv(dst, tag, u64::MAX).unwrap();
+            assert_eq!(info.length, len);
+            assert!(
+                dst[..] == data[..],
+                "echo of {len} bytes sent from page offset {so} into offset {ro} differs"
+            );
+        }
+    }
+    w.tag_send(ep, &[], STOP_TAG).unwrap();
+    assert_eq!(p.line(), "done");
+    p.finish();
+    assert_eq!(w.dropped(), 0);
+}
+
 /// Three senders into wildcard receives; each sender's messages arrive in its order.
 #[test]
 fn many_senders_into_wildcard_receives() {

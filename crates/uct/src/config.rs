@@ -19,8 +19,8 @@ pub static VARS: &[Var] = &[
     },
     Var {
         name: "MM_SEG_SIZE",
-        default: "8k",
-        doc: "Bytes of the bcopy buffer that belongs to each shm FIFO element; bounds bcopy messages.",
+        default: "8256",
+        doc: "Bytes of the bcopy buffer that belongs to each shm FIFO element (a multiple of 64); bounds bcopy messages.",
     },
     Var {
         name: "MM_RX_MAX_POLL",
@@ -52,7 +52,11 @@ impl Default for IfaceConfig {
             fifo: Geometry {
                 fifo_size: 256,
                 elem_size: 128,
-                bcopy_size: 8192,
+                // 8 KiB and one cache line: an 8 KiB payload with its protocol header fits
+                // one buffer, and buffers do not all start at the same offset in a page
+                // (a power-of-two stride put every buffer's first lines in the same cache
+                // sets: 4 KiB tag_lat over shm took 0.52 µs instead of 0.41).
+                bcopy_size: 8256,
             },
             max_poll: 16,
             self_seg_size: 8192,

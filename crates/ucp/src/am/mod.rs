@@ -510,7 +510,7 @@ pub(crate) fn on_fragment(core: &Core, st: &mut AmState, first: bool, d: &[u8]) 
         data.try_reserve_exact(total)
             .map_err(|_| Status::NoMemory)?;
         data.resize(total, 0);
-        data[..m.data.len()].copy_from_slice(m.data);
+        ucs::sys::copy::copy(&mut data, m.data);
         let p = PartialAm {
             id: m.f.id,
             flags: m.f.flags,
@@ -530,7 +530,7 @@ pub(crate) fn on_fragment(core: &Core, st: &mut AmState, first: bool, d: &[u8]) 
         if off != p.received || off + m.data.len() > p.data.len() {
             return Err(bad);
         }
-        p.data[off..off + m.data.len()].copy_from_slice(m.data);
+        ucs::sys::copy::copy(&mut p.data[off..], m.data);
         p.received += m.data.len();
         (key, p.received == p.data.len())
     };

@@ -444,7 +444,8 @@ pub(crate) fn copy_into(dst: &mut [u8], src: &[u8]) {
 }
 
 /// Copies `n` bytes; messages of up to 16 bytes (the common small ones) without a call
-/// to `memcpy`.
+/// to `memcpy`, larger ones by `ucs::sys::copy` (which avoids `memcpy`'s slow case for
+/// a destination a few bytes past the source modulo a page).
 ///
 /// # Safety
 /// As `copy_nonoverlapping`: `src..src+n` readable, `dst..dst+n` writable, no overlap.
@@ -464,7 +465,7 @@ unsafe fn copy_small(src: *const u8, dst: *mut u8, n: usize) {
                 dst.cast::<u64>().write_unaligned(a);
                 dst.add(n - 8).cast::<u64>().write_unaligned(b);
             }
-            _ => std::ptr::copy_nonoverlapping(src, dst, n),
+            _ => ucs::sys::copy::copy_raw(src, dst, n),
         }
     }
 }

@@ -51,14 +51,16 @@ const SPARE_MAX: usize = 32;
 impl StreamState {
     fn keep(&mut self, data: &[u8]) -> Vec<u8> {
         if data.len() > CHUNK {
-            return data.to_vec();
+            let mut v = Vec::with_capacity(data.len());
+            ucs::sys::copy::extend(&mut v, data);
+            return v;
         }
         let mut v = self
             .spare
             .pop()
             .unwrap_or_else(|| Vec::with_capacity(CHUNK));
         v.clear();
-        v.extend_from_slice(data);
+        ucs::sys::copy::extend(&mut v, data);
         v
     }
 

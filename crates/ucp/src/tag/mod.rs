@@ -133,10 +133,14 @@ impl TagState {
                     .pop()
                     .unwrap_or_else(|| Vec::with_capacity(CLASSES[k]));
                 v.clear();
-                v.extend_from_slice(data);
+                ucs::sys::copy::extend(&mut v, data);
                 v
             }
-            None => data.to_vec(),
+            None => {
+                let mut v = Vec::with_capacity(data.len());
+                ucs::sys::copy::extend(&mut v, data);
+                v
+            }
         }
     }
 

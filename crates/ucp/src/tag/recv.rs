@@ -68,7 +68,7 @@ pub(crate) fn first(core: &mut Core, st: &mut TagState, h: EagerFirst, p: &[u8])
                     .try_reserve_exact(total)
                     .map_err(|_| Status::NoMemory)?;
                 u.data.resize(total, 0);
-                u.data[..p.len()].copy_from_slice(p);
+                ucs::sys::copy::copy(&mut u.data, p);
                 u.received = p.len();
             }
             if p.len() == total {
@@ -111,7 +111,7 @@ pub(crate) fn middle(core: &mut Core, st: &mut TagState, h: EagerMiddle, p: &[u8
             if off != u.received || off + p.len() > u.data.len() {
                 return Err(Status::InvalidParam);
             }
-            u.data[off..off + p.len()].copy_from_slice(p);
+            ucs::sys::copy::copy(&mut u.data[off..], p);
             u.received += p.len();
             if u.received == u.data.len() {
                 st.frags.remove(&key);

@@ -60,7 +60,7 @@ pub(crate) fn send_nb(
                     .iface
                     .am_bcopy(lane.ep, AmId::EagerOnly.id(), |b| {
                         b[..8].copy_from_slice(&tag.to_le_bytes());
-                        b[8..8 + len].copy_from_slice(data);
+                        ucs::sys::copy::copy(&mut b[8..], data);
                         8 + len
                     })?
                     .is_done(),

@@ -5,6 +5,7 @@
 //! segment or descriptor is released by `Drop`, so an error path cannot leak it.
 
 pub mod cma;
+pub mod copy;
 pub mod eventfd;
 pub mod host;
 pub mod mapping;

@@ -256,7 +256,7 @@ impl SelfIface {
         self.am_bcopy(ep, id, |buf| {
             let mut off = 0;
             for b in std::iter::once(header).chain(iov.iter().copied()) {
-                buf[off..off + b.len()].copy_from_slice(b);
+                ucs::sys::copy::copy(&mut buf[off..], b);
                 off += b.len();
             }
             off
