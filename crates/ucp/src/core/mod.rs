@@ -205,29 +205,52 @@ impl Core {
                 ReqKind::Rma(s) => Some(s.ep),
                 _ => None,
             };
-            let cq = matches!(q.cb, Some(Callback::Cq(_)));
-            let remove = !cq && Self::settle_found(q, r, &mut self.words, &mut self.completed);
+            let done = Self::settle_found(
+                q,
+                r,
+                &mut self.words,
+                &mut self.completed,
+                &mut self.cqs,
+                &self.ep_gens,
+            );
             if let Some(Some(e)) = counted.and_then(|ep| self.eps.get_mut(ep as usize)) {
                 e.outstanding = e.outstanding.saturating_sub(1);
             }
-            if cq {
-                self.settle(r);
-            } else if remove {
+            if done {
                 self.reqs.remove(r.0);
             }
         }
     }
 
-    /// [`Core::settle`] of a request already looked up (`q`, the request `r`): reports it
-    /// or lists it; true when it is done with and must be removed from the pool.
+    /// Reports or lists request `r` (looked up as `q`), which just got its status; true
+    /// when it is done with and must be removed from the pool. A function over the fields
+    /// it needs, so that a caller holding `q` settles it without a second lookup:
+    /// a completion queue gets its entry from where the request lies; a released request
+    /// reported by word is listed for `drain_completed` (nothing runs for it later); one
+    /// with a closure or released otherwise waits for `engine::run_completions`.
     #[inline(always)]
     fn settle_found(
         q: &Req,
         r: Request,
         words: &mut Vec<Completed>,
         completed: &mut Vec<Request>,
+        cqs: &mut [cq::Attached],
+        ep_gens: &[u32],
     ) -> bool {
         match (&q.cb, q.released) {
+            (Some(Callback::Cq(t)), _) => {
+                let (length, tag, ep) = match &q.kind {
+                    ReqKind::Send(s) => (s.buf.len(), s.tag, Some(s.ep)),
+                    ReqKind::Recv(_) => (q.info.length, q.info.sender_tag, None),
+                    ReqKind::Rma(s) => (s.len, 0, Some(s.ep)),
+                    ReqKind::Flush(e) => (0, 0, *e),
+                    ReqKind::Close(e) => (0, 0, Some(*e)),
+                };
+                let ep = ep.map(|e| ids::Ep(e, ep_gens.get(e as usize).copied().unwrap_or(0)));
+                let status = q.status.unwrap_or(Status::Ok);
+                t.report_ref(cqs, status, length, tag, ep);
+                true
+            }
             (Some(Callback::Word(word)), true) => {
                 words.push(Completed {
                     request: r,
@@ -237,51 +260,11 @@ impl Core {
                 });
                 true
             }
-            (Some(Callback::Cq(_)), _) => false,
             (Some(_), _) | (None, true) => {
                 completed.push(r);
                 false
             }
             (None, false) => false,
-        }
-    }
-
-    /// A request just got its status: a released one reported by word is listed for
-    /// `drain_completed` and freed now (nothing runs for it later); one with a closure or
-    /// released otherwise waits for `engine::run_completions`.
-    #[inline]
-    fn settle(&mut self, r: Request) {
-        let Some(q) = self.reqs.get_mut(r.0) else {
-            return;
-        };
-        match (&q.cb, q.released) {
-            (Some(Callback::Cq(t)), _) => {
-                // Reported from where the request lies, then dropped there: nothing of
-                // it is moved or copied but the entry's fields.
-                let (length, tag, ep) = match &q.kind {
-                    ReqKind::Send(s) => (s.buf.len(), s.tag, Some(s.ep)),
-                    ReqKind::Recv(_) => (q.info.length, q.info.sender_tag, None),
-                    ReqKind::Rma(s) => (s.len, 0, Some(s.ep)),
-                    ReqKind::Flush(e) => (0, 0, *e),
-                    ReqKind::Close(e) => (0, 0, Some(*e)),
-                };
-                let ep = ep.map(|e| ids::Ep(e, self.ep_gens.get(e as usize).copied().unwrap_or(0)));
-                let status = q.status.unwrap_or(Status::Ok);
-                t.report_ref(&mut self.cqs, status, length, tag, ep);
-                self.reqs.remove(r.0);
-            }
-            (Some(Callback::Word(word)), true) => {
-                let c = Completed {
-                    request: r,
-                    word: *word,
-                    status: q.status.unwrap_or(Status::Ok),
-                    info: q.info,
-                };
-                self.words.push(c);
-                self.reqs.remove(r.0);
-            }
-            (Some(_), _) | (None, true) => self.completed.push(r),
-            (None, false) => {}
         }
     }
 
@@ -403,11 +386,15 @@ impl Core {
         }
         if q.status.is_none() {
             q.status = Some(status);
-            // One look at the request for the usual completion (by word, or listed); a
-            // completion queue's report goes the long way.
-            if matches!(q.cb, Some(Callback::Cq(_))) {
-                self.settle(r);
-            } else if Self::settle_found(q, r, &mut self.words, &mut self.completed) {
+            let done = Self::settle_found(
+                q,
+                r,
+                &mut self.words,
+                &mut self.completed,
+                &mut self.cqs,
+                &self.ep_gens,
+            );
+            if done {
                 self.reqs.remove(r.0);
             }
         }
