@@ -22,8 +22,9 @@ typedef struct {
 } layout_t;
 
 /* One round's order; size == UINT64_MAX ends the run. */
+/* region: the signal word's region; cross: the data goes to the other region (two keys) */
 typedef struct {
-    uint64_t region, want, off, size, seed;
+    uint64_t region, want, off, size, seed, cross;
 } order_t;
 
 static uint64_t load_acquire(const void *p)
@@ -95,7 +96,7 @@ static int target(int fd)
             break;
         }
         sig  = base[o.region] + SIG_OFF;
-        data = base[o.region] + o.off;
+        data = base[o.region ^ o.cross] + o.off;
         fill(want_data, o.size, (unsigned)o.seed);
         CHECK(load_acquire(sig) != o.want, "signalled before the put (round seed %llu)",
               (unsigned long long)o.seed);
@@ -189,6 +190,7 @@ static int origin(int fd)
             o.size   = sizes[r % (sizeof(sizes) / sizeof(sizes[0]))];
             o.off    = (r * 8 + 3) % 4096;
             o.seed   = 100 + round;
+            o.cross  = (r % 3 == 2);
             if (op == RUCX_SIGNAL_OP_ADD) {
                 value = round + 1;
                 o.want = held[region] + value;
@@ -227,8 +229,8 @@ static int origin(int fd)
             }
             cb_count = 0;
             cb_user  = NULL;
-            req = rucx_put_signal_nbx(ep, src, o.size, lay.base[region] + o.off, key[region],
-                                      sig, key[region], op, value, &p);
+            req = rucx_put_signal_nbx(ep, src, o.size, lay.base[region ^ o.cross] + o.off,
+                                      key[region ^ o.cross], sig, key[region], op, value, &p);
             CHECK(!UCS_PTR_IS_ERR(req), "put_signal: %s",
                   ucs_status_string(UCS_PTR_STATUS(req)));
             if (r % 4 == 2) {

@@ -1276,6 +1276,27 @@ impl Wk {
         Ok(r)
     }
 
+    /// Progress for `ucp_worker_progress` on a worker without a lock (thread modes single
+    /// and serialized) when no handler or callback is due before it: the worker's
+    /// progress, then its completions moved to the ready list. `None` sends the call the
+    /// general way ([`Wk::progress`]). Kept apart so that a loop polling an idle worker
+    /// costs a few loads and the worker's own check.
+    #[inline(always)]
+    pub(crate) fn progress_plain(&self) -> Option<Result<usize>> {
+        if self.lock.is_some() || self.has_ready() || self.evq.hint.load(Ordering::Acquire) {
+            return None;
+        }
+        if self.busy.replace(true) {
+            return Some(Err(Status::InvalidParam));
+        }
+        let _busy = Unbusy(&self.busy);
+        // SAFETY: as in `with`.
+        let inner = unsafe { &mut *self.inner.get() };
+        let n = inner.w.progress();
+        self.collect(&mut inner.w, &mut inner.side);
+        Some(Ok(n))
+    }
+
     /// Progress for `ucp_worker_progress`: in thread mode multi, a thread that finds
     /// another one inside the worker returns at once. Also takes the ready list (see
     /// [`Wk::take_ready`]) in the same turn inside the worker.

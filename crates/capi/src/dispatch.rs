@@ -79,6 +79,12 @@ pub(crate) fn dispatch(wk: &Wk) -> usize {
     n
 }
 
+/// [`dispatch`] out of line, for callers whose fast path has nothing to dispatch.
+#[inline(never)]
+pub(crate) fn dispatch_after(wk: &Wk) -> usize {
+    dispatch(wk)
+}
+
 /// Calls the C callbacks of completed requests, in completion order.
 #[inline(always)]
 pub(crate) fn dispatch_requests(wk: &Wk) -> usize {

@@ -20,7 +20,7 @@ pub(crate) fn status(name: &str, f: impl FnOnce() -> Result<()>) -> ucs_status_t
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(())) => Status::Ok.code(),
         Ok(Err(s)) => {
-            tracing::debug!("{name}: {s}");
+            failed(name, s);
             s.code()
         }
         Err(_) => {
@@ -40,7 +40,7 @@ pub(crate) fn status_ptr(
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(p)) => p,
         Ok(Err(s)) => {
-            tracing::debug!("{name}: {s}");
+            failed(name, s);
             status_to_ptr(s)
         }
         Err(_) => {
@@ -55,9 +55,17 @@ pub(crate) fn status_ptr(
 pub(crate) fn void(name: &str, f: impl FnOnce() -> Result<()>) {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(())) => {}
-        Ok(Err(s)) => tracing::debug!("{name}: {s}"),
+        Ok(Err(s)) => failed(name, s),
         Err(_) => report(name),
     }
+}
+
+/// Logs a call that failed with `s`. Out of line, so that the guarded call's own code
+/// does not carry the logging's stack frame.
+#[cold]
+#[inline(never)]
+fn failed(name: &str, s: Status) {
+    tracing::debug!("{name}: {s}");
 }
 
 /// For functions that return a plain value; `fallback` on error or panic.
@@ -66,7 +74,7 @@ pub(crate) fn value<T>(name: &str, fallback: T, f: impl FnOnce() -> Result<T>) -
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(v)) => v,
         Ok(Err(s)) => {
-            tracing::debug!("{name}: {s}");
+            failed(name, s);
             fallback
         }
         Err(_) => {

@@ -115,10 +115,19 @@ unsafe fn in_call(a: &Args) -> Result<Option<ucs_status_ptr_t>> {
     };
     let len = a.count.checked_mul(elem).ok_or(Status::InvalidParam)?;
     let sop = signal_op(a.op)?;
-    // SAFETY: the caller's handles (each key checked to belong to the endpoint's worker).
-    let (e, _, k) = unsafe { ep_key(a.ep, a.rkey)? };
-    // SAFETY: as above.
-    let sk = unsafe { key_of(e, a.signal_rkey)? };
+    // The worker is not looked at: nothing here touches it, and a destroyed worker
+    // destroyed its endpoint handles with it, so a live endpoint is enough.
+    // SAFETY: the caller's endpoint handle.
+    let e = unsafe { Handle::get(a.ep)? };
+    // SAFETY: the caller's key handle, checked to belong to the endpoint's worker.
+    let k = unsafe { key_of(e, a.rkey)? };
+    // Data and signal word in one registered region (one key) is the usual case.
+    let sk = if a.signal_rkey == a.rkey {
+        k
+    } else {
+        // SAFETY: as above.
+        unsafe { key_of(e, a.signal_rkey)? }
+    };
     let data: &[u8] = match (len, a.buffer.is_null()) {
         (0, _) => &[],
         (_, true) => return Err(Status::InvalidParam),

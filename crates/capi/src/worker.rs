@@ -11,6 +11,7 @@ use crate::handle::Handle;
 use crate::text;
 use std::ffi::{c_char, c_int, c_uint, c_void};
 use std::os::fd::{AsFd, AsRawFd};
+use std::sync::atomic::Ordering;
 use ucs::{Result, Status};
 
 #[no_mangle]
@@ -137,19 +138,34 @@ pub unsafe extern "C" fn ucp_worker_progress(worker: *mut Handle<Wk>) -> c_uint 
     guard::value("ucp_worker_progress", 0, || {
         // SAFETY: the caller's worker handle.
         let wk = unsafe { core::get(worker)? };
-        // Active messages already taken from the transports are handed out first, one
-        // per call (see `dispatch_events`); the transports are polled again once they
-        // are all out, which keeps the senders' flow control in force.
-        if dispatch::events_due(wk) {
-            dispatch::dispatch(wk);
-            return Ok(1);
+        if let Some(r) = wk.progress_plain() {
+            let n = r?;
+            // Not `events_due`: its thread-local read is hoisted out of the branch.
+            if !wk.has_ready() && !wk.evq.hint.load(Ordering::Acquire) {
+                return Ok(n as c_uint);
+            }
+            return Ok((n + dispatch::dispatch_after(wk)) as c_uint);
         }
-        // A callback or handler that ran counts as progress: the application may be
-        // waiting for what it does, and must look before it sleeps.
-        let (n, ready) = wk.progress()?;
-        let n = n + dispatch::run_chain(ready) + dispatch::dispatch(wk);
-        Ok(n as c_uint)
+        progress_general(wk)
     })
+}
+
+/// `ucp_worker_progress` for what [`Wk::progress_plain`] leaves: thread mode multi, and
+/// handlers or callbacks due before the transports are polled.
+#[inline(never)]
+fn progress_general(wk: &Wk) -> Result<c_uint> {
+    // Active messages already taken from the transports are handed out first, one per
+    // call (see `dispatch_events`); the transports are polled again once they are all
+    // out, which keeps the senders' flow control in force.
+    if dispatch::events_due(wk) {
+        dispatch::dispatch(wk);
+        return Ok(1);
+    }
+    // A callback or handler that ran counts as progress: the application may be waiting
+    // for what it does, and must look before it sleeps.
+    let (n, ready) = wk.progress()?;
+    let n = n + dispatch::run_chain(ready) + dispatch::dispatch(wk);
+    Ok(n as c_uint)
 }
 
 #[no_mangle]

@@ -262,12 +262,88 @@ impl Worker {
     }
 
     /// Makes progress on everything outstanding; returns the number of events handled.
+    ///
+    /// Kept small for the polling loop of an idle or waiting application: an interface
+    /// with nothing to read and no sends waiting is skipped without a call into it
+    /// ([`uct::Iface::needs_poll`]), and the work queues are looked at together, with the
+    /// rest of the turn out of line.
     pub fn progress(&mut self) -> usize {
-        let mut n = 0;
         self.tick = self.tick.wrapping_add(1);
-        let idle_turn = self.tick % 256 == 0 && self.full_turn_now();
-        let (core, p) = (&mut self.core, &mut self.p);
+        if self.tick % 256 == 0 {
+            return self.progress_turn();
+        }
+        // Looked at without a call, so that a loop polling an idle worker pays only this.
+        if self.input_due() || self.work_due() {
+            return self.progress_hot();
+        }
+        0
+    }
+
+    /// True when a hot interface may have something for [`Self::progress_hot`].
+    #[inline(always)]
+    fn input_due(&self) -> bool {
+        let mut due = false;
+        for k in 0..self.core.hot.len() {
+            let i = self.core.hot[k];
+            due |= self.tls.get(i).is_some_and(|t| t.iface.needs_poll());
+        }
+        due
+    }
+
+    /// Polls the hot interfaces that need it, then does the rest of the turn if due.
+    #[inline(never)]
+    fn progress_hot(&mut self) -> usize {
+        let mut n = 0;
         let mut events = false;
+        for k in 0..self.core.hot.len() {
+            let i = self.core.hot[k];
+            if self.tls.get(i).is_some_and(|t| t.iface.needs_poll()) {
+                let (m, e) = self.poll_iface(i);
+                n += m;
+                events |= e;
+            }
+        }
+        if events || self.work_due() {
+            n += self.progress_rest(false, events);
+        }
+        n
+    }
+
+    /// Polls interface `i` (an index into `tls`), dispatching what arrived; returns the
+    /// number of events and whether the interface reports events.
+    #[inline(never)]
+    fn poll_iface(&mut self, i: usize) -> (usize, bool) {
+        let (core, p) = (&mut self.core, &mut self.p);
+        let t = &mut self.tls[i];
+        let n = t
+            .iface
+            .progress_with(|id, d| engine::dispatch(core, p, id, d));
+        (n, t.iface.has_events())
+    }
+
+    /// True when a queue that the rest of a progress turn serves is not empty. The
+    /// checks are or-ed without branching: in a polling loop they are all false.
+    #[inline(always)]
+    fn work_due(&self) -> bool {
+        let c = &self.core;
+        !self.cm.connecting.is_empty()
+            | !self.p.idle()
+            | !c.active.is_empty()
+            | !c.flushes.is_empty()
+            | !c.completed.is_empty()
+            | !c.ep_errors.is_empty()
+            | !c.failed_ops.is_empty()
+            | !self.cm.new_requests.is_empty()
+    }
+
+    /// One progress call in 256: the full turn when one is due ([`Self::full_turn_now`]),
+    /// else the hot interfaces as [`Self::progress`] polls them.
+    #[inline(never)]
+    fn progress_turn(&mut self) -> usize {
+        let idle_turn = self.full_turn_now();
+        let mut n = 0;
+        let mut events = false;
+        let (core, p) = (&mut self.core, &mut self.p);
         if idle_turn {
             // Every live interface, and the list of those to poll on every call: a
             // connection-based interface without connections only waits for new ones, so
@@ -299,6 +375,15 @@ impl Worker {
                 events |= t.iface.has_events();
             }
         }
+        n + self.progress_rest(idle_turn, events)
+    }
+
+    /// The rest of a progress turn, after the interfaces were polled: broken
+    /// connections, connections under way, listeners (on full turns), protocol work,
+    /// queued sends, flushes, and last the user callbacks.
+    #[inline(never)]
+    fn progress_rest(&mut self, idle_turn: bool, events: bool) -> usize {
+        let mut n = 0;
         if events {
             self.handle_iface_events();
         }

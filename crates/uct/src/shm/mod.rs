@@ -300,6 +300,12 @@ impl ShmIface {
         Ok(self.eps.get_mut(ep)?.tx.has_space())
     }
 
+    /// True when the receive FIFO's next element is published.
+    #[inline(always)]
+    pub fn has_input(&self) -> bool {
+        self.rx.has_data()
+    }
+
     /// Consumes arrived messages, handing each to `f` instead of the handler table.
     #[inline]
     pub fn poll(&mut self, f: &mut impl FnMut(u8, &[u8])) -> usize {
