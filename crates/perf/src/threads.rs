@@ -136,6 +136,14 @@ impl Waiter<'_> {
     }
 }
 
+/// A buffer for the operations of one thread's run, leaked on purpose: an operation that
+/// an early error leaves behind (a failed send after a posted receive, a ticket given up
+/// at the deadline) may still write or read it, so it must outlive every request, and a
+/// run happens once per process.
+fn run_buffer(len: usize) -> &'static mut [u8] {
+    Box::leak(vec![0u8; len].into_boxed_slice())
+}
+
 /// The state both sides share.
 struct Side {
     w: SharedWorker,
@@ -222,8 +230,8 @@ pub fn initiator<C: Channel>(chan: &mut C, o: &MtOptions, timeout: Duration) -> 
         &s,
         o,
         |t, wt| {
-            let mut sbuf = vec![0u8; o.size];
-            let mut rbuf = vec![0u8; o.size];
+            let sbuf = run_buffer(o.size);
+            let rbuf = run_buffer(o.size);
             let ep = s.eps[t];
             let mut t0 = Instant::now();
             match o.test {
@@ -232,9 +240,9 @@ pub fn initiator<C: Channel>(chan: &mut C, o: &MtOptions, timeout: Duration) -> 
                         if it == o.warmup {
                             t0 = Instant::now();
                         }
-                        fill(&mut sbuf, t, it);
-                        // SAFETY: both buffers live until their operations complete
-                        // (finished before the next iteration touches them).
+                        fill(sbuf, t, it);
+                        // SAFETY: both buffers are leaked (`run_buffer`), and each
+                        // operation is finished before the next iteration touches them.
                         let buf = unsafe { Buf::contig(rbuf.as_mut_ptr(), o.size) };
                         let r = s.w.tag_recv_nb(buf, tag(t), u64::MAX)?;
                         // SAFETY: as above.
@@ -242,27 +250,34 @@ pub fn initiator<C: Channel>(chan: &mut C, o: &MtOptions, timeout: Duration) -> 
                         let x = s.w.tag_send_nb(ep, buf, tag(t), false)?;
                         wt.finish(x)?;
                         let got = wt.finish(r)?;
-                        check(&rbuf, t, it, got)?;
+                        check(rbuf, t, it, got)?;
                     }
                 }
                 MtTest::Rate => {
                     let window = o.window.max(1) as u64;
-                    let mut ack = [0u8; 8];
+                    let ack = run_buffer(8);
                     let mut pending = Vec::with_capacity(window as usize);
-                    let bufs: Vec<Vec<u8>> = (0..window)
-                        .map(|k| (0..o.size).map(|i| byte(t, k, i)).collect())
+                    let bufs: Vec<&'static mut [u8]> = (0..window)
+                        .map(|k| {
+                            let b = run_buffer(o.size);
+                            b.iter_mut()
+                                .enumerate()
+                                .for_each(|(i, x)| *x = byte(t, k, i));
+                            b
+                        })
                         .collect();
                     let mut it = 0;
                     while it < total {
                         if it >= o.warmup && it < o.warmup + window {
                             t0 = Instant::now();
                         }
-                        // SAFETY: `ack` lives until the receive completes (below).
+                        // SAFETY: `ack` is leaked (`run_buffer`); read after the receive
+                        // completes (below).
                         let buf = unsafe { Buf::contig(ack.as_mut_ptr(), 8) };
                         let a = s.w.tag_recv_nb(buf, tag(t) | ACK_BIT, u64::MAX)?;
                         for k in 0..window {
                             let b = &bufs[k as usize];
-                            // SAFETY: `bufs` lives until every send completes (below).
+                            // SAFETY: `bufs` are leaked (`run_buffer`) and only read.
                             let buf = unsafe { Buf::contig(b.as_ptr().cast_mut(), o.size) };
                             let x = s.w.tag_send_nb(ep, buf, tag(t), false)?;
                             pending.push(x);
@@ -271,7 +286,7 @@ pub fn initiator<C: Channel>(chan: &mut C, o: &MtOptions, timeout: Duration) -> 
                             wt.finish(x)?;
                         }
                         let got = wt.finish(a)?;
-                        if got.status != Status::Ok || u64::from_le_bytes(ack) != it / window {
+                        if got.status != Status::Ok || ack != (it / window).to_le_bytes() {
                             tracing::error!("thread {t}: bad acknowledgement");
                             return Err(Status::IoError);
                         }
@@ -326,19 +341,21 @@ pub fn responder<C: Channel>(chan: &mut C, o: &MtOptions, timeout: Duration) -> 
         &s,
         o,
         |t, wt| {
-            let mut sbuf = vec![0u8; o.size];
-            let mut rbuf = vec![0u8; o.size];
+            let sbuf = run_buffer(o.size);
+            let rbuf = run_buffer(o.size);
             let ep = s.eps[t];
             match o.test {
                 MtTest::Lat => {
                     for it in 0..total {
-                        // SAFETY: `rbuf` lives until the receive completes (below).
+                        // SAFETY: `rbuf` is leaked (`run_buffer`); read after the receive
+                        // completes (below).
                         let buf = unsafe { Buf::contig(rbuf.as_mut_ptr(), o.size) };
                         let r = s.w.tag_recv_nb(buf, tag(t), u64::MAX)?;
                         let got = wt.finish(r)?;
-                        check(&rbuf, t, it, got)?;
-                        fill(&mut sbuf, t, it);
-                        // SAFETY: `sbuf` lives until the send completes (below).
+                        check(rbuf, t, it, got)?;
+                        fill(sbuf, t, it);
+                        // SAFETY: `sbuf` is leaked; written again only after the send
+                        // completes (below).
                         let buf = unsafe { Buf::contig(sbuf.as_mut_ptr(), o.size) };
                         let x = s.w.tag_send_nb(ep, buf, tag(t), false)?;
                         wt.finish(x)?;
@@ -346,21 +363,25 @@ pub fn responder<C: Channel>(chan: &mut C, o: &MtOptions, timeout: Duration) -> 
                 }
                 MtTest::Rate => {
                     let window = o.window.max(1) as u64;
-                    let mut bufs = vec![vec![0u8; o.size]; window as usize];
+                    let mut bufs: Vec<&'static mut [u8]> =
+                        (0..window).map(|_| run_buffer(o.size)).collect();
+                    let ack = run_buffer(8);
                     let mut pending = Vec::with_capacity(window as usize);
                     let mut it = 0;
                     while it < total {
                         for b in bufs.iter_mut() {
-                            // SAFETY: `bufs` lives until every receive completes (below).
+                            // SAFETY: `bufs` are leaked (`run_buffer`); read after every
+                            // receive completes (below).
                             let buf = unsafe { Buf::contig(b.as_mut_ptr(), o.size) };
                             pending.push(s.w.tag_recv_nb(buf, tag(t), u64::MAX)?);
                         }
                         for (k, r) in pending.drain(..).enumerate() {
                             let got = wt.finish(r)?;
-                            check(&bufs[k], t, k as u64, got)?;
+                            check(bufs[k], t, k as u64, got)?;
                         }
-                        let ack = (it / window).to_le_bytes();
-                        // SAFETY: `ack` lives until the send completes (below).
+                        ack.copy_from_slice(&(it / window).to_le_bytes());
+                        // SAFETY: `ack` is leaked; written again only after the send
+                        // completes (below).
                         let buf = unsafe { Buf::contig(ack.as_ptr().cast_mut(), 8) };
                         let x = s.w.tag_send_nb(ep, buf, tag(t) | ACK_BIT, false)?;
                         wt.finish(x)?;
