@@ -152,3 +152,82 @@ fn concurrent_rendezvous_puts_deliver_every_byte() {
         assert!(out[m] == want[m], "message {m}: the bytes differ");
     }
 }
+
+/// A get to a udp peer that dies after it acknowledged the request: nothing of ours is
+/// then in flight, so only the probes of an awaited peer can find the death. The get
+/// must end with an error soon after `UCX_UDP_TIMEOUT`, not wait forever, and the
+/// destination must hold only bytes the peer sent (its pattern) or the zeros it started
+/// with.
+#[test]
+fn get_from_a_peer_that_dies_after_acknowledging_fails() {
+    let udp_worker_with = |features| {
+        let mut ifc = IfaceConfig::from_env().unwrap();
+        ifc.udp.timeout = Duration::from_millis(300);
+        let ctx = Context::with_config(
+            features,
+            ucp::Config {
+                transports: vec![Transport::Udp],
+                ..ucp::Config::from_env().unwrap()
+            },
+            ifc,
+        )
+        .unwrap();
+        (ctx.clone(), Worker::new(&ctx, ThreadMode::Single).unwrap())
+    };
+    let (_ca, mut a) = udp_worker_with(Features::RMA);
+    let (cb, mut b) = udp_worker_with(Features::RMA);
+    let len = 64 << 20;
+    let pattern: Vec<u8> = (0..len).map(|i| (i * 13 + i / 4099) as u8).collect();
+    let mut region = pattern.clone();
+    // SAFETY: `region` outlives the mapping, which `mem` drops before the end.
+    let mem = unsafe { cb.mem_map(Some(region.as_mut_ptr()), len) }.unwrap();
+    let base = region.as_ptr() as u64;
+    let ep = a.ep_create(&b.address()).unwrap();
+    let rk = a.rkey_unpack(ep, &mem.rkey_pack()).unwrap();
+    let mut dst = vec![0u8; len];
+    // SAFETY: `dst` outlives the request, which completes (or the test fails) first.
+    let r = unsafe { a.get_nb(ep, Buf::contig(dst.as_mut_ptr(), len), base, &rk, None) }
+        .unwrap()
+        .expect("a 64 MiB get over udp cannot complete in the call");
+    // The target takes the request and answers part of it, then dies (its socket
+    // closes with the worker); the origin acknowledged everything it got.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        a.progress();
+        if b.progress() > 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the request never reached the target"
+        );
+    }
+    for _ in 0..3 {
+        a.progress();
+    }
+    assert_eq!(
+        a.request_test(r).unwrap(),
+        None,
+        "the answer is not all there yet"
+    );
+    drop(mem);
+    drop(b);
+    let died = Instant::now();
+    let status = loop {
+        a.progress();
+        if let Some(s) = a.request_test(r).unwrap() {
+            break s;
+        }
+        assert!(
+            died.elapsed() < Duration::from_secs(8),
+            "the get still waits for a dead peer"
+        );
+        std::thread::sleep(Duration::from_micros(200));
+    };
+    assert_ne!(status, Status::Ok);
+    a.request_free(r).unwrap();
+    assert!(
+        dst.iter().zip(&pattern).all(|(&d, &p)| d == p || d == 0),
+        "bytes that the peer never sent"
+    );
+}

@@ -50,8 +50,9 @@
 //!   behind those in flight; beyond that, and when the shared send pool is empty,
 //!   [`Engine::send`] returns [`SendError::WindowFull`]. Packing far ahead of the wire
 //!   would only let the packed bytes leave the CPU's cache before the kernel reads them.
-//! - A peer we have unacknowledged data for (or an unanswered keepalive probe, if
-//!   [`Config::keepalive`] is set) that sends nothing valid for [`Config::peer_timeout`] is
+//! - A peer we have unacknowledged data for (or an unanswered probe: keepalive, if
+//!   [`Config::keepalive`] is set, or one sent because its owner awaits an answer from
+//!   it, [`Engine::set_awaiting`]) that sends nothing valid for [`Config::peer_timeout`] is
 //!   declared failed: [`Event::PeerFailed`] is queued after the messages already received
 //!   from it, its state and buffers are dropped, and sends to it return
 //!   [`SendError::Failed`] until it is removed or added again.
@@ -181,6 +182,10 @@ pub struct Config {
     /// flight, so that its failure is noticed without traffic. Off by default: an idle peer
     /// then costs no timer and no packet.
     pub keepalive: Option<u64>,
+    /// Probe interval for a peer its owner awaits an answer from ([`Engine::set_awaiting`])
+    /// while nothing is in flight to it (> 0). With keepalive off, this is what finds a
+    /// peer that died after acknowledging a request whose answer never comes.
+    pub await_probe: u64,
     /// Packets kept for retransmission, over all peers (>= 1).
     pub tx_pool_packets: u32,
     /// Messages buffered on the receive side (out of order, or not yet polled), over all
@@ -214,6 +219,7 @@ impl Default for Config {
             nak_interval: 500_000,
             peer_timeout: 10_000_000_000,
             keepalive: None,
+            await_probe: 1_000_000_000,
             tx_pool_packets: 8192,
             rx_pool_packets: 8192,
             max_peers: 1 << 20,
@@ -239,7 +245,7 @@ impl std::error::Error for ConfigError {}
 impl Config {
     /// Checks every field's range.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let checks: [(bool, &'static str); 13] = [
+        let checks: [(bool, &'static str); 14] = [
             (
                 (1..=MAX_WINDOW).contains(&self.window),
                 "window must be 1..=32768",
@@ -256,6 +262,7 @@ impl Config {
             ),
             (self.peer_timeout > 0, "peer_timeout must be > 0"),
             (self.keepalive != Some(0), "keepalive must be > 0"),
+            (self.await_probe > 0, "await_probe must be > 0"),
             (self.tx_pool_packets >= 1, "tx_pool_packets must be >= 1"),
             (self.rx_pool_packets >= 1, "rx_pool_packets must be >= 1"),
             (
@@ -538,6 +545,8 @@ struct Peer {
     last_heard: u64,
     /// When we last started waiting for this peer (data or a probe outstanding).
     outstanding_since: u64,
+    /// The owner awaits an answer from this peer ([`Engine::set_awaiting`]).
+    awaiting: bool,
 }
 
 impl Peer {
@@ -574,6 +583,7 @@ impl Peer {
             last_nak_at: NEVER,
             last_heard: now,
             outstanding_since: now,
+            awaiting: false,
         }
     }
 
@@ -588,6 +598,11 @@ impl Peer {
     }
 
     /// Whether we are waiting to hear from this peer.
+    /// How long the peer may stay silent, with nothing in flight, before it is probed.
+    fn probe_after(&self, cfg: &Config) -> Option<u64> {
+        cfg.keepalive.or(self.awaiting.then_some(cfg.await_probe))
+    }
+
     fn outstanding(&self) -> bool {
         self.unacked() > 0 || self.flags & F_PROBE_OUT != 0
     }
@@ -717,7 +732,7 @@ impl Peer {
         }
         if self.outstanding() {
             d = d.min(self.fail_at(cfg));
-        } else if let Some(k) = cfg.keepalive {
+        } else if let Some(k) = self.probe_after(cfg) {
             d = d.min(self.last_heard.saturating_add(k));
         }
         (d != NEVER).then_some(d)
@@ -1124,6 +1139,21 @@ impl Engine {
         }
     }
 
+    /// Tells the engine whether its owner awaits an answer from `peer` (a reply to a
+    /// request the peer acknowledged). While it does and nothing is in flight, a silent
+    /// peer is probed every [`Config::await_probe`] and fails after
+    /// [`Config::peer_timeout`] without an answer, as with keepalive on. Unknown or failed
+    /// peers are ignored.
+    pub fn set_awaiting(&mut self, peer: PeerId, on: bool) {
+        let idx = peer.0;
+        if let Some(PeerSlot::Active(p)) = self.peers.get_mut(idx as usize) {
+            if p.awaiting != on {
+                p.awaiting = on;
+                self.core.rearm(p, idx);
+            }
+        }
+    }
+
     /// Tells the engine how many bytes of datagrams its owner can now hold unread (see
     /// [`Config::rcv_buf`]); the credit advertised from the next packet on follows.
     pub fn set_rcv_buf(&mut self, bytes: u32) {
@@ -1440,7 +1470,7 @@ impl Engine {
             p.flags |= F_NAK_OWED;
         }
         if !p.outstanding() {
-            if let Some(k) = cfg.keepalive {
+            if let Some(k) = p.probe_after(cfg) {
                 if now >= p.last_heard.saturating_add(k) {
                     p.flags |= F_PROBE_OUT | F_PROBE_OWED;
                     p.outstanding_since = now;
@@ -2454,6 +2484,70 @@ mod tests {
             }
         }
         assert!(now - dead_at <= 1100 * MS, "{}", now - dead_at);
+    }
+
+    #[test]
+    fn an_awaited_peer_is_probed_and_its_death_found_without_keepalive() {
+        let mut c = cfg();
+        c.await_probe = 100 * MS;
+        let (mut a, mut b) = pair(c);
+        // Nothing awaited, nothing in flight: no timer, no probe, ever.
+        assert!(a.next_timeout().is_none());
+        // A request the peer acknowledged; its answer is awaited.
+        a.send(B, b"request", 0).unwrap();
+        let pa = out(&mut a, 0);
+        feed(&mut b, A, &pa, 0);
+        let mut now = MS;
+        b.on_timeout(now);
+        let pb = out(&mut b, now);
+        feed(&mut a, B, &pb, now);
+        assert_eq!(a.peer_status(B), PeerStatus::Active { unacked: 0 });
+        a.set_awaiting(B, true);
+        // Live: the probes are answered for as long as it is awaited.
+        while now < 3000 * MS {
+            now = [a.next_timeout(), b.next_timeout()]
+                .into_iter()
+                .flatten()
+                .min()
+                .unwrap();
+            a.on_timeout(now);
+            b.on_timeout(now);
+            let pa = out(&mut a, now);
+            let pb = out(&mut b, now);
+            feed(&mut b, A, &pa, now);
+            feed(&mut a, B, &pb, now);
+        }
+        assert!(a.counters().tx_probes > 10, "{}", a.counters().tx_probes);
+        assert_eq!(a.counters().peers_failed, 0);
+        // Answered: no longer awaited, the probes stop.
+        a.set_awaiting(B, false);
+        let probes = a.counters().tx_probes;
+        while let Some(t) = a.next_timeout() {
+            now = t;
+            a.on_timeout(now);
+            let pa = out(&mut a, now);
+            feed(&mut b, A, &pa, now);
+            b.on_timeout(now);
+            let pb = out(&mut b, now);
+            feed(&mut a, B, &pb, now);
+        }
+        assert!(a.counters().tx_probes <= probes + 1);
+        // Awaited again, and the peer died: found within await_probe + peer_timeout.
+        a.set_awaiting(B, true);
+        let dead_at = now;
+        loop {
+            now = a.next_timeout().unwrap();
+            a.on_timeout(now);
+            let _ = out(&mut a, now);
+            if let Some(ev) = a.poll_event() {
+                assert_eq!(ev, Event::PeerFailed(B));
+                break;
+            }
+        }
+        assert!(now - dead_at <= 1200 * MS, "{}", now - dead_at);
+        // Unknown and failed peers are ignored.
+        a.set_awaiting(B, false);
+        a.set_awaiting(PeerId(77), true);
     }
 
     #[test]

@@ -345,6 +345,17 @@ impl Iface {
             }
     }
 
+    /// Tells a transport that finds dead peers only through traffic (udp) whether an
+    /// answer is awaited on `ep`, so that it probes a silent peer meanwhile. The other
+    /// transports find dead peers without it (tcp connections, shm process descriptors,
+    /// self never dies): for them this does nothing.
+    pub fn set_awaiting(&mut self, ep: EpId, on: bool) -> Result<()> {
+        match &mut self.tl {
+            Tl::Udp(t) => t.set_awaiting(ep, on),
+            _ => Ok(()),
+        }
+    }
+
     /// True when [`Iface::take_events`] has something.
     #[inline]
     pub fn has_events(&self) -> bool {

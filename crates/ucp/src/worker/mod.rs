@@ -55,6 +55,10 @@ pub enum ThreadMode {
 /// long beyond its event.
 const FULL_TURN_PERIOD_NS: u64 = 200_000;
 
+/// The least time between two looks at which endpoints await an answer from their peer
+/// (`Worker::tell_awaiting`): the probes this arms are a second apart.
+const AWAIT_SWEEP_NS: u64 = 100_000_000;
+
 /// A worker.
 pub struct Worker {
     ctx: Context,
@@ -64,6 +68,8 @@ pub struct Worker {
     /// The next progress call whose `tick` comes round makes a full turn whatever the
     /// time (after a sleep, or when a progress thread held active messages back).
     full_turn_due: bool,
+    /// When the endpoints were last looked at for `tell_awaiting`, in `ucs::now_ns` time.
+    await_sweep_at: u64,
     /// Listeners and their pending connection requests.
     pub(crate) cm: crate::cm::CmState,
     mode: ThreadMode,
@@ -131,6 +137,7 @@ impl Worker {
             tick: 0,
             full_turn_at: 0,
             full_turn_due: false,
+            await_sweep_at: 0,
             cm: crate::cm::CmState::default(),
             mode,
             tls,
@@ -375,7 +382,34 @@ impl Worker {
                 events |= t.iface.has_events();
             }
         }
+        if idle_turn {
+            self.tell_awaiting();
+        }
         n + self.progress_rest(idle_turn, events)
+    }
+
+    /// Tells each udp lane whether its endpoint awaits an answer from the peer (emulated
+    /// RMA and atomics, synchronous sends: `EpState::outstanding`), so that udp probes a
+    /// silent peer meanwhile and finds it dead after `UCX_UDP_TIMEOUT` even when the
+    /// peer acknowledged the request before it died. Other transports find dead peers by
+    /// themselves. Done on full turns, at most every [`AWAIT_SWEEP_NS`].
+    fn tell_awaiting(&mut self) {
+        let now = self.full_turn_at;
+        if now.wrapping_sub(self.await_sweep_at) < AWAIT_SWEEP_NS
+            || !self.tls.iter().any(|t| t.transport == Transport::Udp)
+        {
+            return;
+        }
+        self.await_sweep_at = now;
+        for e in self.core.eps.iter().flatten() {
+            if let Some(l) = e.lane {
+                if let Some(t) = self.tls.get_mut(l.tl) {
+                    if t.transport == Transport::Udp {
+                        let _ = t.iface.set_awaiting(l.ep, e.outstanding > 0);
+                    }
+                }
+            }
+        }
     }
 
     /// The rest of a progress turn, after the interfaces were polled: broken

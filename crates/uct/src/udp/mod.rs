@@ -120,8 +120,9 @@
 //!
 //! # Failure
 //!
-//! A peer that we wait for (unacknowledged messages, or a keepalive probe when
-//! [`UdpConfig::keepalive`] is set) and that stays silent for [`UdpConfig::timeout`] is
+//! A peer that we wait for (unacknowledged messages, or a probe: with
+//! [`UdpConfig::keepalive`] set, or while an answer is awaited on one of its endpoints,
+//! [`UdpIface::set_awaiting`]) and that stays silent for [`UdpConfig::timeout`] is
 //! declared failed by the engine: its endpoints fail with `EndpointTimeout`, later sends
 //! on them return that status. An endpoint created again to that address starts a fresh
 //! peer.
@@ -363,6 +364,9 @@ impl UdpConfig {
             nak_interval: ns(self.nak_interval),
             peer_timeout: ns(self.timeout),
             keepalive: self.keepalive.map(ns),
+            // A peer whose answer is awaited (UdpIface::set_awaiting) and that has gone
+            // quiet is probed every second, or every UDP_TIMEOUT if that is shorter.
+            await_probe: ns(self.timeout).min(1_000_000_000),
             tx_pool_packets: self.tx_queue_for(seg_size),
             rx_pool_packets: self.tx_queue_for(seg_size),
             max_peers: 1 << 24,
@@ -418,11 +422,14 @@ struct PeerEntry {
     /// Endpoints that refer to it.
     eps: u32,
     failed: bool,
+    /// Endpoints to it whose owner awaits an answer ([`UdpIface::set_awaiting`]).
+    awaiting: u16,
 }
 
 struct UdpEp {
     peer: u32,
     failed: Option<Status>,
+    awaiting: bool,
 }
 
 // The per-peer state the module docs promise (about 250 bytes with the hash-map entry).
@@ -829,6 +836,7 @@ impl UdpIface {
             addr,
             eps: 0,
             failed: false,
+            awaiting: 0,
         });
         let peers = &self.peers;
         self.by_addr.insert(&addr, id, |p| peers[p as usize].addr);
@@ -864,7 +872,11 @@ impl UdpIface {
             self.unref_peers -= 1;
         }
         pe.eps += 1;
-        let ep = self.eps.insert(UdpEp { peer, failed: None })?;
+        let ep = self.eps.insert(UdpEp {
+            peer,
+            failed: None,
+            awaiting: false,
+        })?;
         Ok(ep)
     }
 
@@ -880,6 +892,9 @@ impl UdpIface {
             // endpoint, whose destruction ends the buffer's promise, is destroyed only now.
             buf.copy_from_slice(unsafe { ext_bytes(Some(x)) });
         });
+        if e.awaiting {
+            self.count_awaiting(e.peer, false);
+        }
         if let Some(pe) = self.peers.get_mut(e.peer as usize) {
             pe.eps -= 1;
             if pe.eps == 0 {
@@ -887,6 +902,31 @@ impl UdpIface {
             }
         }
         Ok(())
+    }
+
+    /// Tells the reliability engine whether an answer is awaited on `ep` (a reply to a
+    /// request the peer already acknowledged): while one is and nothing is in flight, the
+    /// peer is probed, so that its death is found even with keepalive off
+    /// (`uct_rel::Engine::set_awaiting`). A peer is awaited while any endpoint to it is.
+    pub fn set_awaiting(&mut self, ep: EpId, on: bool) -> Result<()> {
+        let e = self.eps.get_mut(ep)?;
+        if e.awaiting != on {
+            e.awaiting = on;
+            let peer = e.peer;
+            self.count_awaiting(peer, on);
+        }
+        Ok(())
+    }
+
+    fn count_awaiting(&mut self, peer: u32, on: bool) {
+        if let Some(pe) = self.peers.get_mut(peer as usize) {
+            pe.awaiting = if on {
+                pe.awaiting.saturating_add(1)
+            } else {
+                pe.awaiting.saturating_sub(1)
+            };
+            self.engine.set_awaiting(PeerId(peer), pe.awaiting > 0);
+        }
     }
 
     pub fn ep_count(&self) -> usize {
