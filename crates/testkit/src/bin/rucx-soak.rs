@@ -1372,15 +1372,15 @@ mod parent {
             if o.transport == "udp" {
                 // Retransmit soon on a path without delay; a peer that acknowledges
                 // nothing for 10 s is gone (how a killed rank is noticed). A survivor
-                // may owe the dead rank nothing unacknowledged and still wait for it
-                // (a get's reply, a rendezvous the dead rank had accepted): without a
-                // keepalive probe (off by default in udp) that wait never ends.
+                // that owes the dead rank nothing unacknowledged but waits for its
+                // answer (a get's reply, a rendezvous the dead rank had accepted) finds
+                // the death through udp's probes of awaited peers; no keepalive is set,
+                // so the soak runs udp's default there.
                 for (k, v) in [
                     ("UCX_UDP_RTO", "10ms"),
                     ("UCX_UDP_RTO_MAX", "100ms"),
                     ("UCX_UDP_NAK_INTERVAL", "2ms"),
                     ("UCX_UDP_TIMEOUT", "10s"),
-                    ("UCX_UDP_KEEPALIVE", "1s"),
                 ] {
                     if std::env::var_os(k).is_none() {
                         cmd.env(k, v);
