@@ -633,3 +633,82 @@ fn get_reply_after_unmap_is_an_error_and_reads_nothing() {
         let _ = t.wait_request(r, TIMEOUT);
     }
 }
+
+/// Through a key that maps the memory (the in-call paths of put_nb and atomic_fetch_nb
+/// with no callback), a put or atomic outside the key, a fetch whose result buffer is too
+/// short and a misaligned atomic are refused in the call and change nothing; good ones
+/// land and return the previous value.
+#[test]
+fn direct_key_refuses_bad_calls_in_the_call() {
+    let ctx = ctx_with(RmaPath::Auto);
+    let mut t = Worker::new(&ctx, ThreadMode::Single).unwrap();
+    let mut i = Worker::new(&ctx, ThreadMode::Single).unwrap();
+    let ep = i.ep_create(&t.address()).unwrap();
+    // Allocated by rucx: a shared segment, which the key maps.
+    let mem = ctx.mem_alloc(1024).unwrap();
+    let base = mem.address() as u64;
+    let view = || {
+        // SAFETY: the region is mapped until `mem` drops, at the end; nothing writes it
+        // while the copy is taken (every call below completes in the call).
+        unsafe { std::slice::from_raw_parts(mem.address(), 1024) }.to_vec()
+    };
+    // SAFETY: as in `view`.
+    unsafe { std::ptr::write_bytes(mem.address(), 0xee, 1024) };
+    let rk = i.rkey_unpack(ep, &mem.rkey_pack()).unwrap();
+    assert_eq!(rk.rma_path(), RmaPath::Direct);
+    assert_eq!(rk.amo_path(), RmaPath::Direct);
+    let data = [7u8; 16];
+    // SAFETY (every Buf below): the slices outlive the calls, which complete or fail in
+    // the call (checked: no request comes back).
+    let put = |i: &mut Worker, addr: u64, len: usize| unsafe {
+        i.put_nb(
+            ep,
+            Buf::contig(data.as_ptr().cast_mut(), len),
+            addr,
+            &rk,
+            None,
+        )
+    };
+    assert_eq!(put(&mut i, base + 1020, 8), Err(Status::InvalidParam));
+    assert_eq!(put(&mut i, base - 8, 8), Err(Status::InvalidParam));
+    assert_eq!(put(&mut i, u64::MAX - 4, 8), Err(Status::InvalidParam));
+    let mut res = [0u8; 8];
+    let fetch = |i: &mut Worker, addr: u64, res: &mut [u8], len: usize| unsafe {
+        i.atomic_fetch_nb(
+            ep,
+            AtomicOp::Add,
+            AtomicSize::B64,
+            5,
+            0,
+            Buf::contig(res.as_mut_ptr(), len),
+            addr,
+            &rk,
+            None,
+        )
+    };
+    assert_eq!(
+        fetch(&mut i, base + 1024, &mut res, 8),
+        Err(Status::InvalidParam)
+    );
+    assert_eq!(
+        fetch(&mut i, base + 8, &mut res, 4),
+        Err(Status::InvalidParam)
+    );
+    assert_eq!(
+        fetch(&mut i, base + 4, &mut res, 8),
+        Err(Status::InvalidParam)
+    );
+    assert_eq!(res, [0u8; 8], "a refused fetch wrote its result");
+    assert!(view().iter().all(|&b| b == 0xee), "a refused call wrote");
+    // Good calls complete in the call.
+    assert_eq!(put(&mut i, base + 16, 16), Ok(None));
+    assert_eq!(fetch(&mut i, base + 16, &mut res, 8), Ok(None));
+    assert_eq!(u64::from_ne_bytes(res), u64::from_ne_bytes([7; 8]));
+    let v = view();
+    assert_eq!(v[16..24], (u64::from_ne_bytes([7; 8]) + 5).to_ne_bytes());
+    assert_eq!(v[24..32], [7u8; 8]);
+    assert!(v[..16].iter().all(|&b| b == 0xee));
+    assert!(v[32..].iter().all(|&b| b == 0xee));
+    drop(mem);
+    t.progress();
+}

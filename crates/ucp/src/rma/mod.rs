@@ -207,6 +207,19 @@ pub(crate) fn put_nb(
     new_req(core, st, cb, false)
 }
 
+/// [`put_nb`] when it completes in the call with nothing to report: a contiguous buffer
+/// through a key reached in the call (mapped or CMA). `None` when the put needs the
+/// general path. The checks are `put_nb`'s, before any byte moves.
+#[inline]
+pub(crate) fn put_in_call(ep: Ep, src: &Buf, addr: u64, rk: &RemoteKey) -> Option<Result<()>> {
+    let k = rk.in_call()?;
+    let data = src.as_bytes()?;
+    Some(
+        rk.check(ep, addr, data.len())
+            .and_then(|()| uct::rma::put_one(k, addr, data)),
+    )
+}
+
 /// A direct or CMA put of `src`, complete on return.
 #[inline]
 fn put_direct(k: &uct::Rkey, addr: u64, src: &Buf) -> Result<()> {
@@ -458,14 +471,12 @@ pub(crate) fn atomic_fetch_nb(
     rk: &RemoteKey,
     cb: Option<Callback>,
 ) -> Result<Post> {
+    if let Some(done) = atomic_fetch_in_call(ep, op, size, value, compare, &result, addr, rk) {
+        return done.map(|()| Post::Done(cb));
+    }
     rk.check(ep, addr, size.bytes())?;
     if result.len() < size.bytes() {
         return Err(Status::InvalidParam);
-    }
-    if let Some(k) = rk.cpu_atomics() {
-        let old = uct::rma::atomic(k, op, size, addr, value, compare)?;
-        write_old(&result, size, old);
-        return Ok(Post::Done(cb));
     }
     check_aligned(addr, size)?;
     let mut st = state(
@@ -483,6 +494,34 @@ pub(crate) fn atomic_fetch_nb(
     st.value = value;
     st.compare = compare;
     new_req(core, st, cb, false)
+}
+
+/// [`atomic_fetch_nb`] when the key maps the memory: the CPU atomic runs here and the
+/// previous value is in `result` on return. `None` when the atomic needs messages. The
+/// checks come first, so a refused call changes nothing.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+pub(crate) fn atomic_fetch_in_call(
+    ep: Ep,
+    op: AtomicOp,
+    size: AtomicSize,
+    value: u64,
+    compare: u64,
+    result: &Buf,
+    addr: u64,
+    rk: &RemoteKey,
+) -> Option<Result<()>> {
+    let k = rk.cpu_atomics()?;
+    let run = || {
+        rk.check(ep, addr, size.bytes())?;
+        if result.len() < size.bytes() {
+            return Err(Status::InvalidParam);
+        }
+        let old = uct::rma::atomic(k, op, size, addr, value, compare)?;
+        write_old(result, size, old);
+        Ok(())
+    };
+    Some(run())
 }
 
 fn check_aligned(addr: u64, size: AtomicSize) -> Result<()> {

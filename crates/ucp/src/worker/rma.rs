@@ -31,6 +31,13 @@ impl Worker {
         mut cb: Option<Callback>,
     ) -> Result<Option<Request>> {
         self.core.check(ep)?;
+        if cb.is_none() {
+            // Mapped and CMA puts complete here, and with no callback there is nothing to
+            // report: no request, no completion path.
+            if let Some(done) = rma::put_in_call(ep, &src, addr, rk) {
+                return done.map(|()| None);
+            }
+        }
         self.core.stamp(&mut cb, CqOp::Put)?;
         let len = src.len();
         let post = rma::put_nb(&mut self.core, ep, src, addr, rk, cb)?;
@@ -201,6 +208,14 @@ impl Worker {
         mut cb: Option<Callback>,
     ) -> Result<Option<Request>> {
         self.core.check(ep)?;
+        if cb.is_none() {
+            // As in put_nb: a CPU atomic through a mapping has nothing left to report.
+            if let Some(done) =
+                rma::atomic_fetch_in_call(ep, op, size, value, compare, &result, addr, rk)
+            {
+                return done.map(|()| None);
+            }
+        }
         self.core.stamp(&mut cb, CqOp::Atomic)?;
         let post = rma::atomic_fetch_nb(
             &mut self.core,
