@@ -673,18 +673,11 @@ fn direct_key_refuses_bad_calls_in_the_call() {
     assert_eq!(put(&mut i, base - 8, 8), Err(Status::InvalidParam));
     assert_eq!(put(&mut i, u64::MAX - 4, 8), Err(Status::InvalidParam));
     let mut res = [0u8; 8];
-    let fetch = |i: &mut Worker, addr: u64, res: &mut [u8], len: usize| unsafe {
-        i.atomic_fetch_nb(
-            ep,
-            AtomicOp::Add,
-            AtomicSize::B64,
-            5,
-            0,
-            Buf::contig(res.as_mut_ptr(), len),
-            addr,
-            &rk,
-            None,
-        )
+    let fetch = |i: &mut Worker, addr: u64, res: &mut [u8], len: usize| {
+        assert!(len <= res.len());
+        // SAFETY: `res` outlives the call, which completes or fails in the call.
+        let b = unsafe { Buf::contig(res.as_mut_ptr(), len) };
+        i.atomic_fetch_nb(ep, AtomicOp::Add, AtomicSize::B64, 5, 0, b, addr, &rk, None)
     };
     assert_eq!(
         fetch(&mut i, base + 1024, &mut res, 8),
