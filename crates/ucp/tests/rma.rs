@@ -658,16 +658,11 @@ fn direct_key_refuses_bad_calls_in_the_call() {
     assert_eq!(rk.rma_path(), RmaPath::Direct);
     assert_eq!(rk.amo_path(), RmaPath::Direct);
     let data = [7u8; 16];
-    // SAFETY (every Buf below): the slices outlive the calls, which complete or fail in
-    // the call (checked: no request comes back).
-    let put = |i: &mut Worker, addr: u64, len: usize| unsafe {
-        i.put_nb(
-            ep,
-            Buf::contig(data.as_ptr().cast_mut(), len),
-            addr,
-            &rk,
-            None,
-        )
+    let put = |i: &mut Worker, addr: u64, len: usize| {
+        // SAFETY: `data` outlives the call, which completes or fails in the call
+        // (checked below: no request comes back).
+        let b = unsafe { Buf::contig(data.as_ptr().cast_mut(), len) };
+        i.put_nb(ep, b, addr, &rk, None)
     };
     assert_eq!(put(&mut i, base + 1020, 8), Err(Status::InvalidParam));
     assert_eq!(put(&mut i, base - 8, 8), Err(Status::InvalidParam));
