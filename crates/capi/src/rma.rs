@@ -445,6 +445,20 @@ unsafe fn put_common(
         return Err(Status::InvalidParam);
     }
     let rep = e.ep;
+    if Wk::lazy(&op) && len <= isize::MAX as usize {
+        // Nothing a request would carry was asked for: a key that maps the memory (or
+        // reaches it by CMA) completes the put here, without the worker or its lock.
+        let data: &[u8] = if len == 0 {
+            &[]
+        } else {
+            // SAFETY: the caller's buffer of `len` bytes (not null, checked above),
+            // readable during the call, which is all this path reads it for.
+            unsafe { std::slice::from_raw_parts(buffer.cast(), len) }
+        };
+        if let Some(done) = ucp::rma::put_bytes_in_call(rep, data, remote_addr, &k.rk) {
+            return done.map(|()| std::ptr::null_mut());
+        }
+    }
     run(wk, |w, side| {
         // SAFETY: the API's contract: the buffer stays readable, and unchanged, until
         // completion (null with a length was refused above).

@@ -212,8 +212,17 @@ pub(crate) fn put_nb(
 /// general path. The checks are `put_nb`'s, before any byte moves.
 #[inline]
 pub(crate) fn put_in_call(ep: Ep, src: &Buf, addr: u64, rk: &RemoteKey) -> Option<Result<()>> {
+    put_bytes_in_call(ep, src.as_bytes()?, addr, rk)
+}
+
+/// A put that needs no worker: when the key is reached in the call (mapped or CMA) the
+/// bytes are written here, complete on return. `None` when the key needs messages (the
+/// caller takes [`crate::Worker::put_nb`]). As [`put_signal_in_call`], it touches no
+/// worker state, so a caller holding the endpoint (the C API's handle) may call it
+/// without the worker or its lock; `ep` is only compared with the key's endpoint.
+#[inline]
+pub fn put_bytes_in_call(ep: Ep, data: &[u8], addr: u64, rk: &RemoteKey) -> Option<Result<()>> {
     let k = rk.in_call()?;
-    let data = src.as_bytes()?;
     Some(
         rk.check(ep, addr, data.len())
             .and_then(|()| uct::rma::put_one(k, addr, data)),
