@@ -6,7 +6,8 @@
 //! address, endpoint create (from a real or a garbage address) and destroy/close, tag
 //! send and receive (`_nbx`, eager and rendezvous sizes, random request-parameter fields),
 //! request test/check/free/cancel, mem map/unmap (allocated or the caller's memory), rkey
-//! pack/release/unpack (real or garbage keys)/destroy.
+//! pack/release/unpack (real or garbage keys)/destroy, put and get (`_nbx`, to random
+//! addresses or into memory this input made, random request-parameter fields).
 //!
 //! Asserted: nothing crashes or panics across the boundary; a call with a handle that is
 //! certainly invalid here (null, misaligned, of another kind, or destroyed by this input)
@@ -68,6 +69,22 @@ extern "C" {
         count: usize,
         tag: u64,
         mask: u64,
+        param: *const ucp_request_param_t,
+    ) -> *mut c_void;
+    fn ucp_put_nbx(
+        ep: *mut c_void,
+        buffer: *const c_void,
+        count: usize,
+        remote_addr: u64,
+        rkey: *mut c_void,
+        param: *const ucp_request_param_t,
+    ) -> *mut c_void;
+    fn ucp_get_nbx(
+        ep: *mut c_void,
+        buffer: *mut c_void,
+        count: usize,
+        remote_addr: u64,
+        rkey: *mut c_void,
         param: *const ucp_request_param_t,
     ) -> *mut c_void;
     fn ucp_request_test(request: *mut c_void, info: *mut ucp_tag_recv_info_t) -> ucs_status_t;
@@ -378,7 +395,7 @@ impl World {
         // status value, a pointer into a handle cell of ours (cells are never freed), a
         // request of a live worker, or memory this input owns until its end.
         unsafe {
-            match code % 22 {
+            match code % 24 {
                 0 if self.ctx.len() < MAX_CTX => {
                     let mut params: ucp_params_t = std::mem::zeroed();
                     params.field_mask = inp.u64()
@@ -782,9 +799,52 @@ impl World {
                     t!("ucp_rkey_destroy({:?})", a.p);
                     ucp_rkey_destroy(a.p);
                 }
+                22 | 23 => {
+                    let (a, i) = self.pick(Kind::Ep, inp);
+                    let (k, _) = self.pick(Kind::Rkey, inp);
+                    let (param, elem) = self.param(inp, false);
+                    let count = self.size(inp) / elem;
+                    let buf = self.buffer(count * elem);
+                    let addr = self.remote_addr(inp);
+                    let pp = param.as_deref().map_or(std::ptr::null(), |p| p as *const _);
+                    let (name, r) = if code % 24 == 22 {
+                        (
+                            "ucp_put_nbx",
+                            ucp_put_nbx(a.p, buf.cast(), count, addr, k.p, pp),
+                        )
+                    } else {
+                        (
+                            "ucp_get_nbx",
+                            ucp_get_nbx(a.p, buf.cast(), count, addr, k.p, pp),
+                        )
+                    };
+                    t!(
+                        "{name}({:?} bad={}, {count}, {addr:#x}, {:?} bad={}) = {r:?}",
+                        a.p,
+                        a.bad,
+                        k.p,
+                        k.bad
+                    );
+                    if a.bad || k.bad {
+                        assert!(is_err_ptr(r), "{name} with a bad endpoint or key: {r:?}");
+                    }
+                    let worker = i.map(|i| self.eps[i].owner);
+                    self.keep_request(r, worker, i);
+                }
                 _ => {}
             }
         }
+    }
+
+    /// A remote address for put and get: random, or inside memory this input made (so
+    /// that a key of the caller's memory can be hit).
+    fn remote_addr(&self, inp: &mut Input) -> u64 {
+        let sel = inp.u8();
+        if sel % 2 == 0 || self.arena.is_empty() {
+            return inp.u64();
+        }
+        let b = &self.arena[usize::from(inp.u8()) % self.arena.len()];
+        b.as_ptr() as u64 + u64::from(inp.u8()) % (b.len() as u64 * 8)
     }
 
     /// A message size: mostly small, sometimes past the rendezvous threshold.
