@@ -16,6 +16,17 @@
 //! go through in chunks of one slot, pipelined. Reductions read the members' slots in
 //! member order, so every member of an allreduce computes the same bits.
 //!
+//! **Inline rounds** (at most [`INLINE`] bytes per member) use cell `k % ring` of the
+//! member's ring instead of slot `k % 2`, under the same rule at a distance of `ring`:
+//! step 1 waits until every member entered round `k - ring + 1` (it finished reading
+//! round `k - ring`, the cell's last use), and step 4 waits for the cell's sequence word
+//! to hold `k`. Every member publishes its cell in every inline round (with data or
+//! not), so a bcast root may run up to `ring - 1` rounds ahead of the other members.
+//!
+//! What a member has seen of the others' rounds is kept ([`ShmTeam::known`]): a wait that
+//! it already satisfies reads nothing shared, so a root running ahead does not pull its
+//! readers' flag lines to its core every round.
+//!
 //! **Single copy.** Pure data movement (bcast, allgather(v), alltoall not in place,
 //! gather, scatter) of at least [`CMA_MIN`] bytes per block takes two rounds instead: in
 //! the first, each member that has data writes only its process id and the address of its
@@ -28,9 +39,9 @@
 //! [`Run::waiting`] says whose flag it waits for (the caller sleeps on it, or fails the
 //! collective when that member is gone).
 
-use super::seg::INLINE;
+use super::seg::{write_ahead, INLINE};
 use super::split::Split;
-use super::ShmTeam;
+use super::{widen, ShmTeam};
 use crate::alg::Shape;
 use crate::dtype::{self, DataType, Op};
 use crate::select::CollType;
@@ -59,7 +70,7 @@ pub(crate) struct Run {
     /// Bytes moved per round (per destination for alltoall and scatter).
     chunk: usize,
     mode: Mode,
-    base: u32,
+    base: u64,
     rounds: u32,
     r: u32,
     wrote: bool,
@@ -83,8 +94,8 @@ pub const SPLIT_MIN: usize = 16 << 10;
 pub(crate) enum Mode {
     /// Through the data slots, one chunk per round.
     Slot,
-    /// Through the inline slots of the control lines: one round, at most
-    /// [`INLINE`] bytes per member.
+    /// Through the members' rings of inline cells: one round, at most [`INLINE`] bytes
+    /// per member.
     Inline,
     /// Single copy by cross-memory attach (two rounds: descriptors, then done).
     Cma,
@@ -275,7 +286,7 @@ impl Run {
         self.shape.rank
     }
 
-    /// Slot `k % 2` of member `j` for this run's mode: inline or data.
+    /// Slot `k % 2` (or inline, cell `k % ring`) of member `j` for this run's mode.
     #[inline]
     fn slot(&self, j: usize, k: u32) -> *mut u8 {
         if self.mode == Mode::Inline {
@@ -308,10 +319,15 @@ impl Run {
 
     /// Whom this member waits for before writing its slot: everybody, if it writes at
     /// all. (The previous user of the slot, two rounds back, may have been another
-    /// collective with other readers: any member may still be reading it.)
+    /// collective with other readers: any member may still be reading it.) Inline,
+    /// everybody, always: every member publishes its cell, whose last use was `ring`
+    /// rounds back.
     fn before_write(&self) -> Who {
         use CollType as C;
         let root = self.me() == self.root();
+        if self.mode == Mode::Inline {
+            return Who::All;
+        }
         if self.mode == Mode::Cma && self.r == 1 {
             return Who::Nobody;
         }
@@ -355,47 +371,104 @@ impl Run {
         }
     }
 
-    /// The first member in `who` whose flag has not reached `k`, with its flag.
-    fn behind(&self, who: Who, k: u32) -> Option<(usize, u32)> {
-        let seg = &self.team.seg;
+    /// The first member in `who` not known to have entered round `need`, with its flag.
+    fn behind(&self, who: Who, need: u64) -> Option<(usize, u32)> {
+        let t = &*self.team;
         let me = self.me();
         let late = |j: usize| {
-            let f = seg.flag(j);
-            (j != me && !super::seg::reached(f, k)).then_some((j, f))
+            if j == me || t.known(j) >= need {
+                return None;
+            }
+            let f = t.seg.flag(j);
+            let w = widen(f, need);
+            if w >= need {
+                t.learn(j, w);
+                return None;
+            }
+            Some((j, f))
         };
         match who {
             Who::Nobody => None,
             Who::One(j) => late(j),
-            Who::All => (0..seg.members()).find_map(late),
+            Who::All => (0..t.seg.members()).find_map(late),
+        }
+    }
+
+    /// Inline: the first member in `who` whose cell does not hold round `k` yet, with
+    /// its flag.
+    fn unpublished(&self, who: Who, k: u64) -> Option<(usize, u32)> {
+        let t = &*self.team;
+        let me = self.me();
+        let late = |j: usize| {
+            if j == me || t.known(j) >= k {
+                return None;
+            }
+            // The cell holds round k or an earlier use (k - ring, ...): never a later one,
+            // which needs this member in round k + 1.
+            if t.seg.cell_round(j, k as u32) == k as u32 {
+                t.learn(j, k);
+                return None;
+            }
+            // The flag is stored after the cell: seen at k, the cell is visible too.
+            let f = t.seg.flag(j);
+            let w = widen(f, k);
+            if w >= k {
+                t.learn(j, w);
+                return None;
+            }
+            Some((j, f))
+        };
+        match who {
+            Who::Nobody => None,
+            Who::One(j) => late(j),
+            Who::All => (0..t.seg.members()).find_map(late),
         }
     }
 
     /// Runs rounds until one must wait; `Ok(true)` when the collective completed here.
     pub(crate) fn advance(&mut self) -> Result<bool> {
+        let inline = self.mode == Mode::Inline;
         while self.r < self.rounds {
             if self.team.seg.aborted() {
                 return Err(Status::ConnectionReset);
             }
-            let k = self.base.wrapping_add(self.r);
+            let k = self.base.wrapping_add(u64::from(self.r));
             if !self.wrote {
                 // Rounds of earlier collectives of the segment come first.
                 if self.team.done() != k.wrapping_sub(1) {
                     self.waiting = None;
                     return Ok(false);
                 }
-                if let Some(w) = self.behind(self.before_write(), k.wrapping_sub(1)) {
+                // The last use of this slot (cell) was 2 (ring) rounds back.
+                let back = if inline {
+                    self.team.seg.ring() as u64 - 1
+                } else {
+                    1
+                };
+                if let Some(w) = self.behind(self.before_write(), k.saturating_sub(back)) {
                     self.waiting = Some(w);
                     return Ok(false);
                 }
-                self.write(k)?;
-                self.team.seg.set_flag(self.me(), k);
+                self.write(k as u32)?;
+                if inline {
+                    let seg = &self.team.seg;
+                    seg.set_cell_round(self.me(), k as u32);
+                    let ahead = write_ahead(seg.ring());
+                    seg.prefetch_own_cell(self.me(), (k as u32).wrapping_add(ahead));
+                }
+                self.team.seg.set_flag(self.me(), k as u32);
                 self.wrote = true;
             }
-            if let Some(w) = self.behind(self.sources(), k) {
+            let late = if inline {
+                self.unpublished(self.sources(), k)
+            } else {
+                self.behind(self.sources(), k)
+            };
+            if let Some(w) = late {
                 self.waiting = Some(w);
                 return Ok(false);
             }
-            self.read(k)?;
+            self.read(k as u32)?;
             self.team.set_done(k);
             self.r += 1;
             self.wrote = false;
