@@ -40,7 +40,7 @@
 //! collective when that member is gone).
 
 use super::seg::{write_ahead, INLINE};
-use super::split::Split;
+use super::split::{Split, SplitCma};
 use super::{widen, ShmTeam};
 use crate::alg::Shape;
 use crate::dtype::{self, DataType, Op};
@@ -76,6 +76,8 @@ pub(crate) struct Run {
     wrote: bool,
     /// The member whose flag the run waits for, and the value it saw.
     waiting: Option<(usize, u32)>,
+    /// Scratch memory of the single-copy split allreduce, kept between posts.
+    scratch: Vec<u8>,
 }
 
 // SAFETY: the raw pointers are the request's buffers, which move with the request (see
@@ -85,9 +87,13 @@ unsafe impl Send for Run {}
 /// Blocks of at least this many bytes move by cross-memory attach (one copy).
 pub const CMA_MIN: usize = 32 << 10;
 
-/// Allreduce and reduce vectors of at least this many bytes take the split form (see
+/// Reduce vectors of at least this many bytes take the split form (see
 /// [`super::split`]).
 pub const SPLIT_MIN: usize = 16 << 10;
+
+/// Allreduce vectors of at least this many bytes take the single-copy split form (see
+/// [`SplitCma`]); reduce takes the split through the slots ([`Split`]) from [`SPLIT_MIN`].
+pub const SPLIT_CMA_MIN: usize = 16 << 10;
 
 /// How a run moves its data.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -102,6 +108,9 @@ pub(crate) enum Mode {
     /// Allreduce or reduce in two rounds per chunk, each member reducing its part
     /// ([`Split`]).
     Split,
+    /// Allreduce in two rounds, each member reducing its part straight from the others'
+    /// inputs into their destinations by cross-memory attach ([`SplitCma`]).
+    SplitCma,
 }
 
 /// Rounds, chunk bytes and mode of a collective on a segment with `slot`-byte slots.
@@ -148,6 +157,9 @@ fn geometry(coll: CollType, s: &Shape, slot: usize) -> (u32, usize, Mode) {
         };
     if cma {
         return (2, len, Mode::Cma);
+    }
+    if coll == C::Allreduce && s.size > 1 && len >= SPLIT_CMA_MIN {
+        return (2, len, Mode::SplitCma);
     }
     if matches!(coll, C::Allreduce | C::Reduce) && s.size > 1 && len >= SPLIT_MIN {
         return (Split::rounds(len, chunk), chunk, Mode::Split);
@@ -255,6 +267,7 @@ impl Run {
             r: 0,
             wrote: false,
             waiting: None,
+            scratch: Vec::new(),
         }
     }
 
@@ -313,6 +326,21 @@ impl Run {
         }
     }
 
+    /// This run as a single-copy split allreduce.
+    fn split_cma(&self) -> SplitCma<'_> {
+        SplitCma {
+            seg: &self.team.seg,
+            me: self.me(),
+            dt: self.dt,
+            op: self.op,
+            avg: self.avg,
+            input: self.input(),
+            dst: self.dst,
+            in_place: self.own_in_dst(),
+            total: self.shape.bytes(),
+        }
+    }
+
     fn root(&self) -> usize {
         self.shape.root
     }
@@ -328,7 +356,7 @@ impl Run {
         if self.mode == Mode::Inline {
             return Who::All;
         }
-        if self.mode == Mode::Cma && self.r == 1 {
+        if matches!(self.mode, Mode::Cma | Mode::SplitCma) && self.r == 1 {
             return Who::Nobody;
         }
         if self.mode == Mode::Split {
@@ -351,9 +379,12 @@ impl Run {
     fn sources(&self) -> Who {
         use CollType as C;
         let root = self.me() == self.root();
-        if self.mode == Mode::Cma && self.r == 1 {
-            // Everybody is done reading the writers' buffers.
-            return Who::All;
+        if matches!(self.mode, Mode::Cma | Mode::SplitCma) {
+            // Round A: everybody's descriptor; single copy, round B: everybody is done
+            // with the others' buffers.
+            if self.mode == Mode::SplitCma || self.r == 1 {
+                return Who::All;
+            }
         }
         if self.mode == Mode::Split {
             // Round B of a reduce: the root alone reads.
@@ -515,6 +546,12 @@ impl Run {
                 self.split().write(self.r, k);
                 return Ok(());
             }
+            Mode::SplitCma => {
+                if self.r == 0 {
+                    self.split_cma().write(k);
+                }
+                return Ok(());
+            }
             Mode::Slot | Mode::Inline => {}
         }
         let slot = self.slot(me, k);
@@ -594,6 +631,15 @@ impl Run {
         match self.mode {
             Mode::Cma => return self.read_cma(k),
             Mode::Split => return self.split().read(self.r, k),
+            Mode::SplitCma => {
+                if self.r == 1 {
+                    return Ok(());
+                }
+                let mut scratch = std::mem::take(&mut self.scratch);
+                let res = self.split_cma().read(k, &mut scratch);
+                self.scratch = scratch;
+                return res;
+            }
             Mode::Slot | Mode::Inline => {}
         }
         // SAFETY (every block below): source slots `k % 2` of members whose flag reached
