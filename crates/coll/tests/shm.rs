@@ -135,13 +135,14 @@ fn four_mib_through_the_segment() {
 }
 
 /// Sizes at and around the segment path's crossovers, each side of each: the inline
-/// slots (bytes a member writes in one round: `INLINE`), the split allreduce and reduce
+/// and mid cells (bytes a member writes in one round: `INLINE`, `MID`), the split
+/// allreduce and reduce
 /// (`SPLIT_MIN`, and a last chunk of one element, fewer than the members), and
 /// cross-memory attach (`CMA_MIN`); in place and not, teams of 2, 3 and 5.
 #[test]
 fn crossover_edges_through_the_segment() {
     use coll::shm::run::{CMA_MIN, SPLIT_MIN};
-    use coll::shm::{slot_bytes, INLINE};
+    use coll::shm::{slot_bytes, INLINE, MID};
     for p in [2, 3, 5] {
         let mut list = Vec::new();
         let mut push = |coll, dt, op, count, in_place: bool| {
@@ -156,8 +157,9 @@ fn crossover_edges_through_the_segment() {
                 CollType::Alltoall | CollType::Scatter | CollType::ReduceScatter
             );
             let edge = if per_member { INLINE / p } else { INLINE };
+            let mid = if per_member { MID / p } else { MID };
             for in_place in [false, true] {
-                for count in [edge - 1, edge, edge + 1] {
+                for count in [edge - 1, edge, edge + 1, mid - 1, mid, mid + 1] {
                     push(coll, DataType::Int8, Op::Sum, count, in_place);
                 }
                 let edge8 = edge / 8;
@@ -393,46 +395,83 @@ fn bcast8(cx: &mut coll::Context, team: coll::Team, root: usize, rank: usize, v:
     u64::from_ne_bytes(b)
 }
 
-/// The ring of inline cells: the root of 8-byte bcasts completes `ring - 1` of them while
-/// the other members have not started any (it leaves each in its ring and goes on);
-/// then the others take them all, in order, every value checked; the `ring`-th waits
-/// for them.
+/// A bcast of `len` bytes from `root` of a pattern made from `v`; whether this member
+/// got it whole.
+fn bcast_n(
+    cx: &mut coll::Context,
+    team: coll::Team,
+    root: usize,
+    rank: usize,
+    v: u64,
+    len: usize,
+) -> bool {
+    let want: Vec<u8> = (0..len as u64).map(|i| (v * 31 + i * 7) as u8).collect();
+    let mut b = if rank == root {
+        want.clone()
+    } else {
+        vec![0xee; len]
+    };
+    cx.run(
+        team,
+        Args::new(CollType::Bcast)
+            .dst(Buffer::from_mut(&mut b))
+            .root(root)
+            .count(len)
+            .alg(Alg::Shm),
+    )
+    .unwrap();
+    b == want
+}
+
+/// The rings of cells: the root of bcasts of 8 bytes (inline cells) and of 4 KiB and
+/// `MID` bytes (mid cells) completes a ring's length less one of them while the other
+/// members have not started any (it leaves each in its ring and goes on); then the
+/// others take them all, in order, every byte checked; the next one waits for them.
 #[test]
 fn bcast_root_runs_ahead_through_the_ring() {
+    use coll::shm::{ring_len, MID, MID_RING};
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::{Duration, Instant};
     let p = 3;
-    let ring = coll::shm::ring_len(p);
-    let ahead = AtomicUsize::new(0);
-    with_team(p, Transport::Shm, Options::default(), |rank, cx, team| {
-        let v = |i: usize| 0x5eed_0000_0000 + i as u64;
-        if rank == 0 {
-            for i in 0..ring - 1 {
-                bcast8(cx, team, 0, rank, v(i));
-                ahead.store(i + 1, Ordering::Release);
+    for (len, ring) in [(8, ring_len(p)), (4096, MID_RING), (MID, MID_RING)] {
+        let ahead = AtomicUsize::new(0);
+        with_team(p, Transport::Shm, Options::default(), |rank, cx, team| {
+            let v = |i: usize| 0x5eed_0000_0000 + i as u64;
+            let one = |cx: &mut coll::Context, i: usize| {
+                if len == 8 {
+                    bcast8(cx, team, 0, rank, v(i)) == v(i)
+                } else {
+                    bcast_n(cx, team, 0, rank, v(i), len)
+                }
+            };
+            if rank == 0 {
+                for i in 0..ring - 1 {
+                    assert!(one(cx, i));
+                    ahead.store(i + 1, Ordering::Release);
+                }
+                assert!(one(cx, ring - 1));
+            } else {
+                // The others start only once the root has filled its ring.
+                let t0 = Instant::now();
+                while ahead.load(Ordering::Acquire) < ring - 1 {
+                    assert!(
+                        t0.elapsed() < Duration::from_secs(60),
+                        "{len} B: the root did not run ahead: {} of {}",
+                        ahead.load(Ordering::Acquire),
+                        ring - 1
+                    );
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                for i in 0..ring {
+                    assert!(one(cx, i), "{len} B: bcast {i}");
+                }
             }
-            bcast8(cx, team, 0, rank, v(ring - 1));
-        } else {
-            // The others start only once the root has filled its ring.
-            let t0 = Instant::now();
-            while ahead.load(Ordering::Acquire) < ring - 1 {
-                assert!(
-                    t0.elapsed() < Duration::from_secs(60),
-                    "the root did not run ahead: {} of {}",
-                    ahead.load(Ordering::Acquire),
-                    ring - 1
-                );
-                std::thread::sleep(Duration::from_millis(1));
-            }
-            for i in 0..ring {
-                assert_eq!(bcast8(cx, team, 0, rank, v(i)), v(i), "bcast {i}");
-            }
-        }
-    });
+        });
+    }
 }
 
-/// Inline rounds across several wraps of the rings, with a slow member: bcasts from
-/// rotating roots (which run ahead), allreduces and barriers mixed, a member that
+/// Inline and mid rounds across several wraps of the rings, with a slow member: bcasts
+/// from rotating roots (which run ahead), allreduces and barriers mixed, a member that
 /// sleeps now and then, and bursts of more nonblocking bcasts in flight than a ring has
 /// cells; every value checked.
 #[test]
@@ -449,6 +488,14 @@ fn inline_rounds_wrap_the_ring_with_a_slow_member() {
                 let root = (i / 50) % p;
                 let v = (i as u64) << 8 | root as u64;
                 assert_eq!(bcast8(cx, team, root, rank, v), v, "p={p} bcast {i}");
+                if i % 3 == 0 {
+                    // Mid cells, wrapping their shorter ring many times.
+                    let len = 100 + i % 4000;
+                    assert!(
+                        bcast_n(cx, team, root, rank, v, len),
+                        "p={p} bcast {i}, {len} B"
+                    );
+                }
                 if i % 31 == 0 {
                     let mine = (i + rank) as u64;
                     let got = cx

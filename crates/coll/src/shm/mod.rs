@@ -31,7 +31,7 @@ pub(crate) mod split;
 
 use crate::exec::tag;
 use seg::Seg;
-pub use seg::{ring_len, slot_bytes, INLINE};
+pub use seg::{ring_len, slot_bytes, INLINE, MID, MID_MEMBERS, MID_RING};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -340,17 +340,39 @@ mod tests {
         t.set_flag(2, 5);
         assert_eq!(s.flag(2), 5);
         assert!(Seg::attach(s.id(), 4).is_err());
-        // The cells of a ring: one line each, RING of them per member, wrapping.
-        let c0 = s.inline_ptr(1, 0) as usize;
-        assert_eq!(s.inline_ptr(1, 1) as usize - c0, 64);
-        let ring = s.ring();
+        // The cells of a ring: one line each, ring_len of them per member, wrapping.
+        use seg::Ring;
+        let c0 = s.cell_ptr(Ring::Inline, 1, 0) as usize;
+        assert_eq!(s.cell_ptr(Ring::Inline, 1, 1) as usize - c0, 64);
+        let ring = s.ring(Ring::Inline);
         assert_eq!(ring, ring_len(3));
-        assert_eq!(s.inline_ptr(1, ring as u32), s.inline_ptr(1, 0));
-        assert_eq!(s.inline_ptr(1, u32::MAX) as usize - c0, (ring - 1) * 64);
-        assert_eq!(s.inline_ptr(2, 0) as usize - c0, ring * 64);
-        assert!(s.inline_ptr(2, ring as u32 - 1) as usize + INLINE <= a);
-        t.set_cell_round(1, 3 + ring as u32);
-        assert_eq!(s.cell_round(1, 3), 3 + ring as u32);
-        assert_eq!(s.cell_round(1, 4), 0);
+        assert_eq!(
+            s.cell_ptr(Ring::Inline, 1, ring as u32),
+            s.cell_ptr(Ring::Inline, 1, 0)
+        );
+        assert_eq!(
+            s.cell_ptr(Ring::Inline, 1, u32::MAX) as usize - c0,
+            (ring - 1) * 64
+        );
+        assert_eq!(s.cell_ptr(Ring::Inline, 2, 0) as usize - c0, ring * 64);
+        t.set_cell_round(Ring::Inline, 1, 3 + ring as u32);
+        assert_eq!(s.cell_round(Ring::Inline, 1, 3), 3 + ring as u32);
+        assert_eq!(s.cell_round(Ring::Inline, 1, 4), 0);
+        // Mid cells: a line then MID bytes, MID_RING per member, between the inline
+        // cells and the data slots; no overlap with either ring's neighbours.
+        let m0 = s.cell_ptr(Ring::Mid, 0, 0) as usize;
+        let mid = s.ring(Ring::Mid);
+        assert_eq!(mid, MID_RING);
+        assert!(s.cell_ptr(Ring::Inline, 2, ring as u32 - 1) as usize + INLINE < m0);
+        assert_eq!(s.cell_ptr(Ring::Mid, 0, 1) as usize - m0, MID + 64);
+        assert_eq!(s.cell_ptr(Ring::Mid, 1, 0) as usize - m0, mid * (MID + 64));
+        assert_eq!(
+            s.cell_ptr(Ring::Mid, 1, mid as u32),
+            s.cell_ptr(Ring::Mid, 1, 0)
+        );
+        assert!(s.cell_ptr(Ring::Mid, 2, mid as u32 - 1) as usize + MID <= a);
+        t.set_cell_round(Ring::Mid, 2, 7);
+        assert_eq!(s.cell_round(Ring::Mid, 2, 7 + mid as u32), 7);
+        assert_eq!(Seg::create(MID_MEMBERS + 1).unwrap().ring(Ring::Mid), 0);
     }
 }

@@ -39,7 +39,7 @@
 //! [`Run::waiting`] says whose flag it waits for (the caller sleeps on it, or fails the
 //! collective when that member is gone).
 
-use super::seg::{write_ahead, INLINE};
+use super::seg::{write_ahead, Ring, INLINE, MID};
 use super::split::{Split, SplitCma};
 use super::{widen, ShmTeam};
 use crate::alg::Shape;
@@ -103,6 +103,9 @@ pub(crate) enum Mode {
     /// Through the members' rings of inline cells: one round, at most [`INLINE`] bytes
     /// per member.
     Inline,
+    /// Through the members' rings of mid cells: one round, at most [`MID`] bytes per
+    /// member (segments of up to `MID_MEMBERS`).
+    Mid,
     /// Single copy by cross-memory attach (two rounds: descriptors, then done).
     Cma,
     /// Allreduce or reduce in two rounds per chunk, each member reducing its part
@@ -113,8 +116,9 @@ pub(crate) enum Mode {
     SplitCma,
 }
 
-/// Rounds, chunk bytes and mode of a collective on a segment with `slot`-byte slots.
-fn geometry(coll: CollType, s: &Shape, slot: usize) -> (u32, usize, Mode) {
+/// Rounds, chunk bytes and mode of a collective on a segment with `slot`-byte slots
+/// (`mid`: whether it has rings of mid cells).
+fn geometry(coll: CollType, s: &Shape, slot: usize, mid: bool) -> (u32, usize, Mode) {
     use CollType as C;
     let es = s.esize.max(1);
     let whole = (slot / es * es).max(es);
@@ -144,9 +148,13 @@ fn geometry(coll: CollType, s: &Shape, slot: usize) -> (u32, usize, Mode) {
         C::Alltoall | C::Alltoallv | C::Scatter | C::Scatterv => len.saturating_mul(s.size),
         _ => len,
     };
+    let per_peer = matches!(coll, C::Alltoall | C::Alltoallv | C::Scatter | C::Scatterv);
+    let one_round = |mode| (1, if per_peer { len.max(1) } else { chunk }, mode);
     if per_member <= INLINE {
-        let per_peer = matches!(coll, C::Alltoall | C::Alltoallv | C::Scatter | C::Scatterv);
-        return (1, if per_peer { len.max(1) } else { chunk }, Mode::Inline);
+        return one_round(Mode::Inline);
+    }
+    if mid && per_member <= MID {
+        return one_round(Mode::Mid);
     }
     let cma = len >= CMA_MIN
         && match coll {
@@ -245,7 +253,8 @@ impl Run {
     /// A run of `spec`; [`Run::start`] reserves its rounds.
     pub(crate) fn new(spec: RunSpec) -> Run {
         let j = spec.job;
-        let (rounds, chunk, mode) = geometry(j.coll, &j.shape, j.team.seg.slot());
+        let seg = &j.team.seg;
+        let (rounds, chunk, mode) = geometry(j.coll, &j.shape, seg.slot(), seg.ring(Ring::Mid) > 0);
         let avg = if spec.op == Op::Avg && j.coll.reduces() {
             j.avg_over
         } else {
@@ -299,13 +308,22 @@ impl Run {
         self.shape.rank
     }
 
-    /// Slot `k % 2` (or inline, cell `k % ring`) of member `j` for this run's mode.
+    /// The ring of cells this run's rounds use, if any.
+    #[inline]
+    fn ring(&self) -> Option<Ring> {
+        match self.mode {
+            Mode::Inline => Some(Ring::Inline),
+            Mode::Mid => Some(Ring::Mid),
+            _ => None,
+        }
+    }
+
+    /// Slot `k % 2` (or in a ring, cell `k % len`) of member `j` for this run's mode.
     #[inline]
     fn slot(&self, j: usize, k: u32) -> *mut u8 {
-        if self.mode == Mode::Inline {
-            self.team.seg.inline_ptr(j, k)
-        } else {
-            self.team.seg.slot_ptr(j, k)
+        match self.ring() {
+            Some(ring) => self.team.seg.cell_ptr(ring, j, k),
+            None => self.team.seg.slot_ptr(j, k),
         }
     }
 
@@ -353,7 +371,7 @@ impl Run {
     fn before_write(&self) -> Who {
         use CollType as C;
         let root = self.me() == self.root();
-        if self.mode == Mode::Inline {
+        if self.ring().is_some() {
             return Who::All;
         }
         if matches!(self.mode, Mode::Cma | Mode::SplitCma) && self.r == 1 {
@@ -425,9 +443,9 @@ impl Run {
         }
     }
 
-    /// Inline: the first member in `who` whose cell does not hold round `k` yet, with
+    /// In a ring: the first member in `who` whose cell does not hold round `k` yet, with
     /// its flag.
-    fn unpublished(&self, who: Who, k: u64) -> Option<(usize, u32)> {
+    fn unpublished(&self, ring: Ring, who: Who, k: u64) -> Option<(usize, u32)> {
         let t = &*self.team;
         let me = self.me();
         let late = |j: usize| {
@@ -436,7 +454,7 @@ impl Run {
             }
             // The cell holds round k or an earlier use (k - ring, ...): never a later one,
             // which needs this member in round k + 1.
-            if t.seg.cell_round(j, k as u32) == k as u32 {
+            if t.seg.cell_round(ring, j, k as u32) == k as u32 {
                 t.learn(j, k);
                 return None;
             }
@@ -458,7 +476,7 @@ impl Run {
 
     /// Runs rounds until one must wait; `Ok(true)` when the collective completed here.
     pub(crate) fn advance(&mut self) -> Result<bool> {
-        let inline = self.mode == Mode::Inline;
+        let ring = self.ring();
         while self.r < self.rounds {
             if self.team.seg.aborted() {
                 return Err(Status::ConnectionReset);
@@ -470,30 +488,28 @@ impl Run {
                     self.waiting = None;
                     return Ok(false);
                 }
-                // The last use of this slot (cell) was 2 (ring) rounds back.
-                let back = if inline {
-                    self.team.seg.ring() as u64 - 1
-                } else {
-                    1
+                // The last use of this slot (cell) was 2 (the ring's length) rounds back.
+                let back = match ring {
+                    Some(ring) => self.team.seg.ring(ring) as u64 - 1,
+                    None => 1,
                 };
                 if let Some(w) = self.behind(self.before_write(), k.saturating_sub(back)) {
                     self.waiting = Some(w);
                     return Ok(false);
                 }
                 self.write(k as u32)?;
-                if inline {
+                if let Some(ring) = ring {
                     let seg = &self.team.seg;
-                    seg.set_cell_round(self.me(), k as u32);
-                    let ahead = write_ahead(seg.ring());
-                    seg.prefetch_own_cell(self.me(), (k as u32).wrapping_add(ahead));
+                    seg.set_cell_round(ring, self.me(), k as u32);
+                    let ahead = write_ahead(seg.ring(ring));
+                    seg.prefetch_own_cell(ring, self.me(), (k as u32).wrapping_add(ahead));
                 }
                 self.team.seg.set_flag(self.me(), k as u32);
                 self.wrote = true;
             }
-            let late = if inline {
-                self.unpublished(self.sources(), k)
-            } else {
-                self.behind(self.sources(), k)
+            let late = match ring {
+                Some(ring) => self.unpublished(ring, self.sources(), k),
+                None => self.behind(self.sources(), k),
             };
             if let Some(w) = late {
                 self.waiting = Some(w);
@@ -552,7 +568,7 @@ impl Run {
                 }
                 return Ok(());
             }
-            Mode::Slot | Mode::Inline => {}
+            Mode::Slot | Mode::Inline | Mode::Mid => {}
         }
         let slot = self.slot(me, k);
         // SAFETY (every block below): the regions lie inside the request's buffers (the
@@ -640,7 +656,7 @@ impl Run {
                 self.scratch = scratch;
                 return res;
             }
-            Mode::Slot | Mode::Inline => {}
+            Mode::Slot | Mode::Inline | Mode::Mid => {}
         }
         // SAFETY (every block below): source slots `k % 2` of members whose flag reached
         // `k` hold this round's data and are not written until this member enters round
