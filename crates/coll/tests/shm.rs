@@ -135,13 +135,14 @@ fn four_mib_through_the_segment() {
 }
 
 /// Sizes at and around the segment path's crossovers, each side of each: the inline
-/// slots (bytes a member writes in one round: `INLINE`), the split allreduce and reduce
+/// and mid cells (bytes a member writes in one round: `INLINE`, `MID`), the split
+/// allreduce and reduce
 /// (`SPLIT_MIN`, and a last chunk of one element, fewer than the members), and
 /// cross-memory attach (`CMA_MIN`); in place and not, teams of 2, 3 and 5.
 #[test]
 fn crossover_edges_through_the_segment() {
     use coll::shm::run::{CMA_MIN, SPLIT_MIN};
-    use coll::shm::{slot_bytes, INLINE};
+    use coll::shm::{slot_bytes, INLINE, MID};
     for p in [2, 3, 5] {
         let mut list = Vec::new();
         let mut push = |coll, dt, op, count, in_place: bool| {
@@ -156,8 +157,9 @@ fn crossover_edges_through_the_segment() {
                 CollType::Alltoall | CollType::Scatter | CollType::ReduceScatter
             );
             let edge = if per_member { INLINE / p } else { INLINE };
+            let mid = if per_member { MID / p } else { MID };
             for in_place in [false, true] {
-                for count in [edge - 1, edge, edge + 1] {
+                for count in [edge - 1, edge, edge + 1, mid - 1, mid, mid + 1] {
                     push(coll, DataType::Int8, Op::Sum, count, in_place);
                 }
                 let edge8 = edge / 8;
@@ -375,4 +377,176 @@ fn hierarchical_groups() {
         failures.len(),
         failures[..failures.len().min(10)].join("\n")
     );
+}
+
+/// One 8-byte bcast (inline: the root's ring of cells) of `v` from `root`; returns what
+/// this member got.
+fn bcast8(cx: &mut coll::Context, team: coll::Team, root: usize, rank: usize, v: u64) -> u64 {
+    let mut b = if rank == root { v } else { !v }.to_ne_bytes();
+    cx.run(
+        team,
+        Args::new(CollType::Bcast)
+            .dst(Buffer::from_mut(&mut b))
+            .root(root)
+            .count(8)
+            .alg(Alg::Shm),
+    )
+    .unwrap();
+    u64::from_ne_bytes(b)
+}
+
+/// A bcast of `len` bytes from `root` of a pattern made from `v`; whether this member
+/// got it whole.
+fn bcast_n(
+    cx: &mut coll::Context,
+    team: coll::Team,
+    root: usize,
+    rank: usize,
+    v: u64,
+    len: usize,
+) -> bool {
+    let want: Vec<u8> = (0..len as u64).map(|i| (v * 31 + i * 7) as u8).collect();
+    let mut b = if rank == root {
+        want.clone()
+    } else {
+        vec![0xee; len]
+    };
+    cx.run(
+        team,
+        Args::new(CollType::Bcast)
+            .dst(Buffer::from_mut(&mut b))
+            .root(root)
+            .count(len)
+            .alg(Alg::Shm),
+    )
+    .unwrap();
+    b == want
+}
+
+/// The rings of cells: the root of bcasts of 8 bytes (inline cells) and of 4 KiB and
+/// `MID` bytes (mid cells) completes a ring's length less one of them while the other
+/// members have not started any (it leaves each in its ring and goes on); then the
+/// others take them all, in order, every byte checked; the next one waits for them.
+#[test]
+fn bcast_root_runs_ahead_through_the_ring() {
+    use coll::shm::{ring_len, MID, MID_RING};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::{Duration, Instant};
+    let p = 3;
+    for (len, ring) in [(8, ring_len(p)), (4096, MID_RING), (MID, MID_RING)] {
+        let ahead = AtomicUsize::new(0);
+        with_team(p, Transport::Shm, Options::default(), |rank, cx, team| {
+            let v = |i: usize| 0x5eed_0000_0000 + i as u64;
+            let one = |cx: &mut coll::Context, i: usize| {
+                if len == 8 {
+                    bcast8(cx, team, 0, rank, v(i)) == v(i)
+                } else {
+                    bcast_n(cx, team, 0, rank, v(i), len)
+                }
+            };
+            if rank == 0 {
+                for i in 0..ring - 1 {
+                    assert!(one(cx, i));
+                    ahead.store(i + 1, Ordering::Release);
+                }
+                assert!(one(cx, ring - 1));
+            } else {
+                // The others start only once the root has filled its ring.
+                let t0 = Instant::now();
+                while ahead.load(Ordering::Acquire) < ring - 1 {
+                    assert!(
+                        t0.elapsed() < Duration::from_secs(60),
+                        "{len} B: the root did not run ahead: {} of {}",
+                        ahead.load(Ordering::Acquire),
+                        ring - 1
+                    );
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                for i in 0..ring {
+                    assert!(one(cx, i), "{len} B: bcast {i}");
+                }
+            }
+        });
+    }
+}
+
+/// Inline and mid rounds across several wraps of the rings, with a slow member: bcasts
+/// from rotating roots (which run ahead), allreduces and barriers mixed, a member that
+/// sleeps now and then, and bursts of more nonblocking bcasts in flight than a ring has
+/// cells; every value checked.
+#[test]
+fn inline_rounds_wrap_the_ring_with_a_slow_member() {
+    use std::time::Duration;
+    for p in [2, 3] {
+        let ring = coll::shm::ring_len(p);
+        with_team(p, Transport::Shm, Options::default(), |rank, cx, team| {
+            let slow = rank == p - 1;
+            for i in 0..3 * ring + 7 {
+                if slow && i % 97 == 0 {
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                let root = (i / 50) % p;
+                let v = (i as u64) << 8 | root as u64;
+                assert_eq!(bcast8(cx, team, root, rank, v), v, "p={p} bcast {i}");
+                if i % 3 == 0 {
+                    // Mid cells, wrapping their shorter ring many times.
+                    let len = 100 + i % 4000;
+                    assert!(
+                        bcast_n(cx, team, root, rank, v, len),
+                        "p={p} bcast {i}, {len} B"
+                    );
+                }
+                if i % 31 == 0 {
+                    let mine = (i + rank) as u64;
+                    let got = cx
+                        .run_owned(
+                            team,
+                            Args::new(CollType::Allreduce)
+                                .src(Buffer::from_vec(mine.to_ne_bytes().to_vec()))
+                                .dst(Buffer::from_vec(vec![0; 8]))
+                                .dtype(DataType::Uint64)
+                                .count(1)
+                                .alg(Alg::Shm),
+                        )
+                        .unwrap()
+                        .dst
+                        .unwrap()
+                        .into_vec()
+                        .unwrap();
+                    let want: u64 = (0..p).map(|q| (i + q) as u64).sum();
+                    assert_eq!(got, want.to_ne_bytes(), "p={p} allreduce {i}");
+                }
+                if i % 45 == 0 {
+                    cx.run(team, Args::new(CollType::Barrier).alg(Alg::Shm))
+                        .unwrap();
+                }
+            }
+            // More bcasts in flight than a ring holds, from one root, then from another.
+            for root in [0, p - 1] {
+                let n = ring + 10;
+                if slow {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                let reqs: Vec<_> = (0..n)
+                    .map(|i| {
+                        let v = (i as u64) << 16 | 0xb0 | root as u64;
+                        let b = if rank == root { v } else { 0 };
+                        let a = Args::new(CollType::Bcast)
+                            .dst(Buffer::from_vec(b.to_ne_bytes().to_vec()))
+                            .root(root)
+                            .count(8)
+                            .alg(Alg::Shm);
+                        let r = cx.init(team, a).unwrap();
+                        cx.post(r).unwrap();
+                        (r, v)
+                    })
+                    .collect();
+                for (i, (r, v)) in reqs.into_iter().enumerate() {
+                    cx.wait(r).unwrap();
+                    let got = cx.finalize(r).unwrap().dst.unwrap().into_vec().unwrap();
+                    assert_eq!(got, v.to_ne_bytes(), "p={p} root {root} burst {i}");
+                }
+            }
+        });
+    }
 }

@@ -31,8 +31,8 @@ pub(crate) mod split;
 
 use crate::exec::tag;
 use seg::Seg;
-pub use seg::{slot_bytes, INLINE};
-use std::sync::atomic::{AtomicU32, Ordering};
+pub use seg::{ring_len, slot_bytes, INLINE, MID, MID_MEMBERS, MID_RING};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use ucp::{Buf, Ep, Worker};
@@ -46,6 +46,10 @@ pub const SETUP_STEP: u64 = 0xffe;
 pub const MAX_MEMBERS: usize = 256;
 
 /// A team's segment as seen by one member.
+///
+/// Round ids are 64-bit here (they never wrap) and 32-bit in the segment; a 32-bit
+/// value read from the segment is widened against a nearby local round ([`widen`]):
+/// members are never more than a ring's length apart.
 pub(crate) struct ShmTeam {
     pub(crate) seg: Seg,
     /// Team ranks of the segment's members, by member index.
@@ -53,33 +57,67 @@ pub(crate) struct ShmTeam {
     /// This member's index.
     pub(crate) me: usize,
     /// Next round id to reserve (local to this member; the same sequence everywhere).
-    next: AtomicU32,
+    next: AtomicU64,
     /// The last round this member completed.
-    done: AtomicU32,
+    done: AtomicU64,
+    /// For each member, a round it is known to have entered (read from its flag or its
+    /// cells): a wait that this already satisfies reads nothing shared.
+    known: Box<[AtomicU64]>,
+}
+
+/// The 64-bit round whose low 32 bits are `v`, nearest to `near`.
+#[inline]
+pub(crate) fn widen(v: u32, near: u64) -> u64 {
+    near.wrapping_add(i64::from(v.wrapping_sub(near as u32) as i32) as u64)
 }
 
 impl ShmTeam {
     fn new(seg: Seg, ranks: &[usize], me: usize) -> ShmTeam {
+        let known = (0..seg.members()).map(|_| AtomicU64::new(0)).collect();
         ShmTeam {
             seg,
             ranks: ranks.to_vec(),
             me,
-            next: AtomicU32::new(1),
-            done: AtomicU32::new(0),
+            next: AtomicU64::new(1),
+            done: AtomicU64::new(0),
+            known,
         }
     }
 
     /// Reserves `n` rounds; returns the first round id.
-    pub(crate) fn reserve(&self, n: u32) -> u32 {
-        self.next.fetch_add(n, Ordering::Relaxed)
+    ///
+    /// Only the thread that drives this member's context calls it (posting takes the
+    /// context by `&mut`), so a load and a store do: a locked read-modify-write would
+    /// wait here for this member's earlier stores to the segment, each a cache line its
+    /// readers hold, to leave the store buffer.
+    pub(crate) fn reserve(&self, n: u32) -> u64 {
+        let k = self.next.load(Ordering::Relaxed);
+        self.next.store(k + u64::from(n), Ordering::Relaxed);
+        k
     }
 
-    pub(crate) fn done(&self) -> u32 {
+    pub(crate) fn done(&self) -> u64 {
         self.done.load(Ordering::Relaxed)
     }
 
-    pub(crate) fn set_done(&self, k: u32) {
+    pub(crate) fn set_done(&self, k: u64) {
         self.done.store(k, Ordering::Relaxed);
+    }
+
+    /// A round member `j` is known to have entered.
+    #[inline]
+    pub(crate) fn known(&self, j: usize) -> u64 {
+        // Acquire: pairs with `learn`, so that what the load that taught it made visible
+        // is visible here too.
+        self.known[j].load(Ordering::Acquire)
+    }
+
+    /// Records that member `j` entered round `k` (read from the segment with acquire).
+    #[inline]
+    pub(crate) fn learn(&self, j: usize, k: u64) {
+        if k > self.known[j].load(Ordering::Relaxed) {
+            self.known[j].store(k, Ordering::Release);
+        }
     }
 
     /// Members of the segment.
@@ -241,6 +279,31 @@ mod tests {
     use super::*;
 
     #[test]
+    fn rounds_widen_to_the_nearest() {
+        assert_eq!(widen(5, 3), 5);
+        assert_eq!(widen(1, 3), 1);
+        assert_eq!(widen(2, (1 << 32) + 7), (1 << 32) + 2);
+        assert_eq!(widen(u32::MAX, 1 << 32), (1 << 32) - 1);
+        assert_eq!(widen(3, (1 << 32) - 2), (1 << 32) + 3);
+    }
+
+    #[test]
+    fn rings_are_powers_of_two_and_bounded() {
+        assert_eq!(ring_len(1), 256);
+        assert_eq!(ring_len(2), 256);
+        assert_eq!(ring_len(8), 256);
+        assert_eq!(ring_len(9), 128);
+        assert_eq!(ring_len(16), 128);
+        assert_eq!(ring_len(256), 16);
+        for n in 1..=MAX_MEMBERS {
+            let r = ring_len(n);
+            assert!(r.is_power_of_two() && (16..=256).contains(&r));
+            assert!(n * r * 64 <= 256 << 10, "{n}");
+            assert!((seg::write_ahead(r) as usize) < r);
+        }
+    }
+
+    #[test]
     fn segment_id_round_trips() {
         let id = SegmentId {
             pid: 77,
@@ -277,6 +340,39 @@ mod tests {
         t.set_flag(2, 5);
         assert_eq!(s.flag(2), 5);
         assert!(Seg::attach(s.id(), 4).is_err());
-        assert!(seg::reached(5, 5) && seg::reached(1, u32::MAX) && !seg::reached(4, 5));
+        // The cells of a ring: one line each, ring_len of them per member, wrapping.
+        use seg::Ring;
+        let c0 = s.cell_ptr(Ring::Inline, 1, 0) as usize;
+        assert_eq!(s.cell_ptr(Ring::Inline, 1, 1) as usize - c0, 64);
+        let ring = s.ring(Ring::Inline);
+        assert_eq!(ring, ring_len(3));
+        assert_eq!(
+            s.cell_ptr(Ring::Inline, 1, ring as u32),
+            s.cell_ptr(Ring::Inline, 1, 0)
+        );
+        assert_eq!(
+            s.cell_ptr(Ring::Inline, 1, u32::MAX) as usize - c0,
+            (ring - 1) * 64
+        );
+        assert_eq!(s.cell_ptr(Ring::Inline, 2, 0) as usize - c0, ring * 64);
+        t.set_cell_round(Ring::Inline, 1, 3 + ring as u32);
+        assert_eq!(s.cell_round(Ring::Inline, 1, 3), 3 + ring as u32);
+        assert_eq!(s.cell_round(Ring::Inline, 1, 4), 0);
+        // Mid cells: a line then MID bytes, MID_RING per member, between the inline
+        // cells and the data slots; no overlap with either ring's neighbours.
+        let m0 = s.cell_ptr(Ring::Mid, 0, 0) as usize;
+        let mid = s.ring(Ring::Mid);
+        assert_eq!(mid, MID_RING);
+        assert!(s.cell_ptr(Ring::Inline, 2, ring as u32 - 1) as usize + INLINE < m0);
+        assert_eq!(s.cell_ptr(Ring::Mid, 0, 1) as usize - m0, MID + 64);
+        assert_eq!(s.cell_ptr(Ring::Mid, 1, 0) as usize - m0, mid * (MID + 64));
+        assert_eq!(
+            s.cell_ptr(Ring::Mid, 1, mid as u32),
+            s.cell_ptr(Ring::Mid, 1, 0)
+        );
+        assert!(s.cell_ptr(Ring::Mid, 2, mid as u32 - 1) as usize + MID <= a);
+        t.set_cell_round(Ring::Mid, 2, 7);
+        assert_eq!(s.cell_round(Ring::Mid, 2, 7 + mid as u32), 7);
+        assert_eq!(Seg::create(MID_MEMBERS + 1).unwrap().ring(Ring::Mid), 0);
     }
 }

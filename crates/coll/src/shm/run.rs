@@ -16,6 +16,17 @@
 //! go through in chunks of one slot, pipelined. Reductions read the members' slots in
 //! member order, so every member of an allreduce computes the same bits.
 //!
+//! **Inline rounds** (at most [`INLINE`] bytes per member) use cell `k % ring` of the
+//! member's ring instead of slot `k % 2`, under the same rule at a distance of `ring`:
+//! step 1 waits until every member entered round `k - ring + 1` (it finished reading
+//! round `k - ring`, the cell's last use), and step 4 waits for the cell's sequence word
+//! to hold `k`. Every member publishes its cell in every inline round (with data or
+//! not), so a bcast root may run up to `ring - 1` rounds ahead of the other members.
+//!
+//! What a member has seen of the others' rounds is kept ([`ShmTeam::known`]): a wait that
+//! it already satisfies reads nothing shared, so a root running ahead does not pull its
+//! readers' flag lines to its core every round.
+//!
 //! **Single copy.** Pure data movement (bcast, allgather(v), alltoall not in place,
 //! gather, scatter) of at least [`CMA_MIN`] bytes per block takes two rounds instead: in
 //! the first, each member that has data writes only its process id and the address of its
@@ -28,9 +39,9 @@
 //! [`Run::waiting`] says whose flag it waits for (the caller sleeps on it, or fails the
 //! collective when that member is gone).
 
-use super::seg::INLINE;
-use super::split::Split;
-use super::ShmTeam;
+use super::seg::{write_ahead, Ring, INLINE, MID};
+use super::split::{Split, SplitCma};
+use super::{widen, ShmTeam};
 use crate::alg::Shape;
 use crate::dtype::{self, DataType, Op};
 use crate::select::CollType;
@@ -59,12 +70,14 @@ pub(crate) struct Run {
     /// Bytes moved per round (per destination for alltoall and scatter).
     chunk: usize,
     mode: Mode,
-    base: u32,
+    base: u64,
     rounds: u32,
     r: u32,
     wrote: bool,
     /// The member whose flag the run waits for, and the value it saw.
     waiting: Option<(usize, u32)>,
+    /// Scratch memory of the single-copy split allreduce, kept between posts.
+    scratch: Vec<u8>,
 }
 
 // SAFETY: the raw pointers are the request's buffers, which move with the request (see
@@ -74,27 +87,38 @@ unsafe impl Send for Run {}
 /// Blocks of at least this many bytes move by cross-memory attach (one copy).
 pub const CMA_MIN: usize = 32 << 10;
 
-/// Allreduce and reduce vectors of at least this many bytes take the split form (see
+/// Reduce vectors of at least this many bytes take the split form (see
 /// [`super::split`]).
 pub const SPLIT_MIN: usize = 16 << 10;
+
+/// Allreduce vectors of at least this many bytes take the single-copy split form (see
+/// [`SplitCma`]); reduce takes the split through the slots ([`Split`]) from [`SPLIT_MIN`].
+pub const SPLIT_CMA_MIN: usize = 16 << 10;
 
 /// How a run moves its data.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Mode {
     /// Through the data slots, one chunk per round.
     Slot,
-    /// Through the inline slots of the control lines: one round, at most
-    /// [`INLINE`] bytes per member.
+    /// Through the members' rings of inline cells: one round, at most [`INLINE`] bytes
+    /// per member.
     Inline,
+    /// Through the members' rings of mid cells: one round, at most [`MID`] bytes per
+    /// member (segments of up to `MID_MEMBERS`).
+    Mid,
     /// Single copy by cross-memory attach (two rounds: descriptors, then done).
     Cma,
     /// Allreduce or reduce in two rounds per chunk, each member reducing its part
     /// ([`Split`]).
     Split,
+    /// Allreduce in two rounds, each member reducing its part straight from the others'
+    /// inputs into their destinations by cross-memory attach ([`SplitCma`]).
+    SplitCma,
 }
 
-/// Rounds, chunk bytes and mode of a collective on a segment with `slot`-byte slots.
-fn geometry(coll: CollType, s: &Shape, slot: usize) -> (u32, usize, Mode) {
+/// Rounds, chunk bytes and mode of a collective on a segment with `slot`-byte slots
+/// (`mid`: whether it has rings of mid cells).
+fn geometry(coll: CollType, s: &Shape, slot: usize, mid: bool) -> (u32, usize, Mode) {
     use CollType as C;
     let es = s.esize.max(1);
     let whole = (slot / es * es).max(es);
@@ -124,9 +148,13 @@ fn geometry(coll: CollType, s: &Shape, slot: usize) -> (u32, usize, Mode) {
         C::Alltoall | C::Alltoallv | C::Scatter | C::Scatterv => len.saturating_mul(s.size),
         _ => len,
     };
+    let per_peer = matches!(coll, C::Alltoall | C::Alltoallv | C::Scatter | C::Scatterv);
+    let one_round = |mode| (1, if per_peer { len.max(1) } else { chunk }, mode);
     if per_member <= INLINE {
-        let per_peer = matches!(coll, C::Alltoall | C::Alltoallv | C::Scatter | C::Scatterv);
-        return (1, if per_peer { len.max(1) } else { chunk }, Mode::Inline);
+        return one_round(Mode::Inline);
+    }
+    if mid && per_member <= MID {
+        return one_round(Mode::Mid);
     }
     let cma = len >= CMA_MIN
         && match coll {
@@ -137,6 +165,9 @@ fn geometry(coll: CollType, s: &Shape, slot: usize) -> (u32, usize, Mode) {
         };
     if cma {
         return (2, len, Mode::Cma);
+    }
+    if coll == C::Allreduce && s.size > 1 && len >= SPLIT_CMA_MIN {
+        return (2, len, Mode::SplitCma);
     }
     if matches!(coll, C::Allreduce | C::Reduce) && s.size > 1 && len >= SPLIT_MIN {
         return (Split::rounds(len, chunk), chunk, Mode::Split);
@@ -222,7 +253,8 @@ impl Run {
     /// A run of `spec`; [`Run::start`] reserves its rounds.
     pub(crate) fn new(spec: RunSpec) -> Run {
         let j = spec.job;
-        let (rounds, chunk, mode) = geometry(j.coll, &j.shape, j.team.seg.slot());
+        let seg = &j.team.seg;
+        let (rounds, chunk, mode) = geometry(j.coll, &j.shape, seg.slot(), seg.ring(Ring::Mid) > 0);
         let avg = if spec.op == Op::Avg && j.coll.reduces() {
             j.avg_over
         } else {
@@ -244,6 +276,7 @@ impl Run {
             r: 0,
             wrote: false,
             waiting: None,
+            scratch: Vec::new(),
         }
     }
 
@@ -275,13 +308,22 @@ impl Run {
         self.shape.rank
     }
 
-    /// Slot `k % 2` of member `j` for this run's mode: inline or data.
+    /// The ring of cells this run's rounds use, if any.
+    #[inline]
+    fn ring(&self) -> Option<Ring> {
+        match self.mode {
+            Mode::Inline => Some(Ring::Inline),
+            Mode::Mid => Some(Ring::Mid),
+            _ => None,
+        }
+    }
+
+    /// Slot `k % 2` (or in a ring, cell `k % len`) of member `j` for this run's mode.
     #[inline]
     fn slot(&self, j: usize, k: u32) -> *mut u8 {
-        if self.mode == Mode::Inline {
-            self.team.seg.inline_ptr(j, k)
-        } else {
-            self.team.seg.slot_ptr(j, k)
+        match self.ring() {
+            Some(ring) => self.team.seg.cell_ptr(ring, j, k),
+            None => self.team.seg.slot_ptr(j, k),
         }
     }
 
@@ -302,17 +344,37 @@ impl Run {
         }
     }
 
+    /// This run as a single-copy split allreduce.
+    fn split_cma(&self) -> SplitCma<'_> {
+        SplitCma {
+            seg: &self.team.seg,
+            me: self.me(),
+            dt: self.dt,
+            op: self.op,
+            avg: self.avg,
+            input: self.input(),
+            dst: self.dst,
+            in_place: self.own_in_dst(),
+            total: self.shape.bytes(),
+        }
+    }
+
     fn root(&self) -> usize {
         self.shape.root
     }
 
     /// Whom this member waits for before writing its slot: everybody, if it writes at
     /// all. (The previous user of the slot, two rounds back, may have been another
-    /// collective with other readers: any member may still be reading it.)
+    /// collective with other readers: any member may still be reading it.) Inline,
+    /// everybody, always: every member publishes its cell, whose last use was `ring`
+    /// rounds back.
     fn before_write(&self) -> Who {
         use CollType as C;
         let root = self.me() == self.root();
-        if self.mode == Mode::Cma && self.r == 1 {
+        if self.ring().is_some() {
+            return Who::All;
+        }
+        if matches!(self.mode, Mode::Cma | Mode::SplitCma) && self.r == 1 {
             return Who::Nobody;
         }
         if self.mode == Mode::Split {
@@ -335,9 +397,12 @@ impl Run {
     fn sources(&self) -> Who {
         use CollType as C;
         let root = self.me() == self.root();
-        if self.mode == Mode::Cma && self.r == 1 {
-            // Everybody is done reading the writers' buffers.
-            return Who::All;
+        if matches!(self.mode, Mode::Cma | Mode::SplitCma) {
+            // Round A: everybody's descriptor; single copy, round B: everybody is done
+            // with the others' buffers.
+            if self.mode == Mode::SplitCma || self.r == 1 {
+                return Who::All;
+            }
         }
         if self.mode == Mode::Split {
             // Round B of a reduce: the root alone reads.
@@ -355,47 +420,102 @@ impl Run {
         }
     }
 
-    /// The first member in `who` whose flag has not reached `k`, with its flag.
-    fn behind(&self, who: Who, k: u32) -> Option<(usize, u32)> {
-        let seg = &self.team.seg;
+    /// The first member in `who` not known to have entered round `need`, with its flag.
+    fn behind(&self, who: Who, need: u64) -> Option<(usize, u32)> {
+        let t = &*self.team;
         let me = self.me();
         let late = |j: usize| {
-            let f = seg.flag(j);
-            (j != me && !super::seg::reached(f, k)).then_some((j, f))
+            if j == me || t.known(j) >= need {
+                return None;
+            }
+            let f = t.seg.flag(j);
+            let w = widen(f, need);
+            if w >= need {
+                t.learn(j, w);
+                return None;
+            }
+            Some((j, f))
         };
         match who {
             Who::Nobody => None,
             Who::One(j) => late(j),
-            Who::All => (0..seg.members()).find_map(late),
+            Who::All => (0..t.seg.members()).find_map(late),
+        }
+    }
+
+    /// In a ring: the first member in `who` whose cell does not hold round `k` yet, with
+    /// its flag.
+    fn unpublished(&self, ring: Ring, who: Who, k: u64) -> Option<(usize, u32)> {
+        let t = &*self.team;
+        let me = self.me();
+        let late = |j: usize| {
+            if j == me || t.known(j) >= k {
+                return None;
+            }
+            // The cell holds round k or an earlier use (k - ring, ...): never a later one,
+            // which needs this member in round k + 1.
+            if t.seg.cell_round(ring, j, k as u32) == k as u32 {
+                t.learn(j, k);
+                return None;
+            }
+            // The flag is stored after the cell: seen at k, the cell is visible too.
+            let f = t.seg.flag(j);
+            let w = widen(f, k);
+            if w >= k {
+                t.learn(j, w);
+                return None;
+            }
+            Some((j, f))
+        };
+        match who {
+            Who::Nobody => None,
+            Who::One(j) => late(j),
+            Who::All => (0..t.seg.members()).find_map(late),
         }
     }
 
     /// Runs rounds until one must wait; `Ok(true)` when the collective completed here.
     pub(crate) fn advance(&mut self) -> Result<bool> {
+        let ring = self.ring();
         while self.r < self.rounds {
             if self.team.seg.aborted() {
                 return Err(Status::ConnectionReset);
             }
-            let k = self.base.wrapping_add(self.r);
+            let k = self.base.wrapping_add(u64::from(self.r));
             if !self.wrote {
                 // Rounds of earlier collectives of the segment come first.
                 if self.team.done() != k.wrapping_sub(1) {
                     self.waiting = None;
                     return Ok(false);
                 }
-                if let Some(w) = self.behind(self.before_write(), k.wrapping_sub(1)) {
+                // The last use of this slot (cell) was 2 (the ring's length) rounds back.
+                let back = match ring {
+                    Some(ring) => self.team.seg.ring(ring) as u64 - 1,
+                    None => 1,
+                };
+                if let Some(w) = self.behind(self.before_write(), k.saturating_sub(back)) {
                     self.waiting = Some(w);
                     return Ok(false);
                 }
-                self.write(k)?;
-                self.team.seg.set_flag(self.me(), k);
+                self.write(k as u32)?;
+                if let Some(ring) = ring {
+                    let seg = &self.team.seg;
+                    seg.set_cell_round(ring, self.me(), k as u32);
+                    let ahead = write_ahead(seg.ring(ring));
+                    seg.prefetch_own_cell(ring, self.me(), (k as u32).wrapping_add(ahead));
+                }
+                self.team.seg.set_flag(self.me(), k as u32);
                 self.wrote = true;
             }
-            if let Some(w) = self.behind(self.sources(), k) {
+            let late = match ring {
+                Some(ring) => self.unpublished(ring, self.sources(), k),
+                None => self.behind(self.sources(), k),
+            };
+            if let Some(w) = late {
                 self.waiting = Some(w);
                 return Ok(false);
             }
-            self.read(k)?;
+            self.read(k as u32)?;
             self.team.set_done(k);
             self.r += 1;
             self.wrote = false;
@@ -442,7 +562,13 @@ impl Run {
                 self.split().write(self.r, k);
                 return Ok(());
             }
-            Mode::Slot | Mode::Inline => {}
+            Mode::SplitCma => {
+                if self.r == 0 {
+                    self.split_cma().write(k);
+                }
+                return Ok(());
+            }
+            Mode::Slot | Mode::Inline | Mode::Mid => {}
         }
         let slot = self.slot(me, k);
         // SAFETY (every block below): the regions lie inside the request's buffers (the
@@ -521,7 +647,16 @@ impl Run {
         match self.mode {
             Mode::Cma => return self.read_cma(k),
             Mode::Split => return self.split().read(self.r, k),
-            Mode::Slot | Mode::Inline => {}
+            Mode::SplitCma => {
+                if self.r == 1 {
+                    return Ok(());
+                }
+                let mut scratch = std::mem::take(&mut self.scratch);
+                let res = self.split_cma().read(k, &mut scratch);
+                self.scratch = scratch;
+                return res;
+            }
+            Mode::Slot | Mode::Inline | Mode::Mid => {}
         }
         // SAFETY (every block below): source slots `k % 2` of members whose flag reached
         // `k` hold this round's data and are not written until this member enters round

@@ -2,29 +2,38 @@
 //!
 //! ```text
 //!  Header   magic, members, slot bytes, abort word, sleepers      (one padded line)
-//!  Ctrl[n]  one padded line per member: its round flag and two small (written by its owner)
-//!           inline slots of INLINE bytes, all in the line's first 64 bytes
+//!  Ctrl[n]  one padded line per member: its round flag             (written by its owner)
+//!  Cells    per member a ring of `ring_len(n)` inline cells, one 64-byte line each: a
+//!           sequence word and INLINE bytes                          (written by its owner)
+//!  Mid      up to 16 members: per member a ring of MID_RING cells, each a line with its
+//!           sequence word, then MID bytes                           (written by its owner)
 //!  Data     per member two slots of `slot` bytes (round k uses slot k % 2)
 //! ```
 //!
-//! A round whose data fits [`INLINE`] bytes per member uses inline slot `k % 2` of the
-//! control line instead of a data slot: a reader that sees the flag then has the data in
-//! the same cache line, one transfer between cores instead of two.
+//! A round whose data fits [`INLINE`] bytes per member uses cell `k % ring` of the
+//! member's ring instead of a data slot, and publishes it by storing `k` into the cell's
+//! sequence word: a reader that sees it has the data in the same cache line, one transfer
+//! between cores. The ring lets a writer run up to `ring - 1` rounds ahead of its
+//! readers (a bcast root leaves each message in its ring and goes on). Rounds of at most
+//! [`MID`] bytes per member use the ring of mid cells the same way (teams of up to
+//! [`MID_MEMBERS`]).
 //!
 //! Invariants:
-//! - a member writes only its own control line and its own slots (and the shared abort
-//!   and sleeper words, atomically);
+//! - a member writes only its own control line, its own cells and its own slots (and the
+//!   shared abort and sleeper words, atomically);
 //! - the flag of member j holds the last round j entered, stored with release after j
-//!   wrote that round's data and finished reading every earlier round; a reader loads it
-//!   with acquire before touching j's slot, so the data is visible;
-//! - flags are 32-bit and compared with wrap-around; sleepers wait on the header's bell
-//!   (a futex word), which writers bump and wake only while someone sleeps; a flag
-//!   store is not fenced, and a member about to sleep polls briefly first (`sleep_on`),
-//!   so that a store still in the writer's store buffer is not slept through.
+//!   wrote that round's data (and its cell's sequence word) and finished reading every
+//!   earlier round; a reader loads it (or the cell's sequence word) with acquire before
+//!   touching j's slot or cell, so the data is visible;
+//! - flags and sequence words are 32-bit and compared with wrap-around; sleepers wait on
+//!   the header's bell (a futex word), which writers bump and wake only while someone
+//!   sleeps; a flag store is not fenced, and a member about to sleep polls briefly first
+//!   (`sleep_on`), so that a store still in the writer's store buffer is not slept
+//!   through.
 //!
 //! The flag protocol itself (which rounds wait for whom) is in [`super::run`]; this module
 //! only gives sound accessors under the rule that the protocol keeps writers and readers
-//! of one slot apart in time.
+//! of one slot or cell apart in time.
 
 use crossbeam_utils::CachePadded;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -49,28 +58,85 @@ struct Header {
     bell: AtomicU32,
 }
 
-/// Bytes of one inline slot of a control line.
-pub const INLINE: usize = 24;
+/// Bytes of one inline cell.
+pub const INLINE: usize = 56;
+
+/// Inline cells per member for a segment of `n` members: a writer may run this many
+/// rounds, less one, ahead of its readers on the inline path. 256 up to 8 members, then
+/// fewer (at least 16), so that the rings of all members stay within 256 KiB; a power of
+/// two, so that the cells follow each other across the wrap of the 32-bit round ids.
+pub fn ring_len(n: usize) -> usize {
+    let r = (2048 / n.max(1)).clamp(16, 256);
+    1 << (usize::BITS - 1 - r.leading_zeros())
+}
+
+/// Bytes of data of one mid cell.
+pub const MID: usize = 8 << 10;
+
+/// Mid cells per member.
+pub const MID_RING: usize = 16;
+
+/// Members of a segment at most for the ring of mid cells (they take
+/// `MID_RING * (MID + 64)` bytes per member).
+pub const MID_MEMBERS: usize = 16;
+
+/// Cells per member of `ring` for a segment of `n` members (0: none).
+fn ring_cells(ring: Ring, n: usize) -> usize {
+    match ring {
+        Ring::Inline => ring_len(n),
+        Ring::Mid if n <= MID_MEMBERS => MID_RING,
+        Ring::Mid => 0,
+    }
+}
+
+/// Bytes of one cell of `ring`: its sequence word's line, and its data (inline: in the
+/// same line).
+fn cell_stride(ring: Ring) -> usize {
+    match ring {
+        Ring::Inline => std::mem::size_of::<Cell>(),
+        Ring::Mid => 64 + MID,
+    }
+}
+
+/// Offset of a cell's data from the cell.
+fn cell_data(ring: Ring) -> usize {
+    match ring {
+        Ring::Inline => std::mem::offset_of!(Cell, data),
+        Ring::Mid => 64,
+    }
+}
+
+/// The rings of cells of a segment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Ring {
+    /// One line per cell, [`INLINE`] bytes of data.
+    Inline = 0,
+    /// A line and [`MID`] bytes per cell.
+    Mid = 1,
+}
+
+/// How far ahead a writer takes its next cells' lines (see `Seg::prefetch_own_cell`).
+pub(crate) fn write_ahead(ring: usize) -> u32 {
+    (ring / 4).min(8) as u32
+}
 
 #[repr(C)]
 struct Ctrl {
     flag: AtomicU32,
+}
+
+/// One inline cell: the round it holds, then its data (plain bytes, written and read
+/// under the same rule as the data slots).
+#[repr(C, align(64))]
+struct Cell {
+    seq: AtomicU32,
     _pad: u32,
-    /// Inline slots `k % 2`: plain bytes, written and read under the same rule as the
-    /// data slots.
-    inline: [[u8; INLINE]; 2],
+    data: [u8; INLINE],
 }
 
-// The flag and both inline slots share one 64-byte cache line.
-const _: () = assert!(std::mem::size_of::<Ctrl>() <= 64);
-const _: () = assert!(std::mem::offset_of!(Ctrl, inline) == 8);
+const _: () = assert!(std::mem::size_of::<Cell>() == 64);
+const _: () = assert!(std::mem::offset_of!(Cell, data) == 8);
 const _: () = assert!(std::mem::align_of::<CachePadded<Ctrl>>() >= 64);
-
-/// True when round `have` is at or past round `want` (wrapping).
-#[inline]
-pub(crate) fn reached(have: u32, want: u32) -> bool {
-    (have.wrapping_sub(want) as i32) >= 0
-}
 
 /// Bytes of one slot for a segment of `n` members: 256 KiB up to 16 members, then less,
 /// so that the segment stays near 8 MiB. (Large slots: fewer rounds, so fewer waits for
@@ -89,6 +155,10 @@ pub(crate) struct Seg {
     n: usize,
     slot: usize,
     ctrl_off: usize,
+    /// Offsets of the rings (by [`Ring`]).
+    ring_off: [usize; 2],
+    /// Cells per member of each ring (0: none).
+    ring_len: [usize; 2],
     data_off: usize,
 }
 
@@ -99,26 +169,46 @@ unsafe impl Send for Seg {}
 unsafe impl Sync for Seg {}
 
 impl Seg {
-    fn geometry(n: usize) -> (usize, usize, usize, usize) {
+    /// The segment of `n` members as laid out over `map`.
+    fn geometry(map: ShmSegment, n: usize) -> Seg {
         let line = std::mem::size_of::<CachePadded<Ctrl>>();
         let ctrl_off = std::mem::size_of::<CachePadded<Header>>();
-        let data_off = (ctrl_off + n * line).next_multiple_of(4096);
-        let slot = slot_bytes(n);
-        (ctrl_off, data_off, slot, data_off + n * 2 * slot)
+        let mut at = ctrl_off + n * line;
+        let mut ring_off = [0; 2];
+        let mut ring_len = [0; 2];
+        for r in [Ring::Inline, Ring::Mid] {
+            at = at.next_multiple_of(4096);
+            ring_off[r as usize] = at;
+            ring_len[r as usize] = ring_cells(r, n);
+            at += n * ring_cells(r, n) * cell_stride(r);
+        }
+        Seg {
+            map,
+            n,
+            slot: slot_bytes(n),
+            ctrl_off,
+            ring_off,
+            ring_len,
+            data_off: at.next_multiple_of(4096),
+        }
+    }
+
+    /// Bytes of the segment of `n` members.
+    fn length(n: usize) -> usize {
+        let mut at = std::mem::size_of::<CachePadded<Header>>()
+            + n * std::mem::size_of::<CachePadded<Ctrl>>();
+        for r in [Ring::Inline, Ring::Mid] {
+            at = at.next_multiple_of(4096) + n * ring_cells(r, n) * cell_stride(r);
+        }
+        at.next_multiple_of(4096) + n * 2 * slot_bytes(n)
     }
 
     /// Creates and initialises the segment of `n` members (mode 0600, a memfd: it has no
     /// name to unlink and goes with the last mapping).
     pub(crate) fn create(n: usize) -> Result<Seg> {
-        let (ctrl_off, data_off, slot, len) = Self::geometry(n);
-        let map = ShmSegment::create("rucx-coll", len)?;
-        let s = Seg {
-            map,
-            n,
-            slot,
-            ctrl_off,
-            data_off,
-        };
+        let map = ShmSegment::create("rucx-coll", Self::length(n))?;
+        let s = Self::geometry(map, n);
+        let slot = s.slot;
         let h = s.header();
         h.members.store(n as u32, Ordering::Relaxed);
         h.slot.store(slot as u32, Ordering::Relaxed);
@@ -129,18 +219,12 @@ impl Seg {
     /// Maps the segment a member created and checks that it is a team segment of `n`
     /// members with this build's geometry.
     pub(crate) fn attach(id: &ucs::sys::shm::SegmentId, n: usize) -> Result<Seg> {
-        let (ctrl_off, data_off, slot, len) = Self::geometry(n);
-        if (id.len as usize) < len {
+        if (id.len as usize) < Self::length(n) {
             return Err(Status::InvalidAddr);
         }
         let map = ShmSegment::attach(id)?;
-        let s = Seg {
-            map,
-            n,
-            slot,
-            ctrl_off,
-            data_off,
-        };
+        let s = Self::geometry(map, n);
+        let slot = s.slot;
         let h = s.header();
         if h.magic.load(Ordering::Acquire) != MAGIC
             || h.members.load(Ordering::Relaxed) as usize != n
@@ -167,6 +251,11 @@ impl Seg {
         self.slot
     }
 
+    /// Cells per member of `ring` (0: the segment has none).
+    pub(crate) fn ring(&self, ring: Ring) -> usize {
+        self.ring_len[ring as usize]
+    }
+
     fn header(&self) -> &Header {
         // SAFETY: the mapping is page-aligned and longer than the header; the header is
         // made of atomics, valid for any bit pattern, shared with other processes.
@@ -191,11 +280,62 @@ impl Seg {
         unsafe { &*std::ptr::addr_of!((*self.line(j)).flag) }
     }
 
-    /// Address of inline slot `k % 2` of member `j` ([`INLINE`] bytes).
+    /// The address of cell `k % len` of member `j` in `ring`.
     #[inline]
-    pub(crate) fn inline_ptr(&self, j: usize, k: u32) -> *mut u8 {
-        let at = std::mem::offset_of!(Ctrl, inline) + (k & 1) as usize * INLINE;
-        self.line(j).cast::<u8>().wrapping_add(at)
+    fn cell(&self, ring: Ring, j: usize, k: u32) -> *mut u8 {
+        let len = self.ring_len[ring as usize];
+        debug_assert!(j < self.n && len > 0);
+        let i = j * len + (k as usize & (len - 1));
+        self.map
+            .as_ptr()
+            .wrapping_add(self.ring_off[ring as usize] + i * cell_stride(ring))
+    }
+
+    fn seq(&self, ring: Ring, j: usize, k: u32) -> &AtomicU32 {
+        // SAFETY: the cell lies inside the mapping (geometry) and starts on a 64-byte
+        // boundary (page-aligned mapping and ring offset, strides multiples of 64); its
+        // first word is the sequence word, an atomic, valid for any bit pattern.
+        unsafe { &*self.cell(ring, j, k).cast::<AtomicU32>() }
+    }
+
+    /// Address of the data of cell `k % len` of member `j` in `ring` ([`INLINE`] or
+    /// [`MID`] bytes).
+    #[inline]
+    pub(crate) fn cell_ptr(&self, ring: Ring, j: usize, k: u32) -> *mut u8 {
+        self.cell(ring, j, k).wrapping_add(cell_data(ring))
+    }
+
+    /// The round held by cell `k % len` of member `j` in `ring` (acquire: its data is
+    /// visible).
+    #[inline]
+    pub(crate) fn cell_round(&self, ring: Ring, j: usize, k: u32) -> u32 {
+        self.seq(ring, j, k).load(Ordering::Acquire)
+    }
+
+    /// Publishes the data of round `k` in member `j`'s cell `k % len` of `ring` (release;
+    /// no wake-up: the flag store that follows rings the bell).
+    #[inline]
+    pub(crate) fn set_cell_round(&self, ring: Ring, j: usize, k: u32) {
+        self.seq(ring, j, k).store(k, Ordering::Release);
+    }
+
+    /// Asks for the first line of this member's cell `k % len` of `ring` in the owned
+    /// state, to be written soon (its readers finished with it long ago: taking it early
+    /// keeps the write from waiting for the line).
+    #[inline]
+    pub(crate) fn prefetch_own_cell(&self, ring: Ring, j: usize, k: u32) {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `prefetchw` has no architectural effect and never faults (older CPUs
+        // without it execute it as a no-op); the address lies inside the mapping anyway.
+        unsafe {
+            std::arch::asm!(
+                "prefetchw byte ptr [{0}]",
+                in(reg) self.cell(ring, j, k),
+                options(nostack, preserves_flags, readonly)
+            )
+        };
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = (ring, j, k);
     }
 
     /// The round flag of member `j` (acquire: j's data of that round is visible).

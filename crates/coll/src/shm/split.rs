@@ -1,7 +1,8 @@
 //! The split allreduce and reduce of the segment path: for a large vector, each member
 //! reduces only its own part, so that the members share the reduction work and do it at
 //! the same time (a reduce-scatter followed by an allgather, or a gather to the root,
-//! both through the slots).
+//! both through the slots). The segment path uses it for reduce; allreduce takes the
+//! single-copy form ([`SplitCma`], at the end) from the same size.
 //!
 //! The vector goes in chunks of one slot; chunk `c` takes two rounds of the segment:
 //!
@@ -29,6 +30,13 @@ use super::run::copy;
 use super::seg::Seg;
 use crate::dtype::{self, DataType, Op};
 use ucs::Result;
+
+/// Byte range of part `j` of `n` in `len` bytes of `es`-byte elements: elements
+/// `j·e/n .. (j+1)·e/n`.
+fn part_of(j: usize, n: usize, len: usize, es: usize) -> (usize, usize) {
+    let e = len / es;
+    (j * e / n * es, (j + 1) * e / n * es)
+}
 
 /// One member's view of a split allreduce.
 pub(crate) struct Split<'a> {
@@ -64,10 +72,7 @@ impl Split<'_> {
 
     /// Byte range of part `j` inside a chunk of `len` bytes.
     fn part(&self, j: usize, len: usize) -> (usize, usize) {
-        let es = self.dt.size();
-        let n = self.seg.members();
-        let e = len / es;
-        (j * e / n * es, (j + 1) * e / n * es)
+        part_of(j, self.seg.members(), len, self.dt.size())
     }
 
     /// The write of round `r` (segment round `k`) into this member's slot.
@@ -146,6 +151,120 @@ impl Split<'_> {
         }
         if self.avg > 0 {
             dtype::scale(self.dt, into, self.avg)?;
+        }
+        Ok(())
+    }
+}
+
+/// One member's view of a single-copy split allreduce (two rounds, no chunks):
+///
+/// - round A: each member writes a descriptor (process id, input and destination
+///   addresses) into its slot; once everyone's flag reached the round, it reads its own
+///   part of every other member's input straight from that process
+///   (`process_vm_readv`), combines the parts in member order into its destination, and
+///   writes the result straight into every other member's destination
+///   (`process_vm_writev`);
+/// - round B: flags only: every member is done with the others' buffers.
+///
+/// Each member's part of another member's input is read by that member only, before it
+/// writes the same range of that member's destination (in place, the same memory); the
+/// other members write other ranges. Each part is reduced at one member: all members end
+/// with the same bits.
+pub(crate) struct SplitCma<'a> {
+    pub seg: &'a Seg,
+    pub me: usize,
+    pub dt: DataType,
+    pub op: Op,
+    /// Divide the result by this (Op::Avg), else 0.
+    pub avg: usize,
+    /// This member's input (its destination when in place).
+    pub input: *const u8,
+    pub dst: *mut u8,
+    pub in_place: bool,
+    /// Bytes of the whole vector.
+    pub total: usize,
+}
+
+/// Bytes of a descriptor: process id, input address, destination address.
+const DESC: usize = 24;
+
+impl SplitCma<'_> {
+    /// Round A's write: this member's descriptor into its slot `k % 2`.
+    pub(crate) fn write(&self, k: u32) {
+        let mut d = [0u8; DESC];
+        d[..8].copy_from_slice(&u64::from(std::process::id()).to_le_bytes());
+        d[8..16].copy_from_slice(&(self.input as u64).to_le_bytes());
+        d[16..].copy_from_slice(&(self.dst as u64).to_le_bytes());
+        // SAFETY: slots are at least a page long; this member owns its slot this round
+        // (the slot rule of `run`).
+        unsafe { copy(d.as_ptr(), self.seg.slot_ptr(self.me, k), DESC) };
+    }
+
+    /// Member `j`'s descriptor of round `k` (its flag reached `k`).
+    fn desc(&self, j: usize, k: u32) -> (u32, u64, u64) {
+        let mut d = [0u8; DESC];
+        // SAFETY: j's slot `k % 2` holds its descriptor (its flag reached k) and is not
+        // rewritten before this member enters the next round.
+        unsafe { copy(self.seg.slot_ptr(j, k), d.as_mut_ptr(), DESC) };
+        let word = |i: usize| {
+            let mut a = [0u8; 8];
+            a.copy_from_slice(&d[i..i + 8]);
+            u64::from_le_bytes(a)
+        };
+        (word(0) as u32, word(8), word(16))
+    }
+
+    /// Round A's read: this member's part, reduced and sent to every member. `scratch`
+    /// is kept by the caller between collectives.
+    pub(crate) fn read(&self, k: u32, scratch: &mut Vec<u8>) -> Result<()> {
+        let n = self.seg.members();
+        let (a, b) = part_of(self.me, n, self.total, self.dt.size());
+        if a == b {
+            return Ok(());
+        }
+        let len = b - a;
+        // In place, the destination part is this member's input part, overwritten below
+        // before its turn in member order: it goes to the scratch first.
+        let stash = self.in_place && self.me != 0;
+        scratch.resize(if stash { 2 * len } else { len }, 0);
+        let (pulled, own_copy) = scratch.split_at_mut(len);
+        // SAFETY: `a..b` lies in the destination (checked by the plan); no other reference
+        // to it lives during this call (the other members write other ranges).
+        let acc = unsafe { std::slice::from_raw_parts_mut(self.dst.add(a), len) };
+        let own: &[u8] = if stash {
+            own_copy.copy_from_slice(acc);
+            own_copy
+        } else {
+            // SAFETY: this member's input part, not written during this call (in place it
+            // is `acc` itself, and only read here when this member comes first).
+            unsafe { std::slice::from_raw_parts(self.input.add(a), len) }
+        };
+        for j in 0..n {
+            if j == self.me {
+                if j == 0 {
+                    if !self.in_place {
+                        acc.copy_from_slice(own);
+                    }
+                } else {
+                    dtype::reduce(self.dt, self.op, acc, own)?;
+                }
+                continue;
+            }
+            let (pid, input, _) = self.desc(j, k);
+            let at = input + a as u64;
+            if j == 0 {
+                ucs::sys::cma::read(pid, at, acc)?;
+            } else {
+                ucs::sys::cma::read(pid, at, pulled)?;
+                dtype::reduce(self.dt, self.op, acc, pulled)?;
+            }
+        }
+        if self.avg > 0 {
+            dtype::scale(self.dt, acc, self.avg)?;
+        }
+        for j in (0..n).filter(|&j| j != self.me) {
+            let (pid, _, dst) = self.desc(j, k);
+            ucs::sys::cma::write(pid, dst + a as u64, acc)?;
         }
         Ok(())
     }
