@@ -422,46 +422,40 @@ impl Run {
 
     /// The first member in `who` not known to have entered round `need`, with its flag.
     fn behind(&self, who: Who, need: u64) -> Option<(usize, u32)> {
+        self.first_late(who, need, |_| false)
+    }
+
+    /// In a ring: the first member in `who` whose cell does not hold round `k` yet, with
+    /// its flag.
+    fn unpublished(&self, ring: Ring, who: Who, k: u64) -> Option<(usize, u32)> {
+        let seg = &self.team.seg;
+        // The cell holds round k or an earlier use (k - ring, ...): never a later one,
+        // which needs this member in round k + 1.
+        self.first_late(who, k, |j| seg.cell_round(ring, j, k as u32) == k as u32)
+    }
+
+    /// The first member in `who` (other than this one) not known to have reached round
+    /// `need`, with its flag. `reached(j)` may show that `j` did without its flag; the
+    /// flag is stored after the cells, so a flag seen at `need` shows them too.
+    fn first_late(
+        &self,
+        who: Who,
+        need: u64,
+        reached: impl Fn(usize) -> bool,
+    ) -> Option<(usize, u32)> {
         let t = &*self.team;
         let me = self.me();
         let late = |j: usize| {
             if j == me || t.known(j) >= need {
                 return None;
             }
+            if reached(j) {
+                t.learn(j, need);
+                return None;
+            }
             let f = t.seg.flag(j);
             let w = widen(f, need);
             if w >= need {
-                t.learn(j, w);
-                return None;
-            }
-            Some((j, f))
-        };
-        match who {
-            Who::Nobody => None,
-            Who::One(j) => late(j),
-            Who::All => (0..t.seg.members()).find_map(late),
-        }
-    }
-
-    /// In a ring: the first member in `who` whose cell does not hold round `k` yet, with
-    /// its flag.
-    fn unpublished(&self, ring: Ring, who: Who, k: u64) -> Option<(usize, u32)> {
-        let t = &*self.team;
-        let me = self.me();
-        let late = |j: usize| {
-            if j == me || t.known(j) >= k {
-                return None;
-            }
-            // The cell holds round k or an earlier use (k - ring, ...): never a later one,
-            // which needs this member in round k + 1.
-            if t.seg.cell_round(ring, j, k as u32) == k as u32 {
-                t.learn(j, k);
-                return None;
-            }
-            // The flag is stored after the cell: seen at k, the cell is visible too.
-            let f = t.seg.flag(j);
-            let w = widen(f, k);
-            if w >= k {
                 t.learn(j, w);
                 return None;
             }
