@@ -237,11 +237,18 @@ fn perftest_missing_symbols() -> Vec<String> {
         .collect()
 }
 
-/// A TCP port for ucx_perftest's address exchange, different per call.
+/// A TCP port for ucx_perftest's address exchange (its server takes a port number, so
+/// port 0 cannot be used): different per call, below the kernel's ephemeral range, and
+/// free when chosen.
 fn port() -> u16 {
     use std::sync::atomic::{AtomicU16, Ordering};
     static NEXT: AtomicU16 = AtomicU16::new(0);
-    21000 + (std::process::id() % 2000) as u16 * 4 + NEXT.fetch_add(1, Ordering::Relaxed) % 4
+    let first =
+        (std::process::id() % 2000) * 4 + u32::from(NEXT.fetch_add(1, Ordering::Relaxed) % 4);
+    (0..8000u32)
+        .map(|k| (21000 + (first + k * 13) % 8000) as u16)
+        .find(|&p| std::net::TcpListener::bind(("0.0.0.0", p)).is_ok())
+        .expect("a free port")
 }
 
 /// Runs one ucx_perftest UCT test as server + client on rucx; returns the client's
