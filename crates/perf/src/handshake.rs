@@ -112,27 +112,3 @@ pub fn done_and_verdict<C: Channel>(chan: &mut C, timeout: Duration, test: TestI
         }
     }
 }
-
-/// Responder: waits for `Done`, then reports `check`'s finding.
-pub fn await_done_and_judge<C: Channel>(
-    chan: &mut C,
-    timeout: Duration,
-    check: impl FnOnce() -> Option<String>,
-) -> Result<()> {
-    match chan.recv(timeout) {
-        Ok(Msg::Done) => {}
-        Ok(m) => {
-            tracing::error!("expected done from the initiator, got {m:?}");
-            return Err(Status::InvalidParam);
-        }
-        Err(e) => {
-            tracing::error!("no done from the initiator: {e}");
-            return Err(e);
-        }
-    }
-    let error = check();
-    if let Some(e) = &error {
-        tracing::error!("responder: {e}");
-    }
-    chan.send(&Msg::Verdict { error })
-}

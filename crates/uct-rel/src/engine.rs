@@ -909,6 +909,32 @@ impl Engine {
         self.core.timers.len()
     }
 
+    /// A diagnostic dump for a stalled run: counters, pools, timers, and the state of every
+    /// peer that is not idle (something in flight, queued, owed or buffered). Slow; for
+    /// error reports, not for the data path.
+    pub fn describe(&self) -> String {
+        use std::fmt::Write;
+        let (tx, rx) = self.pool_in_use();
+        let mut s = format!(
+            "pools in use tx {tx} rx {rx}, timers {}, next timeout {:?}, events queued {}\n{:?}\n",
+            self.armed_timers(),
+            self.next_timeout(),
+            self.has_events(),
+            self.core.counters
+        );
+        for (i, slot) in self.peers.iter().enumerate() {
+            if let PeerSlot::Active(p) = slot {
+                let idle = p.snd_una == p.snd_nxt && p.ooo_head == NIL && p.unacked_rx == 0;
+                if !idle || p.awaiting {
+                    let _ = writeln!(s, "peer {i}: {p:?}");
+                }
+            } else if let PeerSlot::Failed = slot {
+                let _ = writeln!(s, "peer {i}: failed");
+            }
+        }
+        s
+    }
+
     /// Starts a fresh state for `peer` (sequence numbers from `initial_seq`). A peer that
     /// had failed may be added again; queued events of its previous incarnation are
     /// dropped.

@@ -135,6 +135,20 @@ impl Iface {
         )?)))
     }
 
+    /// A diagnostic dump of the interface's state for error reports: the udp transport's
+    /// counters and reliability state; the other transports name themselves only.
+    pub fn describe(&self) -> String {
+        match &self.tl {
+            Tl::Udp(t) => t.describe(),
+            _ => format!(
+                "{:?} {}: {} endpoints",
+                self.transport(),
+                self.device(),
+                self.ep_count()
+            ),
+        }
+    }
+
     /// The udp interface inside, for its statistics (`None` for other transports).
     pub fn as_udp(&self) -> Option<&UdpIface> {
         match &self.tl {

@@ -304,6 +304,10 @@ impl<C: Channel> UcpPeer<C> {
             Ok(t) => t,
             Err(e) => {
                 self.broken = true;
+                tracing::error!(
+                    "initiator state after the failure: {}",
+                    self.worker.describe()
+                );
                 // Best effort: the peer may be the reason of the failure.
                 let _ = self.chan.send(&Msg::Failed {
                     error: format!("initiator failed in {}: {e}", p.test),
@@ -390,6 +394,10 @@ impl<C: Channel> UcpPeer<C> {
                     };
                     if let Err(e) = r {
                         self.broken = true;
+                        tracing::error!(
+                            "responder state after the failure: {}",
+                            self.worker.describe()
+                        );
                         // Best effort: the initiator may be gone already.
                         let _ = self.chan.send(&Msg::Failed {
                             error: format!("responder failed in {}: {e}", p.test),

@@ -23,7 +23,7 @@
 //! tests), its buffers kept until the worker is gone.
 
 use super::cqwin::{post_cq, CqWindow, CHECKED};
-use super::wait::{done, drain_to, wait_one, wait_pair};
+use super::wait::{done, drain_to, judge, progress_until_done, wait_one, wait_pair};
 use super::{check_message, MsgBuf, UcpPeer, ACK_TAG, MASK, TAG};
 use crate::channel::{Channel, Msg};
 use crate::handshake;
@@ -119,7 +119,8 @@ impl<C: Channel> UcpPeer<C> {
             }
         }
         wait_one(w, chan, t, "the last pong", prev)?;
-        handshake::await_done_and_judge(chan, t, || error)
+        progress_until_done(w, chan, t)?;
+        judge(chan, || error)
     }
 
     // ---- bandwidth and message rate ----------------------------------------------------
@@ -300,6 +301,7 @@ impl<C: Channel> UcpPeer<C> {
         if !ready_sent {
             chan.send(&Msg::Ready { region: None })?;
         }
-        handshake::await_done_and_judge(chan, t, || error)
+        progress_until_done(w, chan, t)?;
+        judge(chan, || error)
     }
 }

@@ -298,8 +298,14 @@ impl<C: Channel> UctPeer<C> {
     }
 
     /// Responder: waits for `Done`, then reports `check`'s finding.
+    /// The interface is progressed meanwhile (see [`wait::progress_until_done`]).
     fn await_done_and_judge(&mut self, check: impl FnOnce() -> Option<String>) -> Result<()> {
-        handshake::await_done_and_judge(&mut self.chan, self.timeout, check)
+        wait::progress_until_done(&mut self.iface, &mut self.chan, self.timeout)?;
+        let error = check();
+        if let Some(e) = &error {
+            tracing::error!("responder: {e}");
+        }
+        self.chan.send(&Msg::Verdict { error })
     }
 
     /// The region a put/get test exposes: a shared segment for short and bcopy (the peer

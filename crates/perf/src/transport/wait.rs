@@ -183,3 +183,41 @@ pub fn idle<C: Channel>(
         }
     }
 }
+
+/// Responder: progresses `iface` until the initiator says `Done`. The interface keeps
+/// being progressed after this side's last send: over a transport that recovers losses
+/// by retransmission (udp) the last answer may still have to be sent again, and only
+/// progress does that.
+pub fn progress_until_done<C: Channel>(
+    iface: &mut Iface,
+    chan: &mut C,
+    timeout: Duration,
+) -> Result<()> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        iface.progress();
+        match chan.try_recv() {
+            Ok(None) => {}
+            Ok(Some(Msg::Done)) => return Ok(()),
+            Ok(Some(Msg::Failed { error })) => {
+                tracing::error!("the peer failed: {error}");
+                return Err(Status::IoError);
+            }
+            Ok(Some(m)) => {
+                tracing::error!("expected done from the initiator, got {m:?}");
+                return Err(Status::InvalidParam);
+            }
+            Err(e) => {
+                tracing::error!("no done from the initiator: {e}");
+                return Err(e);
+            }
+        }
+        if Instant::now() >= deadline {
+            tracing::error!("timed out after {timeout:?} waiting for the initiator's done");
+            return Err(Status::TimedOut);
+        }
+        // Sleeps on the interface's descriptor (its retransmission timer included), at
+        // most a millisecond, so the channel is looked at often enough.
+        iface.wait(1)?;
+    }
+}

@@ -268,6 +268,35 @@ impl Worker {
         self.full_turn_due = true;
     }
 
+    /// A diagnostic dump of what the worker holds (outstanding protocol state and every
+    /// interface's own state, see [`uct::Iface::describe`]), for the report of a run
+    /// that stalled. Slow; not for the data path.
+    pub fn describe(&self) -> String {
+        let t = &self.p.tag;
+        let mut s = format!(
+            "worker {:#x}: active {} completed {} flushes {} failed ops {} dropped {}; \
+             tag posted {} unexpected {} frags {} acks {}; rndv work {} rx {}; rma replies {}\n",
+            self.core.uuid,
+            self.core.active.len(),
+            self.core.completed.len(),
+            self.core.flushes.len(),
+            self.core.failed_ops.len(),
+            self.core.dropped,
+            t.matcher.posted_len(),
+            t.matcher.unexpected_len(),
+            t.frags.len(),
+            t.acks.len(),
+            self.p.rndv.work.len(),
+            self.p.rndv.rx.len(),
+            self.p.rma.replies.len(),
+        );
+        for tl in &self.tls {
+            s.push_str(&tl.iface.describe());
+            s.push('\n');
+        }
+        s
+    }
+
     /// Makes progress on everything outstanding; returns the number of events handled.
     ///
     /// Kept small for the polling loop of an idle or waiting application: an interface

@@ -781,6 +781,36 @@ impl UdpIface {
         &self.stats
     }
 
+    /// A diagnostic dump for a stalled run (datagram counters, what waits in the
+    /// interface, the reliability engine's state); slow, for error reports.
+    pub fn describe(&self) -> String {
+        let live: Vec<String> = self
+            .peers
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.eps > 0 || p.failed)
+            .map(|(i, p)| {
+                format!(
+                    "{i}={} eps {} failed {} awaiting {}",
+                    p.addr, p.eps, p.failed, p.awaiting
+                )
+            })
+            .collect();
+        format!(
+            "udp {} ({}): clock {} stalled {} deferred {} ({} bytes) events {}\npeers: {}\n{:?}\nengine: {}",
+            self.device,
+            self.local,
+            self.clock,
+            self.stalled.len(),
+            self.deferred,
+            self.deferred_bytes,
+            self.out_events.len(),
+            live.join(", "),
+            self.stats,
+            self.engine.describe()
+        )
+    }
+
     /// The reliability engine's counters (retransmissions, duplicates, malformed, ...).
     pub fn engine_counters(&self) -> &uct_rel::Counters {
         self.engine.counters()
