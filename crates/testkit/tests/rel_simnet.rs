@@ -425,6 +425,7 @@ fn add(c: &mut Counters, x: &Counters) {
     c.peers_failed += x.peers_failed;
     c.cwnd_reductions += x.cwnd_reductions;
     c.window_limited += x.window_limited;
+    c.pace_waits += x.pace_waits;
 }
 
 fn check_message(
@@ -782,7 +783,7 @@ fn seeds(sc: &Scenario, seeds: u64) -> (NetStats, Counters, u64) {
     }
     println!(
         "{}: {seeds} seeds, {:.3} s virtual; sent {} lost {} (burst {}) overflow {} max queued {}; \
-         retransmits {} naks {} timeouts {} cwnd cuts {} window-limited {}",
+         retransmits {} naks {} timeouts {} cwnd cuts {} window-limited {} pace waits {}",
         sc.name,
         virt as f64 / S as f64,
         net.sent,
@@ -794,7 +795,8 @@ fn seeds(sc: &Scenario, seeds: u64) -> (NetStats, Counters, u64) {
         c.tx_naks,
         c.timeouts,
         c.cwnd_reductions,
-        c.window_limited
+        c.window_limited,
+        c.pace_waits
     );
     (net, c, virt)
 }
@@ -818,6 +820,37 @@ fn small_receiver_buffer() {
         without.overflow
     );
     assert!(with.max_queued <= 16 << 10);
+}
+
+/// A receiver whose 16 KiB buffer its engine does not advertise, so that only losses
+/// slow the sender down, and whose path delays every datagram by 20 us: the window's
+/// bursts overflow the buffer. Once a loss event of that kind has cut the window, the
+/// paced sender spreads its window over the round trip, so a larger window fits the
+/// buffer: it needs fewer window cuts and less time for the same messages than a sender
+/// that releases each window in one burst. Every byte arrives either way.
+#[test]
+fn pacing_spreads_the_bursts_that_overflow() {
+    let mut sc = Scenario::fan_in("16 KiB buffer not advertised, paced", 1, 20_000, 16 << 10);
+    sc.engine.rcv_buf = u32::MAX;
+    sc.net.delay = 20 * US;
+    let (paced, cp, paced_ns) = seeds(&sc, 10);
+    let mut bursts = sc.clone();
+    bursts.name = "16 KiB buffer not advertised, not paced";
+    bursts.engine.pacing = false;
+    let (unpaced, cu, unpaced_ns) = seeds(&bursts, 10);
+    assert!(cp.pace_waits > 0, "pacing never held a packet back");
+    assert_eq!(cu.pace_waits, 0);
+    assert!(paced.overflow > 0 && unpaced.overflow > 0 && cu.cwnd_reductions > 0);
+    assert!(
+        cp.cwnd_reductions < cu.cwnd_reductions,
+        "window cuts: paced {}, bursts {}",
+        cp.cwnd_reductions,
+        cu.cwnd_reductions
+    );
+    assert!(
+        paced_ns < unpaced_ns,
+        "virtual time: paced {paced_ns} ns, bursts {unpaced_ns} ns"
+    );
 }
 
 /// The receiver's buffer drops from 256 KiB to 8 KiB mid-run: when its engine is told,

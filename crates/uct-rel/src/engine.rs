@@ -85,15 +85,25 @@
 //!   cut belong to the same event). A retransmission timeout, the last resort, halves it
 //!   each time it fires. Cuts stop at 16 packets (the credit alone can go lower).
 //!
-//! Pacing: the engine has no clock of its own, so bursts are bounded by the windows above
-//! rather than spread in time; the owner sends what the engine releases in one batch.
+//! - **Pacing.** A window's worth of packets released at once arrives at a queue on the
+//!   path as one burst; a shallow queue drops the tail of it even when the average rate
+//!   fits. So after a loss event of the overflowing kind above (the one that halves the
+//!   window on a NAK), new data to that peer is paced for 64 smoothed round trips (at
+//!   least 50 ms, extended by every further such event): after a pause up to 4 packets
+//!   leave together, then one every `len * srtt / (1.25 * window)` ns, so the window is
+//!   spread over a round trip instead of leaving in one batch. A packet held back arms the
+//!   peer's timer for its release time: the engine has no clock of its own, so the owner's
+//!   timer (the time it passes in) drives pacing as it drives retransmission.
+//!   Retransmissions, acknowledgements and NAKs are never paced. Random loss and timeouts
+//!   do not start pacing, so a clean or lossy-but-uncongested path never pays for it.
+//!   [`Config::pacing`] turns it off.
 //!
 //! # Memory
 //!
 //! Per peer the engine keeps a fixed-size record in a table indexed by [`PeerId`] and a
-//! 4-byte position in the timer heap: [`Engine::IDLE_PEER_BYTES`] in all (148 bytes on
+//! 4-byte position in the timer heap: [`Engine::IDLE_PEER_BYTES`] in all (156 bytes on
 //! 64-bit targets with the flow- and congestion-control state, checked at compile time to
-//! stay within 152), with no heap allocation of its own. A number below the highest one
+//! stay within 160), with no heap allocation of its own. A number below the highest one
 //! added costs the same, used or not, so owners number their peers densely. Packet storage is two pools shared by all peers
 //! (rather than a ring per peer, which would cost a window of buffers per idle peer, or a
 //! vector of slot indices per peer): the send pool keeps each unacknowledged packet
@@ -203,6 +213,9 @@ pub struct Config {
     /// Length of the period over which the peers sending to us are counted to share
     /// `rcv_buf` among them (> 0).
     pub credit_epoch: u64,
+    /// Pace new data to a peer for a while after a loss event that looked like an
+    /// overflowing queue (see "Pacing" in the module docs).
+    pub pacing: bool,
 }
 
 impl Default for Config {
@@ -226,6 +239,7 @@ impl Default for Config {
             rcv_buf: 4 << 20,
             initial_window: 8,
             credit_epoch: 1_000_000,
+            pacing: true,
         }
     }
 }
@@ -482,6 +496,8 @@ pub struct Counters {
     /// Messages queued while the send window (congestion window or the peer's credit) was
     /// full: they wait for acknowledgements before their first transmission.
     pub window_limited: u64,
+    /// Times pacing held a new data packet back (see [`Config::pacing`]).
+    pub pace_waits: u64,
 }
 
 /// Per-peer state: fixed size, no heap allocation of its own.
@@ -545,6 +561,12 @@ struct Peer {
     last_heard: u64,
     /// When we last started waiting for this peer (data or a probe outstanding).
     outstanding_since: u64,
+    /// Pacing: no new data packet before this time (see [`Peer::paced`]).
+    pace_at: u64,
+    /// Pacing: new data is paced until this time (0: never paced).
+    pace_end: u64,
+    /// Pacing held a new data packet back; a timer at `pace_at` releases it.
+    pace_wait: bool,
     /// The owner awaits an answer from this peer ([`Engine::set_awaiting`]).
     awaiting: bool,
 }
@@ -583,6 +605,9 @@ impl Peer {
             last_nak_at: NEVER,
             last_heard: now,
             outstanding_since: now,
+            pace_at: 0,
+            pace_end: 0,
+            pace_wait: false,
             awaiting: false,
         }
     }
@@ -645,7 +670,30 @@ impl Peer {
     fn has_work(&self, new_len: Option<u32>) -> bool {
         self.flags & (F_NAK_OWED | F_PROBE_OWED | F_ACK_NOW) != 0
             || self.rtx_pending > 0
-            || new_len.is_some_and(|n| self.may_send(n))
+            || new_len.is_some_and(|n| !self.pace_wait && self.may_send(n))
+    }
+
+    /// Whether new data to this peer is paced at `now`: for a while after a loss event
+    /// that looked like an overflowing queue, once a round trip is known.
+    fn paced(&self, now: u64) -> bool {
+        now < self.pace_end && self.srtt > 0
+    }
+
+    /// The pacing interval after a new data packet of `len` bytes: the send window spread
+    /// over a smoothed round trip, with a quarter more so that pacing itself never holds
+    /// the window back.
+    fn pace_gap(&self, len: u32) -> u64 {
+        let rate_window = u64::from(self.wnd().max(1)) * 5 / 4;
+        u64::from(len) * u64::from(self.srtt) / rate_window.max(1)
+    }
+
+    /// Starts (or extends) pacing after a loss event at `now`.
+    fn start_pacing(&mut self, now: u64) {
+        let hold = (u64::from(self.srtt) * PACE_HOLD_RTTS).max(PACE_HOLD_MIN_NS);
+        if self.pace_end <= now {
+            self.pace_at = now;
+        }
+        self.pace_end = now.saturating_add(hold);
     }
 
     /// Whether [`Engine::send`] takes another message: fewer than `window` unacknowledged,
@@ -726,6 +774,9 @@ impl Peer {
         }
         if self.unacked_rx > 0 && self.flags & F_ACK_NOW == 0 {
             d = d.min(self.ack_at);
+        }
+        if self.pace_wait {
+            d = d.min(self.pace_at);
         }
         if self.ooo_head != NIL && self.flags & F_NAK_OWED == 0 {
             d = d.min(self.nak_retry_at(cfg));
@@ -818,7 +869,7 @@ impl fmt::Debug for Engine {
 }
 
 // Per-peer state must stay small and fixed: the point of a connectionless transport.
-const _: () = assert!(Engine::IDLE_PEER_BYTES <= 152);
+const _: () = assert!(Engine::IDLE_PEER_BYTES <= 160);
 
 /// Where an in-order message goes when it is delivered without being stored (see
 /// [`Engine::on_packet_with`]).
@@ -829,6 +880,12 @@ type Direct<'a> = &'a mut dyn FnMut(PeerId, &[u8]);
 /// small window is not cut further and further by the same few random losses).
 const LOSS_BACKOFF_FRACTION: u32 = 4;
 const LOSS_BACKOFF_MIN: u32 = 4;
+/// Packets that may leave back to back while pacing, after a pause.
+const PACE_BURST: u64 = 4;
+/// Pacing lasts this many smoothed round trips after the loss event that started it...
+const PACE_HOLD_RTTS: u64 = 64;
+/// ...and at least this long (ns).
+const PACE_HOLD_MIN_NS: u64 = 50_000_000;
 /// The congestion window is never cut below this many packets: at heavy random loss
 /// (20%) a window of two packets would spend most of its time waiting out timeouts. The
 /// receiver's own overflow is kept away by its credit, which has no such floor (one
@@ -1492,6 +1549,9 @@ impl Engine {
         if p.unacked_rx > 0 && now >= p.ack_at {
             p.flags |= F_ACK_NOW;
         }
+        if p.pace_wait && now >= p.pace_at {
+            p.pace_wait = false;
+        }
         if p.ooo_head != NIL && now >= p.nak_retry_at(cfg) {
             p.flags |= F_NAK_OWED;
         }
@@ -1717,6 +1777,9 @@ impl Core {
             let runs = holes > LOSS_BACKOFF_MIN && holes * LOSS_BACKOFF_FRACTION > in_flight;
             if runs && p.on_loss(&self.cfg, false) {
                 self.counters.cwnd_reductions += 1;
+                if self.cfg.pacing {
+                    p.start_pacing(now);
+                }
             }
         }
     }
@@ -1881,6 +1944,19 @@ impl Core {
             if !p.may_send(len) {
                 return self.build_control(p);
             }
+            let paced = p.paced(now);
+            if paced && now < p.pace_at {
+                p.pace_wait = true;
+                self.counters.pace_waits += 1;
+                return self.build_control(p);
+            }
+            if paced {
+                // Up to PACE_BURST packets may leave together after a pause; beyond that
+                // one per gap.
+                let gap = p.pace_gap(len);
+                let floor = now.saturating_sub(gap.saturating_mul(PACE_BURST));
+                p.pace_at = p.pace_at.max(floor).saturating_add(gap);
+            }
             let s = p.tx_cursor;
             if p.in_flight() == 0 {
                 p.rto_shift = 0;
@@ -2009,6 +2085,50 @@ mod tests {
             peer_timeout: 1000 * MS,
             ..Config::default()
         }
+    }
+
+    /// While pacing, new data leaves one packet per gap, the peer's timer releasing the
+    /// next; after a pause a few packets go back to back; pacing ends on its own.
+    #[test]
+    fn pacing_spreads_new_data_and_its_timer_releases_it() {
+        let (mut a, _b) = pair(cfg());
+        let m = mss(a.config());
+        if let Some(PeerSlot::Active(p)) = a.peers.get_mut(B.0 as usize) {
+            // A round trip is known, and a loss event of the overflowing kind started
+            // pacing (what `on_nak` does).
+            p.srtt = 100_000;
+            p.cwnd = 8 * m;
+            p.start_pacing(0);
+        }
+        for i in 0..8u8 {
+            a.send(B, &[i; 1000], 0).unwrap();
+        }
+        assert_eq!(out(&mut a, 0).len(), 1, "one packet, then the gap");
+        assert_eq!(a.counters().pace_waits, 1);
+        let t1 = a.next_timeout().unwrap();
+        assert!(t1 > 0 && t1 < 100_000, "released within a round trip: {t1}");
+        assert!(out(&mut a, t1).is_empty(), "held until its timer runs");
+        a.on_timeout(t1);
+        assert_eq!(out(&mut a, t1).len(), 1);
+        // A pause of several gaps lets a short burst go, then pacing holds again.
+        let t2 = t1 + 100_000;
+        a.on_timeout(t2);
+        let burst = out(&mut a, t2).len() as u64;
+        assert!((2..=PACE_BURST + 1).contains(&burst), "burst of {burst}");
+        assert_eq!(a.counters().pace_waits, 3);
+        // Pacing lasts PACE_HOLD_MIN_NS here (64 round trips are less): after it the
+        // rest leaves at once (with the tail probe's resend of the oldest).
+        let t3 = PACE_HOLD_MIN_NS;
+        a.on_timeout(t3);
+        let new = out(&mut a, t3)
+            .iter()
+            .filter_map(|d| match Packet::decode(d).map(|p| p.body) {
+                Ok(Body::Data { seq, .. }) => Some(seq),
+                _ => None,
+            })
+            .filter(|&seq| seq >= 2 + burst as u32)
+            .count() as u64;
+        assert_eq!(new, 8 - 2 - burst, "the rest after pacing ended");
     }
 
     /// Two engines, `a` (peer 0) and `b` (peer 1), each knowing the other.

@@ -109,10 +109,10 @@
 //!
 //! # Memory
 //!
-//! Per peer: the engine's record ([`uct_rel::Engine::IDLE_PEER_BYTES`], 148 bytes), a
+//! Per peer: the engine's record ([`uct_rel::Engine::IDLE_PEER_BYTES`], 156 bytes), a
 //! 40-byte table entry, a 4-byte slot of the address index (`addr_index`: the peer's
 //! number only, the address stays in the table; about 10 bytes with the index's empty
-//! slots) and per endpoint a 12-byte slot: about 210 bytes, no descriptor, no buffer. Shared by all peers: the socket, the
+//! slots) and per endpoint a 12-byte slot: about 220 bytes, no descriptor, no buffer. Shared by all peers: the socket, the
 //! receive batch (up to 1 MiB: 64 datagrams, or 16 GRO buffers of 64 KiB), the send
 //! batch's headers, and the engine's packet pools, which grow with the
 //! messages in flight up to [`UdpConfig::tx_queue`] datagrams each (by default 8192, and
@@ -217,6 +217,11 @@ pub static VARS: &[Var] = &[
         default: "auto",
         doc: "Datagrams a udp interface keeps for retransmission (and receives out of order), over all peers; when full, sends get NO_RESOURCE. auto: 8192, at most 64 MiB of datagrams of UDP_SEG_SIZE.",
     },
+    Var {
+        name: "UDP_PACING",
+        default: "y",
+        doc: "After a loss that looks like a queue on the path overflowing (many datagrams of one window missing), spread new udp datagrams to that peer over the round trip for a while instead of sending the window in one burst. n: never pace.",
+    },
 ];
 
 /// Settings of a udp interface. Times are rounded to nanoseconds; `Duration::MAX` means
@@ -250,6 +255,8 @@ pub struct UdpConfig {
     /// Send (and out-of-order receive) pool, in datagrams, over all peers.
     /// `None`: 8192 datagrams, at most 64 MiB of them.
     pub tx_queue: Option<u32>,
+    /// Pace new datagrams to a peer after an overflow-like loss ([`uct_rel::Config::pacing`]).
+    pub pacing: bool,
 }
 
 impl Default for UdpConfig {
@@ -267,6 +274,7 @@ impl Default for UdpConfig {
             rx_max_poll: 64,
             sock_buf: 4 << 20,
             tx_queue: None,
+            pacing: true,
         }
     }
 }
@@ -313,6 +321,7 @@ impl UdpConfig {
             } else {
                 Some(u32v(11)?)
             },
+            pacing: config::boolean(&VARS[12])?,
         };
         c.validate()?;
         Ok(c)
@@ -374,6 +383,7 @@ impl UdpConfig {
             rcv_buf: u32::try_from(self.sock_buf).unwrap_or(u32::MAX).max(1),
             initial_window: 8,
             credit_epoch: 1_000_000,
+            pacing: self.pacing,
         }
     }
 }
@@ -435,7 +445,7 @@ struct UdpEp {
 // The per-peer state the module docs promise (about 250 bytes with the hash-map entry).
 const _: () = assert!(std::mem::size_of::<PeerEntry>() <= 40);
 const _: () = assert!(std::mem::size_of::<Option<UdpEp>>() <= 12);
-const _: () = assert!(Engine::IDLE_PEER_BYTES <= 152);
+const _: () = assert!(Engine::IDLE_PEER_BYTES <= 160);
 
 const TOK_SOCK: u64 = 0;
 const TOK_TIMER: u64 = 1;
