@@ -225,9 +225,10 @@ fn host_of(addr: &[u8]) -> Option<u64> {
         .map(|a| a.host_id)
 }
 
-/// Cores this process may run on.
+/// Cores the processes of this host share (not this process's affinity mask: ranks
+/// pinned one per core are not oversubscribed).
 pub fn cores() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
+    ucs::sys::host::host_cpus()
 }
 
 /// True when the host already has about as many runnable tasks as cores (the 1-minute

@@ -63,6 +63,8 @@ pub(crate) struct ShmTeam {
     /// For each member, a round it is known to have entered (read from its flag or its
     /// cells): a wait that this already satisfies reads nothing shared.
     known: Box<[AtomicU64]>,
+    /// This process's id, for single-copy descriptors (read once: a system call).
+    pub(crate) pid: u32,
 }
 
 /// The 64-bit round whose low 32 bits are `v`, nearest to `near`.
@@ -81,6 +83,7 @@ impl ShmTeam {
             next: AtomicU64::new(1),
             done: AtomicU64::new(0),
             known,
+            pid: std::process::id(),
         }
     }
 

@@ -34,6 +34,10 @@
 //! `process_vm_readv` (cross-memory attach: one copy instead of two, no chunking); the
 //! second round, flags only, tells the writers that every reader is done with their
 //! buffers. The kernel checks every remote range: a wrong one is an error, not a fault.
+//! A bcast root that does not outnumber the host's CPUs with its team also pushes the
+//! tail of the vector into the others' destinations (`process_vm_writev`), which they
+//! published in the first round, while they pull the head ([`bcast_split`]); its flag in
+//! the second round says its pushes are done.
 //!
 //! [`Run::advance`] never blocks: it returns `Ok(false)` at the first unmet wait, and
 //! [`Run::waiting`] says whose flag it waits for (the caller sleeps on it, or fails the
@@ -175,13 +179,42 @@ fn geometry(coll: CollType, s: &Shape, slot: usize, mid: bool) -> (u32, usize, M
     (len.div_ceil(chunk).max(1) as u32, chunk, Mode::Slot)
 }
 
-/// A member's descriptor in a single-copy round: its process id and data address.
-fn put_desc(slot: *mut u8, addr: *const u8) {
-    let mut d = [0u8; 16];
-    d[..8].copy_from_slice(&u64::from(std::process::id()).to_le_bytes());
-    d[8..].copy_from_slice(&(addr as u64).to_le_bytes());
+/// A member's descriptor in a single-copy round: its process id and data address, and
+/// a third word (a bcast root's push offset, else 0).
+fn put_desc(slot: *mut u8, pid: u32, addr: *const u8) {
+    put_desc_with(slot, pid, addr, 0);
+}
+
+fn put_desc_with(slot: *mut u8, pid: u32, addr: *const u8, extra: u64) {
+    let mut d = [0u8; 24];
+    d[..8].copy_from_slice(&u64::from(pid).to_le_bytes());
+    d[8..16].copy_from_slice(&(addr as u64).to_le_bytes());
+    d[16..].copy_from_slice(&extra.to_le_bytes());
     // SAFETY: slots are at least a page long; this member owns its slot this round.
-    unsafe { copy(d.as_ptr(), slot, 16) };
+    unsafe { copy(d.as_ptr(), slot, 24) };
+}
+
+/// The third word of a member's descriptor (see [`put_desc_with`]).
+fn get_desc_extra(slot: *const u8) -> u64 {
+    let mut d = [0u8; 8];
+    // SAFETY: the slot is at least a page long, and its owner's flag reached this round.
+    unsafe { copy(slot.add(16), d.as_mut_ptr(), 8) };
+    u64::from_le_bytes(d)
+}
+
+/// Where a bcast root of a single-copy round splits its vector of `len` bytes among
+/// `members`: every other member pulls `0..split` from the root, and the root pushes
+/// `split..len` into each of them (so that the root copies about as much as each of the
+/// others, and the copies run side by side). No split (`len`) when the members outnumber
+/// the cores this process may run on: the copies would then take turns on the same CPUs
+/// and the push only add system calls.
+fn bcast_split(len: usize, members: usize) -> usize {
+    if members < 2 || members > crate::context::cores() {
+        return len;
+    }
+    // A page-aligned split; the root's share is one member's worth.
+    let share = len / members;
+    (len - share) & !4095
 }
 
 /// Reads the descriptor of a member from its slot.
@@ -356,6 +389,7 @@ impl Run {
             dst: self.dst,
             in_place: self.own_in_dst(),
             total: self.shape.bytes(),
+            pid: self.team.pid,
         }
     }
 
@@ -376,6 +410,10 @@ impl Run {
         }
         if matches!(self.mode, Mode::Cma | Mode::SplitCma) && self.r == 1 {
             return Who::Nobody;
+        }
+        if self.mode == Mode::Cma && self.coll == C::Bcast {
+            // Round A: the others publish their destinations too (the root may push).
+            return Who::All;
         }
         if self.mode == Mode::Split {
             // Round B of a reduce writes nothing (its data went in during round A).
@@ -401,6 +439,10 @@ impl Run {
             // Round A: everybody's descriptor; single copy, round B: everybody is done
             // with the others' buffers.
             if self.mode == Mode::SplitCma || self.r == 1 {
+                return Who::All;
+            }
+            // A bcast root reads the others' destinations (to push its share).
+            if self.coll == C::Bcast && root {
                 return Who::All;
             }
         }
@@ -730,10 +772,15 @@ impl Run {
         let s = &self.shape;
         let me = self.me();
         let root = me == self.root();
+        let pid = self.team.pid;
         match self.coll {
-            C::Bcast if root => put_desc(slot, self.dst),
+            C::Bcast if root => {
+                let split = bcast_split(s.bytes(), s.size);
+                put_desc_with(slot, pid, self.dst, split as u64);
+            }
+            C::Bcast => put_desc(slot, pid, self.dst),
             C::Scatter if root => {
-                put_desc(slot, self.src);
+                put_desc(slot, pid, self.src);
                 let (bo, bl) = s.src_blocks[me];
                 if !s.in_place {
                     // SAFETY: the root's block of its source and its destination, both
@@ -749,7 +796,7 @@ impl Run {
                     self.src
                 };
                 if !(self.coll == C::Gather && root) {
-                    put_desc(slot, mine);
+                    put_desc(slot, pid, mine);
                 }
                 if !self.own_in_dst() && (self.coll != C::Gather || root) {
                     // SAFETY: this member's block of its source and destination.
@@ -757,7 +804,7 @@ impl Run {
                 }
             }
             C::Alltoall => {
-                put_desc(slot, self.src);
+                put_desc(slot, pid, self.src);
                 let (so, sl) = s.src_blocks[me];
                 // SAFETY: this member's own block, source to destination (not in place).
                 unsafe { copy(self.src.add(so), self.dst.add(s.dst_blocks[me].0), sl) };
@@ -781,7 +828,24 @@ impl Run {
         match self.coll {
             C::Bcast if !root => {
                 let (pid, a) = desc(self.root());
-                pull(pid, a, self.dst, s.bytes())?;
+                // The root pushes the rest (clamped: the segment is shared memory).
+                let split = get_desc_extra(seg.slot_ptr(self.root(), k)).min(s.bytes() as u64);
+                pull(pid, a, self.dst, split as usize)?;
+            }
+            C::Bcast => {
+                let len = s.bytes();
+                // What this root published in round A.
+                let split = get_desc_extra(seg.slot_ptr(me, k)).min(len as u64) as usize;
+                if split < len {
+                    // SAFETY: `split..len` lies in the root's bcast buffer (checked by the
+                    // plan), which nothing writes during the collective.
+                    let tail =
+                        unsafe { std::slice::from_raw_parts(self.dst.add(split), len - split) };
+                    for j in (0..s.size).filter(|&j| j != me) {
+                        let (pid, a) = desc(j);
+                        ucs::sys::cma::write(pid, a + split as u64, tail)?;
+                    }
+                }
             }
             C::Scatter if !root => {
                 let (pid, a) = desc(self.root());

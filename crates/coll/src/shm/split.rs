@@ -183,6 +183,8 @@ pub(crate) struct SplitCma<'a> {
     pub in_place: bool,
     /// Bytes of the whole vector.
     pub total: usize,
+    /// This process's id.
+    pub pid: u32,
 }
 
 /// Bytes of a descriptor: process id, input address, destination address.
@@ -192,7 +194,7 @@ impl SplitCma<'_> {
     /// Round A's write: this member's descriptor into its slot `k % 2`.
     pub(crate) fn write(&self, k: u32) {
         let mut d = [0u8; DESC];
-        d[..8].copy_from_slice(&u64::from(std::process::id()).to_le_bytes());
+        d[..8].copy_from_slice(&u64::from(self.pid).to_le_bytes());
         d[8..16].copy_from_slice(&(self.input as u64).to_le_bytes());
         d[16..].copy_from_slice(&(self.dst as u64).to_le_bytes());
         // SAFETY: slots are at least a page long; this member owns its slot this round

@@ -34,9 +34,51 @@ pub fn page_size() -> usize {
     rustix::param::page_size()
 }
 
-/// Number of online CPUs.
+/// Number of CPUs this process may run on (its affinity mask and CPU quota).
 pub fn cpu_count() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// Number of CPUs the processes of this host share: the cgroup's cpuset (v2) when there
+/// is one, else the online CPUs; never fewer than [`cpu_count`]. Unlike [`cpu_count`] it
+/// does not shrink when a process is pinned to one CPU, so processes pinned one per CPU
+/// do not count themselves as outnumbering the cores. Read once per process (the files
+/// and `available_parallelism` cost a dozen system calls), then cached.
+pub fn host_cpus() -> usize {
+    static CPUS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CPUS.get_or_init(read_host_cpus)
+}
+
+fn read_host_cpus() -> usize {
+    let listed = |path: &str| {
+        std::fs::read_to_string(path)
+            .ok()
+            .and_then(|s| count_cpu_list(&s))
+    };
+    listed("/sys/fs/cgroup/cpuset.cpus.effective")
+        .or_else(|| listed("/sys/devices/system/cpu/online"))
+        .unwrap_or(0)
+        .max(cpu_count())
+}
+
+/// The number of CPUs in a kernel CPU list ("0-3,8,10-11"); `None` if it is empty or
+/// malformed.
+pub fn count_cpu_list(s: &str) -> Option<usize> {
+    let mut n = 0usize;
+    for part in s.trim().split(',') {
+        let (lo, hi) = match part.split_once('-') {
+            Some((a, b)) => (
+                a.trim().parse::<usize>().ok()?,
+                b.trim().parse::<usize>().ok()?,
+            ),
+            None => {
+                let c = part.trim().parse::<usize>().ok()?;
+                (c, c)
+            }
+        };
+        n = n.checked_add(hi.checked_sub(lo)? + 1)?;
+    }
+    (n > 0).then_some(n)
 }
 
 /// FNV-1a, 64 bit: a small stable hash for ids (not for security).
@@ -69,5 +111,17 @@ mod tests {
         assert_eq!(super::host_id(), super::host_id());
         assert_ne!(super::host_id(), 0);
         assert!(super::page_size() >= 4096);
+    }
+
+    #[test]
+    fn cpu_lists_are_counted() {
+        use super::count_cpu_list as c;
+        assert_eq!(c("0-1\n"), Some(2));
+        assert_eq!(c("0-3,8,10-11"), Some(7));
+        assert_eq!(c("5"), Some(1));
+        assert_eq!(c(""), None);
+        assert_eq!(c("3-1"), None);
+        assert_eq!(c("a-b"), None);
+        assert!(super::host_cpus() >= super::cpu_count());
     }
 }
