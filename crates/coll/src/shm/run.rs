@@ -542,6 +542,7 @@ impl Run {
                 }
                 self.team.seg.set_flag(self.me(), k as u32);
                 self.wrote = true;
+                self.own_block();
             }
             let late = match ring {
                 Some(ring) => self.unpublished(ring, self.sources(), k),
@@ -646,33 +647,69 @@ impl Run {
                     // SAFETY: as stated at the top of this function's match.
                     unsafe { copy(from.add(o), slot, l) };
                 }
-                let keeps_own = matches!(self.coll, C::Allgather | C::Allgatherv) || root;
-                if !self.own_in_dst() && keeps_own {
-                    // SAFETY: as stated at the top of this function's match.
-                    unsafe { copy(self.src.add(o), self.dst.add(bo + o), l) };
-                }
+                // This member's own block goes to its destination after the flag
+                // (`own_block`), while the others read.
             }
             C::Alltoall | C::Alltoallv | C::Scatter | C::Scatterv => {
                 let scatter = matches!(self.coll, C::Scatter | C::Scatterv);
                 if scatter && !root {
                     return Ok(());
                 }
-                for j in 0..s.size {
+                for j in (0..s.size).filter(|&j| j != me) {
                     let (bo, bl) = s.src_blocks[j];
                     let (o, l) = self.piece(bl);
                     let from = self.input().wrapping_add(bo);
-                    if j != me {
-                        // SAFETY: as stated at the top of this function's match.
-                        unsafe { copy(from.add(o), slot.add(j * self.chunk), l) };
-                    } else if !s.in_place {
-                        let to = if scatter { 0 } else { s.dst_blocks[me].0 };
-                        // SAFETY: as stated at the top of this function's match.
-                        unsafe { copy(from.add(o), self.dst.add(to + o), l) };
-                    }
+                    // SAFETY: as stated at the top of this function's match.
+                    unsafe { copy(from.add(o), slot.add(j * self.chunk), l) };
                 }
             }
         }
         Ok(())
+    }
+
+    /// This member's own block of an allgather(v), gather(v) (root), alltoall or scatter
+    /// (root), source to destination, for the piece of this round: done after the
+    /// round's flag is stored, so that the others start reading one copy earlier (slots
+    /// and cells; single copy does it in `write_desc`).
+    fn own_block(&self) {
+        use CollType as C;
+        if !matches!(self.mode, Mode::Slot | Mode::Inline | Mode::Mid) {
+            return;
+        }
+        let s = &*self.shape;
+        let me = self.me();
+        let root = me == self.root();
+        match self.coll {
+            C::Allgather | C::Allgatherv | C::Gather | C::Gatherv => {
+                let keeps_own = matches!(self.coll, C::Allgather | C::Allgatherv) || root;
+                if !self.own_in_dst() && keeps_own {
+                    let (bo, bl) = s.dst_blocks[me];
+                    let (o, l) = self.piece(bl);
+                    // SAFETY: this member's block of its source and of its destination
+                    // (lengths checked by the plan); distinct buffers, and no other member
+                    // touches either.
+                    unsafe { copy(self.src.add(o), self.dst.add(bo + o), l) };
+                }
+            }
+            C::Alltoall | C::Alltoallv | C::Scatter | C::Scatterv => {
+                let scatter = matches!(self.coll, C::Scatter | C::Scatterv);
+                if (scatter && !root) || s.in_place {
+                    return;
+                }
+                let (bo, bl) = s.src_blocks[me];
+                let (o, l) = self.piece(bl);
+                let to = if scatter { 0 } else { s.dst_blocks[me].0 };
+                // SAFETY: as above: this member's own block, source to destination.
+                unsafe {
+                    copy(
+                        self.input().wrapping_add(bo).add(o),
+                        self.dst.add(to + o),
+                        l,
+                    )
+                };
+            }
+            _ => {}
+        }
     }
 
     fn read(&mut self, k: u32) -> Result<()> {
