@@ -179,6 +179,15 @@ fn geometry(coll: CollType, s: &Shape, slot: usize, mid: bool) -> (u32, usize, M
     (len.div_ceil(chunk).max(1) as u32, chunk, Mode::Slot)
 }
 
+/// The part `x..y` of the chunk `o..o+l` that a block `(bo, bl)` covers (`x == y` when
+/// none; then `x` is where the chunk is split, so `o..x` and `y..o+l` is the rest).
+fn own_range((bo, bl): (usize, usize), o: usize, l: usize) -> (usize, usize) {
+    let end = o + l;
+    let x = bo.clamp(o, end);
+    let y = (bo + bl).clamp(x, end);
+    (x, y)
+}
+
 /// A member's descriptor in a single-copy round: its process id and data address, and
 /// a third word (a bcast root's push offset, else 0).
 fn put_desc(slot: *mut u8, pid: u32, addr: *const u8) {
@@ -631,8 +640,20 @@ impl Run {
             C::ReduceScatter | C::ReduceScatterv => {
                 let total = s.src_blocks.iter().map(|b| b.0 + b.1).max().unwrap_or(0);
                 let (o, l) = self.piece(total);
-                // SAFETY: as stated at the top of this function's match.
-                unsafe { copy(self.input().add(o), slot, l) };
+                if self.own_in_dst() {
+                    // SAFETY: as stated at the top of this function's match.
+                    unsafe { copy(self.input().add(o), slot, l) };
+                } else {
+                    // The others read only their own blocks from this slot: this member's
+                    // block stays in its source, where `read` takes it from.
+                    let (x, y) = own_range(s.src_blocks[me], o, l);
+                    // SAFETY: as stated at the top of this function's match; the two
+                    // parts lie in the chunk `o..o+l` and at the same offsets in the slot.
+                    unsafe {
+                        copy(self.input().add(o), slot, x - o);
+                        copy(self.input().add(y), slot.add(y - o), o + l - y);
+                    }
+                }
             }
             C::Allgather | C::Allgatherv | C::Gather | C::Gatherv => {
                 let (bo, bl) = s.dst_blocks[me];
@@ -745,7 +766,7 @@ impl Run {
             }
             C::Allreduce => {
                 let (o, l) = self.piece(s.bytes());
-                self.reduce_into(k, o, 0, l, None)?;
+                self.reduce_into(k, o, 0, l, None, None)?;
             }
             C::Reduce => {
                 if root {
@@ -754,16 +775,18 @@ impl Run {
                         // SAFETY: as stated at the top of this function's match.
                         unsafe { copy(self.src.add(o), self.dst.add(o), l) };
                     }
-                    self.reduce_into(k, o, 0, l, Some(me))?;
+                    self.reduce_into(k, o, 0, l, Some(me), None)?;
                 }
             }
             C::ReduceScatter | C::ReduceScatterv => {
                 let total = s.src_blocks.iter().map(|b| b.0 + b.1).max().unwrap_or(0);
                 let (o, l) = self.piece(total);
-                let (bo, bl) = s.src_blocks[me];
-                let (x, y) = (o.max(bo), (o + l).min(bo + bl));
+                let (bo, _) = s.src_blocks[me];
+                let (x, y) = own_range(s.src_blocks[me], o, l);
                 if x < y {
-                    self.reduce_into(k, x - bo, x - o, y - x, None)?;
+                    // Not in place, this member's part comes from its source (see `write`).
+                    let mine = (!self.own_in_dst()).then(|| self.src.wrapping_add(x));
+                    self.reduce_into(k, x - bo, x - o, y - x, None, mine)?;
                 }
             }
             C::Allgather | C::Allgatherv | C::Gather | C::Gatherv => {
@@ -923,7 +946,9 @@ impl Run {
     /// Reduces `len` bytes at offset `at` of every member's slot `k % 2` into the
     /// destination at `out`. With `own = Some(me)` the destination already holds this
     /// member's part and its slot is skipped; else the first slot is copied first, and
-    /// the members' parts are combined in member order.
+    /// the members' parts are combined in member order. With `mine`, this member's part
+    /// is read there (`len` bytes of its source) instead of from its slot, in its place in
+    /// the member order (the same bits).
     fn reduce_into(
         &self,
         k: u32,
@@ -931,6 +956,7 @@ impl Run {
         at: usize,
         len: usize,
         own: Option<usize>,
+        mine: Option<*const u8>,
     ) -> Result<()> {
         if len == 0 {
             return Ok(());
@@ -944,9 +970,14 @@ impl Run {
             if Some(j) == own {
                 continue;
             }
-            // SAFETY: slot `k % 2` of j holds this round's data (its flag reached k) and
-            // is not written until this member enters the next round.
-            let from = unsafe { std::slice::from_raw_parts(self.slot(j, k).add(at), len) };
+            let from = match mine {
+                // SAFETY: `mine..mine+len` lies in this member's source (checked by the
+                // plan), a buffer distinct from the destination (not in place).
+                Some(p) if j == self.me() => unsafe { std::slice::from_raw_parts(p, len) },
+                // SAFETY: slot `k % 2` of j holds this round's data (its flag reached k)
+                // and is not written until this member enters the next round.
+                _ => unsafe { std::slice::from_raw_parts(self.slot(j, k).add(at), len) },
+            };
             if first {
                 into.copy_from_slice(from);
                 first = false;
