@@ -215,8 +215,8 @@ fn get_desc_extra(slot: *const u8) -> u64 {
 /// `members`: every other member pulls `0..split` from the root, and the root pushes
 /// `split..len` into each of them (so that the root copies about as much as each of the
 /// others, and the copies run side by side). No split (`len`) when the members outnumber
-/// the cores this process may run on: the copies would then take turns on the same CPUs
-/// and the push only add system calls.
+/// the host's CPUs ([`crate::context::cores`]): the copies would then take turns on the
+/// same CPUs and the push only add system calls.
 fn bcast_split(len: usize, members: usize) -> usize {
     if members < 2 || members > crate::context::cores() {
         return len;
