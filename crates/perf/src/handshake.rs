@@ -97,6 +97,15 @@ pub fn expect_ready<C: Channel>(chan: &mut C, timeout: Duration) -> Result<Optio
     }
 }
 
+/// Responder: after `Done` (already received), reports `check`'s finding.
+pub fn judge<C: Channel>(chan: &mut C, check: impl FnOnce() -> Option<String>) -> Result<()> {
+    let error = check();
+    if let Some(e) = &error {
+        tracing::error!("responder: {e}");
+    }
+    chan.send(&Msg::Verdict { error })
+}
+
 /// Initiator: ends the test on the responder and gets its verdict.
 pub fn done_and_verdict<C: Channel>(chan: &mut C, timeout: Duration, test: TestId) -> Result<()> {
     chan.send(&Msg::Done)?;

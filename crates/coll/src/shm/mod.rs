@@ -65,6 +65,9 @@ pub(crate) struct ShmTeam {
     known: Box<[AtomicU64]>,
     /// This process's id, for single-copy descriptors (read once: a system call).
     pub(crate) pid: u32,
+    /// The members do not outnumber the host's CPUs: a bcast root may push its share
+    /// (`run::bcast_split`).
+    pub(crate) root_pushes: bool,
 }
 
 /// The 64-bit round whose low 32 bits are `v`, nearest to `near`.
@@ -76,6 +79,7 @@ pub(crate) fn widen(v: u32, near: u64) -> u64 {
 impl ShmTeam {
     fn new(seg: Seg, ranks: &[usize], me: usize) -> ShmTeam {
         let known = (0..seg.members()).map(|_| AtomicU64::new(0)).collect();
+        let root_pushes = (2..=crate::context::cores()).contains(&seg.members());
         ShmTeam {
             seg,
             ranks: ranks.to_vec(),
@@ -84,6 +88,7 @@ impl ShmTeam {
             done: AtomicU64::new(0),
             known,
             pid: std::process::id(),
+            root_pushes,
         }
     }
 

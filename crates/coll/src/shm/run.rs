@@ -214,11 +214,11 @@ fn get_desc_extra(slot: *const u8) -> u64 {
 /// Where a bcast root of a single-copy round splits its vector of `len` bytes among
 /// `members`: every other member pulls `0..split` from the root, and the root pushes
 /// `split..len` into each of them (so that the root copies about as much as each of the
-/// others, and the copies run side by side). No split (`len`) when the members outnumber
-/// the host's CPUs ([`crate::context::cores`]): the copies would then take turns on the
-/// same CPUs and the push only add system calls.
-fn bcast_split(len: usize, members: usize) -> usize {
-    if members < 2 || members > crate::context::cores() {
+/// others, and the copies run side by side). No split (`len`) unless `pushes`
+/// ([`ShmTeam::root_pushes`]: the members do not outnumber the host's CPUs, else the
+/// copies would take turns on the same CPUs and the push only add system calls).
+fn bcast_split(len: usize, members: usize, pushes: bool) -> usize {
+    if !pushes {
         return len;
     }
     // A page-aligned split; the root's share is one member's worth.
@@ -835,7 +835,7 @@ impl Run {
         let pid = self.team.pid;
         match self.coll {
             C::Bcast if root => {
-                let split = bcast_split(s.bytes(), s.size);
+                let split = bcast_split(s.bytes(), s.size, self.team.root_pushes);
                 put_desc_with(slot, pid, self.dst, split as u64);
             }
             C::Bcast => put_desc(slot, pid, self.dst),
@@ -897,10 +897,10 @@ impl Run {
                 // What this root published in round A.
                 let split = get_desc_extra(seg.slot_ptr(me, k)).min(len as u64) as usize;
                 if split < len {
+                    let n = len - split;
                     // SAFETY: `split..len` lies in the root's bcast buffer (checked by the
                     // plan), which nothing writes during the collective.
-                    let tail =
-                        unsafe { std::slice::from_raw_parts(self.dst.add(split), len - split) };
+                    let tail = unsafe { std::slice::from_raw_parts(self.dst.add(split), n) };
                     for j in (0..s.size).filter(|&j| j != me) {
                         let (pid, a) = desc(j);
                         ucs::sys::cma::write(pid, a + split as u64, tail)?;

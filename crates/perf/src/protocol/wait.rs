@@ -7,7 +7,7 @@
 
 use crate::channel::{Channel, Msg};
 use crate::registry::TestId;
-use crate::transport::wait::{check_stall, SPINS};
+use crate::transport::wait::{check_stall, try_msg, SPINS};
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 use ucp::{Ep, RecvInfo, RecvPosted, Request, Worker};
@@ -238,17 +238,8 @@ fn next_msg<C: Channel>(
         if n % SPINS != 0 {
             continue;
         }
-        match chan.try_recv() {
-            Ok(None) => {}
-            Ok(Some(Msg::Failed { error })) => {
-                tracing::error!("the peer failed: {error}");
-                return Err(Status::IoError);
-            }
-            Ok(Some(m)) => return Ok(m),
-            Err(e) => {
-                tracing::error!("lost the peer while waiting for {what}: {e}");
-                return Err(e);
-            }
+        if let Some(m) = try_msg(chan, what)? {
+            return Ok(m);
         }
         if Instant::now() >= deadline {
             tracing::error!("timed out after {timeout:?} waiting for {what}");
@@ -296,14 +287,4 @@ pub(super) fn done_and_verdict<C: Channel>(
     }
 }
 
-/// Responder: after `Done` (already received), reports `check`'s finding.
-pub(super) fn judge<C: Channel>(
-    chan: &mut C,
-    check: impl FnOnce() -> Option<String>,
-) -> Result<()> {
-    let error = check();
-    if let Some(e) = &error {
-        tracing::error!("responder: {e}");
-    }
-    chan.send(&Msg::Verdict { error })
-}
+pub(super) use crate::handshake::judge;

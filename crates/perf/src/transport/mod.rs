@@ -301,11 +301,7 @@ impl<C: Channel> UctPeer<C> {
     /// The interface is progressed meanwhile (see [`wait::progress_until_done`]).
     fn await_done_and_judge(&mut self, check: impl FnOnce() -> Option<String>) -> Result<()> {
         wait::progress_until_done(&mut self.iface, &mut self.chan, self.timeout)?;
-        let error = check();
-        if let Some(e) = &error {
-            tracing::error!("responder: {e}");
-        }
-        self.chan.send(&Msg::Verdict { error })
+        handshake::judge(&mut self.chan, check)
     }
 
     /// The region a put/get test exposes: a shared segment for short and bcopy (the peer

@@ -47,20 +47,28 @@ pub(crate) fn check_stall<C: Channel>(
 
 /// Fails when the peer reported a failure or closed the channel.
 pub fn peer_check<C: Channel>(chan: &mut C, what: &str) -> Result<()> {
-    match chan.try_recv() {
-        Ok(None) => Ok(()),
-        Ok(Some(Msg::Failed { error })) => {
-            tracing::error!("peer failed while this side waited for {what}: {error}");
-            Err(Status::IoError)
-        }
-        Ok(Some(m)) => {
+    match try_msg(chan, what)? {
+        None => Ok(()),
+        Some(m) => {
             tracing::error!("unexpected message from peer while waiting for {what}: {m:?}");
             Err(Status::InvalidParam)
+        }
+    }
+}
+
+/// The peer's next message if one is here: a reported failure is `IoError`, a lost
+/// channel its error (both logged), anything else is the caller's to judge.
+pub(crate) fn try_msg<C: Channel>(chan: &mut C, what: &str) -> Result<Option<Msg>> {
+    match chan.try_recv() {
+        Ok(Some(Msg::Failed { error })) => {
+            tracing::error!("the peer failed while this side waited for {what}: {error}");
+            Err(Status::IoError)
         }
         Err(e) => {
             tracing::error!("lost the peer while waiting for {what}: {e}");
             Err(e)
         }
+        r => r,
     }
 }
 
@@ -196,20 +204,12 @@ pub fn progress_until_done<C: Channel>(
     let deadline = Instant::now() + timeout;
     loop {
         iface.progress();
-        match chan.try_recv() {
-            Ok(None) => {}
-            Ok(Some(Msg::Done)) => return Ok(()),
-            Ok(Some(Msg::Failed { error })) => {
-                tracing::error!("the peer failed: {error}");
-                return Err(Status::IoError);
-            }
-            Ok(Some(m)) => {
+        match try_msg(chan, "the initiator's done")? {
+            None => {}
+            Some(Msg::Done) => return Ok(()),
+            Some(m) => {
                 tracing::error!("expected done from the initiator, got {m:?}");
                 return Err(Status::InvalidParam);
-            }
-            Err(e) => {
-                tracing::error!("no done from the initiator: {e}");
-                return Err(e);
             }
         }
         if Instant::now() >= deadline {
