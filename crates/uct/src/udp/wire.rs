@@ -130,7 +130,7 @@ mod tests {
 
     proptest! {
         #[test]
-        fn addr_round_trip(v4: [u8; 4], v6: [u8; 16], port in 1u16.., seg in 18u16..) {
+        fn addr_round_trip(v4: [u8; 4], v6: [u8; 16], port in 1u16.., seg in (uct_rel::packet::HEADER_LEN + FRAME_HDR) as u16..) {
             for ip in [IpAddr::V4(Ipv4Addr::from(v4)), IpAddr::V6(Ipv6Addr::from(v6))] {
                 let a = SocketAddr::new(ip, port);
                 prop_assert_eq!(decode_addr(&encode_addr(&a, seg)).unwrap(), (a, seg));
