@@ -38,7 +38,9 @@ pub struct Options {
     /// A collective that makes no progress this long fails with `TimedOut`.
     pub timeout: Duration,
     /// Wait by sleeping soon (`Some(true)`), by spinning longer (`Some(false)`), or decide
-    /// from the ranks of a team on this host against the cores (`None`).
+    /// from the ranks of a team on this host against the cores (`None`). It also picks
+    /// how a team's segment moves data: as for more members than cores (through its
+    /// slots, the least copying in all) or not (single copy, the shortest path).
     pub oversubscribed: Option<bool>,
     /// Radix of the k-nomial trees.
     pub radix: usize,
@@ -393,6 +395,7 @@ impl Context {
                     group: &group,
                     eps: &eps,
                     timeout: self.opts.timeout,
+                    crowded: self.opts.oversubscribed.unwrap_or(group.len() > cores()),
                 },
             )?)
         } else {

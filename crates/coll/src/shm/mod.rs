@@ -65,8 +65,8 @@ pub(crate) struct ShmTeam {
     known: Box<[AtomicU64]>,
     /// This process's id, for single-copy descriptors (read once: a system call).
     pub(crate) pid: u32,
-    /// The members do not outnumber the host's CPUs: a bcast root may push its share
-    /// (`run::bcast_split`).
+    /// The members do not outnumber the host's CPUs (the segment is not crowded): a
+    /// bcast root may push its share (`run::bcast_split`).
     pub(crate) root_pushes: bool,
 }
 
@@ -79,7 +79,7 @@ pub(crate) fn widen(v: u32, near: u64) -> u64 {
 impl ShmTeam {
     fn new(seg: Seg, ranks: &[usize], me: usize) -> ShmTeam {
         let known = (0..seg.members()).map(|_| AtomicU64::new(0)).collect();
-        let root_pushes = (2..=crate::context::cores()).contains(&seg.members());
+        let root_pushes = seg.members() >= 2 && !seg.crowded();
         ShmTeam {
             seg,
             ranks: ranks.to_vec(),
@@ -166,6 +166,8 @@ pub(crate) struct SetupSpec<'a> {
     pub group: &'a [usize],
     pub eps: &'a [Option<Ep>],
     pub timeout: Duration,
+    /// The group outnumbers the host's CPUs (the creator's answer is the segment's).
+    pub crowded: bool,
 }
 
 /// Waits for `req` at most `timeout`; aborts it on timeout.
@@ -217,7 +219,7 @@ pub(crate) fn setup(w: &mut Worker, s: &SetupSpec<'_>) -> Result<Arc<ShmTeam>> {
     let leader = s.group[0];
     let ep = |r: usize| s.eps.get(r).copied().flatten().ok_or(Status::InvalidParam);
     if idx == 0 {
-        let seg = Seg::create(n)?;
+        let seg = Seg::create(n, s.crowded)?;
         let msg = encode(seg.id());
         let t = tag::make(s.team_id, 0, SETUP_STEP, leader);
         for &r in &s.group[1..] {
@@ -337,7 +339,7 @@ mod tests {
 
     #[test]
     fn segment_is_owner_only_with_two_slots_per_member() {
-        let s = Seg::create(3).unwrap();
+        let s = Seg::create(3, false).unwrap();
         assert_eq!(s.members(), 3);
         let a = s.slot_ptr(0, 0) as usize;
         let b = s.slot_ptr(0, 1) as usize;
@@ -381,6 +383,9 @@ mod tests {
         assert!(s.cell_ptr(Ring::Mid, 2, mid as u32 - 1) as usize + MID <= a);
         t.set_cell_round(Ring::Mid, 2, 7);
         assert_eq!(s.cell_round(Ring::Mid, 2, 7 + mid as u32), 7);
-        assert_eq!(Seg::create(MID_MEMBERS + 1).unwrap().ring(Ring::Mid), 0);
+        assert_eq!(
+            Seg::create(MID_MEMBERS + 1, false).unwrap().ring(Ring::Mid),
+            0
+        );
     }
 }

@@ -121,8 +121,15 @@ pub(crate) enum Mode {
 }
 
 /// Rounds, chunk bytes and mode of a collective on a segment with `slot`-byte slots
-/// (`mid`: whether it has rings of mid cells).
-fn geometry(coll: CollType, s: &Shape, slot: usize, mid: bool) -> (u32, usize, Mode) {
+/// (`mid`: whether it has rings of mid cells; `crowded`: the segment's members outnumber
+/// the host's CPUs, [`super::seg::Seg::crowded`]).
+fn geometry(
+    coll: CollType,
+    s: &Shape,
+    slot: usize,
+    mid: bool,
+    crowded: bool,
+) -> (u32, usize, Mode) {
     use CollType as C;
     let es = s.esize.max(1);
     let whole = (slot / es * es).max(es);
@@ -162,7 +169,12 @@ fn geometry(coll: CollType, s: &Shape, slot: usize, mid: bool) -> (u32, usize, M
     }
     let cma = len >= CMA_MIN
         && match coll {
-            C::Bcast | C::Allgather | C::Allgatherv | C::Gather | C::Scatter => true,
+            // Crowded, the members take turns on the CPUs and what counts is the copying
+            // they do in all: through the slots one copy in and one out per reader, by
+            // cross-memory attach one pull per reader, each about as dear as two or three
+            // copies (page pinning, the system call). Alltoall through the slots takes
+            // many more rounds (a slot is cut into one piece per member), each a wait.
+            C::Bcast | C::Allgather | C::Allgatherv | C::Gather | C::Scatter => !crowded,
             // In place, a member's blocks are overwritten while the others read them.
             C::Alltoall => !s.in_place,
             _ => false,
@@ -296,7 +308,13 @@ impl Run {
     pub(crate) fn new(spec: RunSpec) -> Run {
         let j = spec.job;
         let seg = &j.team.seg;
-        let (rounds, chunk, mode) = geometry(j.coll, &j.shape, seg.slot(), seg.ring(Ring::Mid) > 0);
+        let (rounds, chunk, mode) = geometry(
+            j.coll,
+            &j.shape,
+            seg.slot(),
+            seg.ring(Ring::Mid) > 0,
+            seg.crowded(),
+        );
         let avg = if spec.op == Op::Avg && j.coll.reduces() {
             j.avg_over
         } else {

@@ -56,6 +56,9 @@ struct Header {
     /// The futex word sleepers wait on: bumped by every flag store made while someone
     /// sleeps, so a sleeper wakes on any member's progress, not only the one it watched.
     bell: AtomicU32,
+    /// 1 when the members outnumber the host's CPUs (decided by the creator, so that
+    /// every member picks the same modes; see `run::geometry`).
+    crowded: AtomicU32,
 }
 
 /// Bytes of one inline cell.
@@ -204,14 +207,16 @@ impl Seg {
     }
 
     /// Creates and initialises the segment of `n` members (mode 0600, a memfd: it has no
-    /// name to unlink and goes with the last mapping).
-    pub(crate) fn create(n: usize) -> Result<Seg> {
+    /// name to unlink and goes with the last mapping); `crowded`: the members outnumber
+    /// the host's CPUs.
+    pub(crate) fn create(n: usize, crowded: bool) -> Result<Seg> {
         let map = ShmSegment::create("rucx-coll", Self::length(n))?;
         let s = Self::geometry(map, n);
         let slot = s.slot;
         let h = s.header();
         h.members.store(n as u32, Ordering::Relaxed);
         h.slot.store(slot as u32, Ordering::Relaxed);
+        h.crowded.store(u32::from(crowded), Ordering::Relaxed);
         h.magic.store(MAGIC, Ordering::Release);
         Ok(s)
     }
@@ -249,6 +254,12 @@ impl Seg {
     /// Bytes per slot.
     pub(crate) fn slot(&self) -> usize {
         self.slot
+    }
+
+    /// Whether the members outnumber the host's CPUs, as the creator saw it (every
+    /// member reads the same answer).
+    pub(crate) fn crowded(&self) -> bool {
+        self.header().crowded.load(Ordering::Relaxed) != 0
     }
 
     /// Cells per member of `ring` (0: the segment has none).

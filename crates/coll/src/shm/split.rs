@@ -278,7 +278,7 @@ mod tests {
 
     #[test]
     fn parts_cover_a_chunk_on_element_boundaries() {
-        let seg = Seg::create(3).unwrap();
+        let seg = Seg::create(3, false).unwrap();
         let s = Split {
             seg: &seg,
             me: 0,
