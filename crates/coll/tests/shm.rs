@@ -453,11 +453,12 @@ fn bcast_n(
 /// others take them all, in order, every byte checked; the next one waits for them.
 #[test]
 fn bcast_root_runs_ahead_through_the_ring() {
-    use coll::shm::{ring_len, MID, MID_RING};
+    use coll::shm::{mid_ring_len, ring_len, MID};
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::{Duration, Instant};
     let p = 3;
-    for (len, ring) in [(8, ring_len(p)), (4096, MID_RING), (MID, MID_RING)] {
+    let mid = mid_ring_len(p);
+    for (len, ring) in [(8, ring_len(p)), (4096, mid), (MID, mid)] {
         let ahead = AtomicUsize::new(0);
         with_team(p, Transport::Shm, Options::default(), |rank, cx, team| {
             let v = |i: usize| 0x5eed_0000_0000 + i as u64;

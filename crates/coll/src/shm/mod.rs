@@ -31,7 +31,7 @@ pub(crate) mod split;
 
 use crate::exec::tag;
 use seg::Seg;
-pub use seg::{ring_len, slot_bytes, INLINE, MID, MID_MEMBERS, MID_RING};
+pub use seg::{mid_ring_len, ring_len, slot_bytes, INLINE, MID, MID_MEMBERS};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -368,11 +368,11 @@ mod tests {
         t.set_cell_round(Ring::Inline, 1, 3 + ring as u32);
         assert_eq!(s.cell_round(Ring::Inline, 1, 3), 3 + ring as u32);
         assert_eq!(s.cell_round(Ring::Inline, 1, 4), 0);
-        // Mid cells: a line then MID bytes, MID_RING per member, between the inline
+        // Mid cells: a line then MID bytes, mid_ring_len(3) per member, between the inline
         // cells and the data slots; no overlap with either ring's neighbours.
         let m0 = s.cell_ptr(Ring::Mid, 0, 0) as usize;
         let mid = s.ring(Ring::Mid);
-        assert_eq!(mid, MID_RING);
+        assert_eq!(mid, mid_ring_len(3));
         assert!(s.cell_ptr(Ring::Inline, 2, ring as u32 - 1) as usize + INLINE < m0);
         assert_eq!(s.cell_ptr(Ring::Mid, 0, 1) as usize - m0, MID + 64);
         assert_eq!(s.cell_ptr(Ring::Mid, 1, 0) as usize - m0, mid * (MID + 64));

@@ -250,6 +250,13 @@ fn get_desc(slot: *const u8) -> (u32, u64) {
     (pid, u64::from_le_bytes(a))
 }
 
+/// The members other than `me` of `n`, from `me + 1` round: the members of a single-copy
+/// round then pull from different processes at each step, instead of all from the first
+/// (whose page tables and page counts they would all take at once).
+fn others_from(me: usize, n: usize) -> impl Iterator<Item = usize> {
+    (1..n).map(move |d| (me + d) % n)
+}
+
 /// Copies `len` bytes at `addr` of process `pid` into `to`.
 fn pull(pid: u32, addr: u64, to: *mut u8, len: usize) -> Result<()> {
     if len == 0 {
@@ -931,7 +938,7 @@ impl Run {
                 pull(pid, a + (me * b) as u64, self.dst, b)?;
             }
             C::Allgather | C::Allgatherv => {
-                for j in (0..s.size).filter(|&j| j != me) {
+                for j in others_from(me, s.size) {
                     let (pid, a) = desc(j);
                     let (bo, bl) = s.dst_blocks[j];
                     pull(pid, a, self.dst.wrapping_add(bo), bl)?;
@@ -946,7 +953,7 @@ impl Run {
             }
             C::Alltoall => {
                 let (mo, ml) = s.src_blocks[me];
-                for j in (0..s.size).filter(|&j| j != me) {
+                for j in others_from(me, s.size) {
                     let (pid, a) = desc(j);
                     pull(
                         pid,
