@@ -220,7 +220,9 @@ pub static COLL_VARS: &[Var] = &[
         name: "COLL_OVERSUBSCRIBED",
         default: "auto",
         doc: "Wait by sleeping on the worker's wakeup after a short spin (y), by spinning \
-              longer (n), or decide from ranks per host against cores (auto)",
+              longer (n), or decide from ranks per host against cores (auto); y also \
+              moves a team segment's data as on a crowded host (slots), n as on an \
+              uncrowded one (single copy)",
     },
     Var {
         name: "COLL_TIMEOUT",
