@@ -336,7 +336,8 @@ impl Context {
     }
 
     /// A team of the workers at `addrs` (in rank order; the same list at every member),
-    /// where this worker is `addrs[rank]`. Creates no traffic.
+    /// where this worker is `addrs[rank]`. Blocks until the members have agreed on the team's
+    /// shared segments (a few messages; see `shm::setup`).
     pub fn team_create(&mut self, addrs: Vec<Vec<u8>>, rank: usize) -> Result<Team> {
         let size = addrs.len();
         if rank >= size || size > tag::MAX_RANKS || addrs[rank] != self.my_addr {
@@ -385,22 +386,22 @@ impl Context {
             })
             .collect();
         let shared_hosts = leader_ranks.len() < size;
-        let shm = if self.opts.shm {
-            let group: Vec<usize> = (0..size).filter(|&r| keys[r] == keys[rank]).collect();
-            Some(shm::setup(
-                &mut self.worker,
-                &shm::SetupSpec {
-                    team_id: id,
-                    me: rank,
-                    group: &group,
-                    eps: &eps,
-                    timeout: self.opts.timeout,
-                    crowded: self.opts.oversubscribed.unwrap_or(group.len() > cores()),
-                },
-            )?)
-        } else {
-            None
-        };
+        // Every member takes part, with or without UCX_COLL_SHM, so that a mixed
+        // setting ends without segments everywhere instead of a wait for an answer.
+        let group: Vec<usize> = (0..size).filter(|&r| keys[r] == keys[rank]).collect();
+        let shm = shm::setup(
+            &mut self.worker,
+            &shm::SetupSpec {
+                team_id: id,
+                me: rank,
+                group: &group,
+                eps: &eps,
+                timeout: self.opts.timeout,
+                crowded: self.opts.oversubscribed.unwrap_or(group.len() > cores()),
+                want: self.opts.shm,
+                size,
+            },
+        )?;
         let leaders = leader_ranks
             .iter()
             .position(|&l| l == rank)

@@ -226,6 +226,62 @@ fn crossover_edges_through_the_segment() {
     }
 }
 
+/// One member with the segment switched off (`UCX_COLL_SHM=n` there only): the team is
+/// still formed, nobody keeps a segment (so all members pick the same algorithms), and
+/// the collectives run over the network with every byte right. Before, the others
+/// waited out the timeout for that member's answer.
+#[test]
+fn a_member_without_the_segment_takes_the_team_off_it() {
+    use common::team::with_team_each;
+    let p = 3;
+    let cfg = ucp::Config {
+        transports: vec![Transport::Shm],
+        ..ucp::Config::default()
+    };
+    let opts = |rank: usize| Options {
+        shm: rank != 1,
+        timeout: std::time::Duration::from_secs(20),
+        ..Options::default()
+    };
+    let t0 = std::time::Instant::now();
+    with_team_each(p, cfg, opts, |rank, cx, team| {
+        let forced = cx.run(team, Args::new(CollType::Barrier).alg(Alg::Shm));
+        assert_eq!(forced.err(), Some(ucs::Status::Unsupported));
+        // The table's choice, for a local team, is not the segment.
+        let src = (rank as u64 + 1).to_ne_bytes();
+        let r = cx
+            .init(
+                team,
+                Args::new(CollType::Allreduce)
+                    .src(Buffer::from_vec(src.to_vec()))
+                    .dst(Buffer::from_vec(vec![0; 8]))
+                    .dtype(DataType::Uint64)
+                    .count(1),
+            )
+            .unwrap();
+        assert_ne!(cx.algorithm(r).unwrap(), Alg::Shm);
+        cx.post(r).unwrap();
+        cx.wait(r).unwrap();
+        let a = cx.finalize(r).unwrap();
+        assert_eq!(a.dst.unwrap().into_vec().unwrap(), 6u64.to_ne_bytes());
+        for (i, (coll, alg)) in [
+            (CollType::Allreduce, Alg::RecursiveDoubling),
+            (CollType::Bcast, Alg::Knomial),
+            (CollType::Allgather, Alg::Ring),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let c = Case::seeded(coll, alg, (DataType::Int32, Op::Sum), p, 40_000, false, 90);
+            if let Some(e) = run_one(cx, team, rank, i, &c) {
+                panic!("rank {rank}: {e}");
+            }
+        }
+    });
+    // The team formed without anyone waiting out the timeout.
+    assert!(t0.elapsed() < std::time::Duration::from_secs(15));
+}
+
 /// A local team takes the segment by itself; not where it has no form (alltoallv), and
 /// not with the segment switched off.
 #[test]

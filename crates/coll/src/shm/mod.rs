@@ -15,8 +15,10 @@
 //! identity to every other member of the group with a tagged message of the team's
 //! reserved tag space (step [`SETUP_STEP`]); they attach it through `pidfd_getfd`, as the
 //! shm transport does, and answer whether they could; the creator waits for every answer
-//! (so it never closes the segment before all attached). Every wait is bounded by the
-//! collective timeout.
+//! (so it never closes the segment before all attached). Then the team agrees (step
+//! [`VERDICT_STEP`]): if any member has no segment (it could not attach, its group's
+//! could not be created, or `UCX_COLL_SHM=n` there), nobody keeps one. Every wait is
+//! bounded by the collective timeout.
 //!
 //! Invariant: every member of a group runs the same collectives on the segment in the
 //! same order (the team's ordering rule), so the round ids it reserves ([`ShmTeam::reserve`])
@@ -39,8 +41,18 @@ use ucp::{Buf, Ep, Worker};
 use ucs::sys::shm::SegmentId;
 use ucs::{Result, Status};
 
-/// The tag step of the set-up message (below the abort notice, above any real step).
+/// The tag step of the set-up messages (below the abort notice; collective 0's steps
+/// never reach it while the team is being created).
 pub const SETUP_STEP: u64 = 0xffe;
+
+/// The tag step of the team's verdict on its segments (as [`SETUP_STEP`]).
+pub const VERDICT_STEP: u64 = 0xffd;
+
+/// A member's answer to the segment's offer: attached; could not attach (or nothing was
+/// offered); does not want one (`UCX_COLL_SHM=n`).
+const ACK_FAILED: u8 = 0;
+const ACK_ATTACHED: u8 = 1;
+const ACK_DECLINED: u8 = 2;
 
 /// Members of a host group at most for the segment path.
 pub const MAX_MEMBERS: usize = 256;
@@ -168,6 +180,10 @@ pub(crate) struct SetupSpec<'a> {
     pub timeout: Duration,
     /// The group outnumbers the host's CPUs (the creator's answer is the segment's).
     pub crowded: bool,
+    /// This member wants a segment (`UCX_COLL_SHM`); one that does not still answers.
+    pub want: bool,
+    /// Members of the team (rank 0 gathers the team's verdict).
+    pub size: usize,
 }
 
 /// Waits for `req` at most `timeout`; aborts it on timeout.
@@ -201,30 +217,54 @@ fn recv(w: &mut Worker, t: u64, msg: &mut [u8], timeout: Duration) -> Result<()>
     finish(w, req, timeout)
 }
 
-/// Creates (lowest rank of the group) or attaches the group's segment.
-///
-/// The creator waits for every member's answer (attached or not) before it goes on, so
-/// that it never closes the segment (leaving, or failing) while a member still has to
-/// reach it; an answer of failure fails the creator too.
-pub(crate) fn setup(w: &mut Worker, s: &SetupSpec<'_>) -> Result<Arc<ShmTeam>> {
-    let n = s.group.len();
+/// Sets up the group's segment at team creation: `Ok(Some)` at every member of the team,
+/// or `Ok(None)` at every member (the team then runs the network algorithms). Every
+/// member of a group of two or more takes part, whether it wants a segment or not
+/// ([`SetupSpec::want`]): the group's first member offers one (or none) and waits for
+/// every member's answer (attached or not), so that it never closes the segment while a
+/// member still has to reach it; then the whole team agrees ([`agree`]): one group
+/// without its segment, or one member without it, and nobody keeps one, so that every
+/// member picks the same algorithms. Only a failed exchange (a member gone, the
+/// timeout) is an error.
+pub(crate) fn setup(w: &mut Worker, s: &SetupSpec<'_>) -> Result<Option<Arc<ShmTeam>>> {
     let idx = s
         .group
         .iter()
         .position(|&r| r == s.me)
         .ok_or(Status::InvalidParam)?;
-    if n > MAX_MEMBERS {
-        return Err(Status::Unsupported);
+    let seg = group_setup(w, s, idx)?;
+    if !agree(w, s, seg.is_some())? {
+        if seg.is_some() {
+            tracing::warn!("coll: a team member has no shared segment; the team runs without them");
+        }
+        return Ok(None);
     }
+    Ok(seg.map(|seg| Arc::new(ShmTeam::new(seg, s.group, idx))))
+}
+
+/// The group's part of [`setup`]: the segment this member holds once every member of
+/// its group answered (`None`: this member, or for the first member any member of the
+/// group, has none).
+fn group_setup(w: &mut Worker, s: &SetupSpec<'_>, idx: usize) -> Result<Option<Seg>> {
+    let n = s.group.len();
+    let usable = s.want && n <= MAX_MEMBERS;
     let leader = s.group[0];
     let ep = |r: usize| s.eps.get(r).copied().flatten().ok_or(Status::InvalidParam);
     if idx == 0 {
-        let seg = Seg::create(n, s.crowded)?;
-        let msg = encode(seg.id());
+        let seg = if usable {
+            Seg::create(n, s.crowded)
+                .inspect_err(|e| tracing::warn!("coll: cannot create a team segment: {e}"))
+                .ok()
+        } else {
+            None
+        };
+        // No segment is offered as an identity of length 0.
+        let msg = seg.as_ref().map_or([0u8; 24], |g| encode(g.id()));
         let t = tag::make(s.team_id, 0, SETUP_STEP, leader);
         for &r in &s.group[1..] {
             send(w, ep(r)?, t, &msg, s.timeout)?;
         }
+        let mut all = true;
         for &r in &s.group[1..] {
             let mut ack = [0u8; 1];
             recv(
@@ -233,12 +273,12 @@ pub(crate) fn setup(w: &mut Worker, s: &SetupSpec<'_>) -> Result<Arc<ShmTeam>> {
                 &mut ack,
                 s.timeout,
             )?;
-            if ack[0] != 1 {
-                tracing::error!("coll: team rank {r} could not attach the team segment");
-                return Err(Status::ShmemSegment);
+            if ack[0] == ACK_FAILED && seg.is_some() {
+                tracing::warn!("coll: team rank {r} could not attach the team segment");
             }
+            all &= ack[0] == ACK_ATTACHED;
         }
-        return Ok(Arc::new(ShmTeam::new(seg, s.group, idx)));
+        return Ok(seg.filter(|_| all));
     }
     let mut msg = [0u8; 24];
     if let Err(e) = recv(
@@ -247,11 +287,22 @@ pub(crate) fn setup(w: &mut Worker, s: &SetupSpec<'_>) -> Result<Arc<ShmTeam>> {
         &mut msg,
         s.timeout,
     ) {
-        tracing::error!("coll: no shared segment from team rank {leader}: {e}");
+        tracing::error!("coll: no answer about a shared segment from team rank {leader}: {e}");
         return Err(e);
     }
-    let seg = Seg::attach(&decode(&msg), n);
-    let ack = [u8::from(seg.is_ok())];
+    let id = decode(&msg);
+    let seg = if usable && id.len > 0 {
+        Seg::attach(&id, n)
+            .inspect_err(|e| tracing::warn!("coll: cannot attach the team segment: {e}"))
+            .ok()
+    } else {
+        None
+    };
+    let ack = [match (&seg, s.want) {
+        (Some(_), _) => ACK_ATTACHED,
+        (None, false) => ACK_DECLINED,
+        (None, true) => ACK_FAILED,
+    }];
     send(
         w,
         ep(leader)?,
@@ -259,7 +310,34 @@ pub(crate) fn setup(w: &mut Worker, s: &SetupSpec<'_>) -> Result<Arc<ShmTeam>> {
         &ack,
         s.timeout,
     )?;
-    Ok(Arc::new(ShmTeam::new(seg?, s.group, idx)))
+    Ok(seg)
+}
+
+/// Whether every member of the team has its segment (`mine`: this member has): each
+/// member tells team rank 0, which answers everyone (2 (size − 1) one-byte messages, at
+/// team creation only).
+fn agree(w: &mut Worker, s: &SetupSpec<'_>, mine: bool) -> Result<bool> {
+    if s.size <= 1 {
+        return Ok(mine);
+    }
+    let t = |r: usize| tag::make(s.team_id, 0, VERDICT_STEP, r);
+    let ep = |r: usize| s.eps.get(r).copied().flatten().ok_or(Status::InvalidParam);
+    if s.me == 0 {
+        let mut all = mine;
+        for r in 1..s.size {
+            let mut b = [0u8; 1];
+            recv(w, t(r), &mut b, s.timeout)?;
+            all &= b[0] == 1;
+        }
+        for r in 1..s.size {
+            send(w, ep(r)?, t(0), &[u8::from(all)], s.timeout)?;
+        }
+        return Ok(all);
+    }
+    send(w, ep(0)?, t(s.me), &[u8::from(mine)], s.timeout)?;
+    let mut b = [0u8; 1];
+    recv(w, t(0), &mut b, s.timeout)?;
+    Ok(b[0] == 1)
 }
 
 /// The host groups of a team: for each member, a key; members with equal keys share a

@@ -107,12 +107,22 @@ pub fn with_team_cfg<T: Send>(
     opts: Options,
     f: impl Fn(usize, &mut Context, coll::Team) -> T + Sync,
 ) -> Vec<T> {
+    with_team_each(p, cfg, |_| opts.clone(), f)
+}
+
+/// As [`with_team_cfg`], with each rank's options from `opts(rank)`.
+pub fn with_team_each<T: Send>(
+    p: usize,
+    cfg: Config,
+    opts: impl Fn(usize) -> Options + Sync,
+    f: impl Fn(usize, &mut Context, coll::Team) -> T + Sync,
+) -> Vec<T> {
     let oobs = LocalOob::group(p);
     std::thread::scope(|s| {
         let hs: Vec<_> = oobs
             .into_iter()
             .map(|oob| {
-                let (f, opts, cfg) = (&f, opts.clone(), cfg.clone());
+                let (f, opts, cfg) = (&f, opts(oob.rank), cfg.clone());
                 s.spawn(move || {
                     let rank = oob.rank;
                     let mut cx = Context::with_options(worker_with(cfg), opts).unwrap();
