@@ -8,7 +8,8 @@
  * published" before the pulls, "I am done reading yours" after them.
  *
  * Two processes pinned to two CPUs repeat exactly that over the same buffers that a
- * benchmark would reuse, and print the mean time per iteration. Nothing else runs: no
+ * benchmark would reuse, as many times as the collective benchmarks do (a tenth of that
+ * first, as warm-up), and print the mean time per iteration. Nothing else runs: no
  * library, no matching, no request. scripts/bench-coll runs it beside rucx and Open MPI;
  * not a CI test.
  *
@@ -75,7 +76,7 @@ static double side(struct shared *sh, int me, size_t n, long iters, uint64_t *k)
 {
     char *src = malloc(n), *dst = malloc(2 * n);
     double t0 = 0;
-    long warm = iters / 10 + 1;
+    long warm = iters / 10;
 
     if (src == NULL || dst == NULL) {
         sh->failed = 1;
@@ -175,7 +176,8 @@ int main(int argc, char **argv)
         pin(cpu[me]);
         for (char *t = strtok_r(list, ",", &save); t != NULL; t = strtok_r(NULL, ",", &save)) {
             size_t n = (size_t)atol(t);
-            long it = iters > 0 ? iters : (n <= 65536 ? 20000 : 1000);
+            /* by default the counts of rucx-perftest's and mpi_coll_bench's collectives */
+            long it = iters > 0 ? iters : (n <= 4096 ? 5000 : n <= 65536 ? 1000 : 100);
             double us;
 
             if (n == 0) {
