@@ -17,8 +17,10 @@
 //! it), and the team is marked failed: its later collectives fail at once. A collective
 //! that makes no progress for `UCX_COLL_TIMEOUT` fails with `TimedOut`.
 //!
-//! Waiting: spin briefly on progress, then sleep on the worker's wakeup; a team whose members on this host outnumber the cores, or a
-//! host whose load average already reaches the cores, makes waits sleep early.
+//! Waiting: spin briefly on progress, then sleep on the worker's wakeup. A team whose
+//! members on this machine's CPUs outnumber them (counted at team creation, network
+//! namespaces included), or a host whose load average already reaches its cores, makes
+//! waits sleep early.
 
 use crate::args::{plan, Args};
 use crate::exec::{tag, Buffer, KeyCache, Task, TaskSpec};
@@ -143,6 +145,8 @@ struct TeamState {
     shared_hosts: bool,
     /// At a group leader of a team of several groups: the leaders.
     leaders: Option<Arc<Leaders>>,
+    /// Members that run on this member's CPUs, itself included (the census at creation).
+    sharing_cpus: usize,
 }
 
 impl TeamState {
@@ -182,7 +186,6 @@ pub struct Context {
     worker: Worker,
     opts: Options,
     my_addr: Vec<u8>,
-    host: u64,
     eps: HashMap<Vec<u8>, Ep>,
     ep_errors: Arc<Mutex<Vec<(Ep, Status)>>>,
     dead: HashSet<Ep>,
@@ -192,7 +195,8 @@ pub struct Context {
     running: Vec<u32>,
     created: HashMap<u64, u32>,
     oversubscribed: bool,
-    /// More members of one team on this host than cores (or oversubscription set): the
+    /// More members of one team on this machine's CPUs than cores (or oversubscription
+    /// set; network namespaces of one machine share its CPUs): the
     /// members a wait is for may be off the cores because of this very member, so spins
     /// on the segment are short.
     crowded: bool,
@@ -265,14 +269,12 @@ impl Context {
     pub fn with_options(mut worker: Worker, opts: Options) -> Result<Context> {
         ucs::config::register(COLL_VARS);
         let my_addr = worker.address();
-        let host = host_of(&my_addr).unwrap_or(0);
         Ok(Context {
             worker,
             oversubscribed: opts.oversubscribed.unwrap_or(false),
             crowded: opts.oversubscribed.unwrap_or(false),
             opts,
             my_addr,
-            host,
             eps: HashMap::new(),
             ep_errors: Arc::default(),
             dead: HashSet::new(),
@@ -310,6 +312,13 @@ impl Context {
     /// Whether waits sleep early (ranks outnumber cores, or set so).
     pub fn is_oversubscribed(&self) -> bool {
         self.oversubscribed
+    }
+
+    /// Members of `team` that run on this member's CPUs, itself included: those on this
+    /// machine in the same CPU set, whatever their network namespace (counted at team
+    /// creation; more of them than cores makes waits sleep early).
+    pub fn sharing_cpus(&self, team: Team) -> Result<usize> {
+        Ok(self.team_ref(team)?.sharing_cpus)
     }
 
     // ----- teams -------------------------------------------------------------------------
@@ -362,14 +371,6 @@ impl Context {
         *n += 1;
         fnv(&mut h, &n.to_le_bytes());
         let id = ((h >> 32) ^ h) as u32 & ((1 << tag::TEAM_BITS) - 1);
-        let local = addrs
-            .iter()
-            .filter(|a| host_of(a) == Some(self.host))
-            .count();
-        if self.opts.oversubscribed.is_none() && (local > cores() || busy_host()) {
-            self.oversubscribed = true;
-            self.crowded |= local > cores();
-        }
         let keys = self.group_keys(&addrs);
         // Groups are numbered by their lowest rank (the leader), in rank order.
         let mut leader_ranks: Vec<usize> = Vec::new();
@@ -389,7 +390,7 @@ impl Context {
         // Every member takes part, with or without UCX_COLL_SHM, so that a mixed
         // setting ends without segments everywhere instead of a wait for an answer.
         let group: Vec<usize> = (0..size).filter(|&r| keys[r] == keys[rank]).collect();
-        let shm = shm::setup(
+        let setup = shm::setup(
             &mut self.worker,
             &shm::SetupSpec {
                 team_id: id,
@@ -402,6 +403,14 @@ impl Context {
                 size,
             },
         )?;
+        // Members that share this member's CPUs, in network namespaces of this machine
+        // too (they count as hosts of their own for the segments, not for the CPUs).
+        let local = setup.sharing_cpus;
+        if self.opts.oversubscribed.is_none() && (local > cores() || busy_host()) {
+            self.oversubscribed = true;
+            self.crowded |= local > cores();
+        }
+        let shm = setup.shm;
         let leaders = leader_ranks
             .iter()
             .position(|&l| l == rank)
@@ -428,6 +437,7 @@ impl Context {
             group_of: group_of.into(),
             shared_hosts,
             leaders,
+            sharing_cpus: local,
         };
         let slot = self.teams.iter().position(Option::is_none);
         let i = match slot {

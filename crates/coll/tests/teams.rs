@@ -347,6 +347,26 @@ fn hybrid_tcp_udp_alltoall() {
     });
 }
 
+/// The census at team creation counts the members that share a member's CPUs: threads
+/// of one process all do (whatever their transport), so each counts the whole team, and
+/// a team of more members than the host's CPUs makes waits sleep early.
+#[test]
+fn census_counts_members_on_the_same_cpus() {
+    for (p, tl) in [
+        (3, Transport::Tcp),
+        (2, Transport::Udp),
+        (1, Transport::Tcp),
+    ] {
+        let cores = coll::context::cores();
+        with_team(p, tl, Options::default(), |_rank, cx, team| {
+            assert_eq!(cx.sharing_cpus(team).unwrap(), p, "{tl:?}");
+            if p > cores {
+                assert!(cx.is_oversubscribed());
+            }
+        });
+    }
+}
+
 /// A member that drops its context with a collective running: the others' collective
 /// ends with an error instead of waiting for the timeout.
 #[test]

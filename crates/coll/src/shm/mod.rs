@@ -15,10 +15,11 @@
 //! identity to every other member of the group with a tagged message of the team's
 //! reserved tag space (step [`SETUP_STEP`]); they attach it through `pidfd_getfd`, as the
 //! shm transport does, and answer whether they could; the creator waits for every answer
-//! (so it never closes the segment before all attached). Then the team agrees (step
-//! [`VERDICT_STEP`]): if any member has no segment (it could not attach, its group's
-//! could not be created, or `UCX_COLL_SHM=n` there), nobody keeps one. Every wait is
-//! bounded by the collective timeout.
+//! (so it never closes the segment before all attached). Then the team takes a census
+//! through rank 0 (step [`VERDICT_STEP`]): if any member has no segment (it could not
+//! attach, its group's could not be created, or `UCX_COLL_SHM=n` there), nobody keeps
+//! one; and each member learns how many members share its CPUs (the waits of an
+//! oversubscribed team differ). Every wait is bounded by the collective timeout.
 //!
 //! Invariant: every member of a group runs the same collectives on the segment in the
 //! same order (the team's ordering rule), so the round ids it reserves ([`ShmTeam::reserve`])
@@ -45,7 +46,8 @@ use ucs::{Result, Status};
 /// never reach it while the team is being created).
 pub const SETUP_STEP: u64 = 0xffe;
 
-/// The tag step of the team's verdict on its segments (as [`SETUP_STEP`]).
+/// The tag step of the team's census: its verdict on the segments and who shares CPUs
+/// (as [`SETUP_STEP`]).
 pub const VERDICT_STEP: u64 = 0xffd;
 
 /// A member's answer to the segment's offer: attached; could not attach (or nothing was
@@ -217,29 +219,46 @@ fn recv(w: &mut Worker, t: u64, msg: &mut [u8], timeout: Duration) -> Result<()>
     finish(w, req, timeout)
 }
 
-/// Sets up the group's segment at team creation: `Ok(Some)` at every member of the team,
-/// or `Ok(None)` at every member (the team then runs the network algorithms). Every
-/// member of a group of two or more takes part, whether it wants a segment or not
+/// What team creation learns from [`setup`].
+pub(crate) struct Setup {
+    /// The segment, at every member or at none.
+    pub shm: Option<Arc<ShmTeam>>,
+    /// Members of the team that run on the CPUs this member runs on (its CPU domain,
+    /// [`ucs::sys::host::cpu_domain_id`]: network namespaces of one machine share it),
+    /// this member included.
+    pub sharing_cpus: usize,
+}
+
+/// Sets up the group's segment at team creation: `Some` at every member of the team, or
+/// `None` at every member (the team then runs the network algorithms). Every member of a
+/// group of two or more takes part, whether it wants a segment or not
 /// ([`SetupSpec::want`]): the group's first member offers one (or none) and waits for
 /// every member's answer (attached or not), so that it never closes the segment while a
-/// member still has to reach it; then the whole team agrees ([`agree`]): one group
-/// without its segment, or one member without it, and nobody keeps one, so that every
-/// member picks the same algorithms. Only a failed exchange (a member gone, the
+/// member still has to reach it; then the whole team takes a census ([`census`]): one
+/// group without its segment, or one member without it, and nobody keeps one, so that
+/// every member picks the same algorithms. Only a failed exchange (a member gone, the
 /// timeout) is an error.
-pub(crate) fn setup(w: &mut Worker, s: &SetupSpec<'_>) -> Result<Option<Arc<ShmTeam>>> {
+pub(crate) fn setup(w: &mut Worker, s: &SetupSpec<'_>) -> Result<Setup> {
     let idx = s
         .group
         .iter()
         .position(|&r| r == s.me)
         .ok_or(Status::InvalidParam)?;
     let seg = group_setup(w, s, idx)?;
-    if !agree(w, s, seg.is_some())? {
+    let c = census(w, s, seg.is_some(), ucs::sys::host::cpu_domain_id())?;
+    if !c.all_segments {
         if seg.is_some() {
             tracing::warn!("coll: a team member has no shared segment; the team runs without them");
         }
-        return Ok(None);
+        return Ok(Setup {
+            shm: None,
+            sharing_cpus: c.sharing_cpus,
+        });
     }
-    Ok(seg.map(|seg| Arc::new(ShmTeam::new(seg, s.group, idx))))
+    Ok(Setup {
+        shm: seg.map(|seg| Arc::new(ShmTeam::new(seg, s.group, idx))),
+        sharing_cpus: c.sharing_cpus,
+    })
 }
 
 /// The group's part of [`setup`]: the segment this member holds once every member of
@@ -313,31 +332,102 @@ fn group_setup(w: &mut Worker, s: &SetupSpec<'_>, idx: usize) -> Result<Option<S
     Ok(seg)
 }
 
-/// Whether every member of the team has its segment (`mine`: this member has): each
-/// member tells team rank 0, which answers everyone (2 (size − 1) one-byte messages, at
-/// team creation only).
-fn agree(w: &mut Worker, s: &SetupSpec<'_>, mine: bool) -> Result<bool> {
+/// A member's part of the census, to team rank 0.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct CensusIn {
+    /// This member holds its group's segment.
+    segment: bool,
+    /// Its CPU domain ([`ucs::sys::host::cpu_domain_id`]).
+    domain: u64,
+}
+
+/// Rank 0's answer to one member.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct CensusOut {
+    /// Every member holds its segment.
+    all_segments: bool,
+    /// Members in the addressee's CPU domain, itself included.
+    sharing_cpus: usize,
+}
+
+const CENSUS_IN_LEN: usize = 9;
+const CENSUS_OUT_LEN: usize = 5;
+
+fn encode_census_in(c: CensusIn) -> [u8; CENSUS_IN_LEN] {
+    let mut m = [0u8; CENSUS_IN_LEN];
+    m[0] = u8::from(c.segment);
+    m[1..].copy_from_slice(&c.domain.to_le_bytes());
+    m
+}
+
+/// A byte other than 1 is "no segment": a peer's garbage takes the team off its segments,
+/// never onto one.
+fn decode_census_in(m: &[u8; CENSUS_IN_LEN]) -> CensusIn {
+    let mut d = [0u8; 8];
+    d.copy_from_slice(&m[1..]);
+    CensusIn {
+        segment: m[0] == 1,
+        domain: u64::from_le_bytes(d),
+    }
+}
+
+fn encode_census_out(c: CensusOut) -> [u8; CENSUS_OUT_LEN] {
+    let mut m = [0u8; CENSUS_OUT_LEN];
+    m[0] = u8::from(c.all_segments);
+    let n = u32::try_from(c.sharing_cpus).unwrap_or(u32::MAX);
+    m[1..].copy_from_slice(&n.to_le_bytes());
+    m
+}
+
+/// `size`: the team's; a count outside 1..=size is clamped into it.
+fn decode_census_out(m: &[u8; CENSUS_OUT_LEN], size: usize) -> CensusOut {
+    let mut n = [0u8; 4];
+    n.copy_from_slice(&m[1..]);
+    CensusOut {
+        all_segments: m[0] == 1,
+        sharing_cpus: (u32::from_le_bytes(n) as usize).clamp(1, size.max(1)),
+    }
+}
+
+/// The team's census at creation: each member tells team rank 0 whether it holds its
+/// segment (`segment`) and its CPU domain (`domain`); rank 0 answers each whether all do
+/// and how many members share its domain (2 (size − 1) short messages, at team creation
+/// only).
+fn census(w: &mut Worker, s: &SetupSpec<'_>, segment: bool, domain: u64) -> Result<CensusOut> {
+    let mine = CensusIn { segment, domain };
     if s.size <= 1 {
-        return Ok(mine);
+        return Ok(CensusOut {
+            all_segments: segment,
+            sharing_cpus: 1,
+        });
     }
     let t = |r: usize| tag::make(s.team_id, 0, VERDICT_STEP, r);
     let ep = |r: usize| s.eps.get(r).copied().flatten().ok_or(Status::InvalidParam);
     if s.me == 0 {
-        let mut all = mine;
-        for r in 1..s.size {
-            let mut b = [0u8; 1];
-            recv(w, t(r), &mut b, s.timeout)?;
-            all &= b[0] == 1;
+        let mut all = vec![mine; s.size];
+        for (r, c) in all.iter_mut().enumerate().skip(1) {
+            let mut m = [0u8; CENSUS_IN_LEN];
+            recv(w, t(r), &mut m, s.timeout)?;
+            *c = decode_census_in(&m);
         }
-        for r in 1..s.size {
-            send(w, ep(r)?, t(0), &[u8::from(all)], s.timeout)?;
+        let every = all.iter().all(|c| c.segment);
+        let sharing = |d: u64| all.iter().filter(|c| c.domain == d).count();
+        for (r, c) in all.iter().enumerate().skip(1) {
+            let out = CensusOut {
+                all_segments: every,
+                sharing_cpus: sharing(c.domain),
+            };
+            send(w, ep(r)?, t(0), &encode_census_out(out), s.timeout)?;
         }
-        return Ok(all);
+        return Ok(CensusOut {
+            all_segments: every,
+            sharing_cpus: sharing(domain),
+        });
     }
-    send(w, ep(0)?, t(s.me), &[u8::from(mine)], s.timeout)?;
-    let mut b = [0u8; 1];
-    recv(w, t(0), &mut b, s.timeout)?;
-    Ok(b[0] == 1)
+    send(w, ep(0)?, t(s.me), &encode_census_in(mine), s.timeout)?;
+    let mut m = [0u8; CENSUS_OUT_LEN];
+    recv(w, t(0), &mut m, s.timeout)?;
+    Ok(decode_census_out(&m, s.size))
 }
 
 /// The host groups of a team: for each member, a key; members with equal keys share a
@@ -388,6 +478,27 @@ mod tests {
             assert!(r.is_power_of_two() && (16..=256).contains(&r));
             assert!(n * r * 64 <= 256 << 10, "{n}");
             assert!((seg::write_ahead(r) as usize) < r);
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn census_messages_round_trip(segment: bool, domain: u64, all: bool, n in 1usize..=4096) {
+            let i = CensusIn { segment, domain };
+            proptest::prop_assert_eq!(decode_census_in(&encode_census_in(i)), i);
+            let o = CensusOut { all_segments: all, sharing_cpus: n };
+            proptest::prop_assert_eq!(decode_census_out(&encode_census_out(o), 4096), o);
+        }
+
+        /// Any bytes decode, to "no segment" unless the byte is exactly 1, and to a count
+        /// within the team.
+        #[test]
+        fn census_messages_decode_any_bytes(a: [u8; CENSUS_IN_LEN], b: [u8; CENSUS_OUT_LEN], size in 1usize..100) {
+            let i = decode_census_in(&a);
+            proptest::prop_assert_eq!(i.segment, a[0] == 1);
+            let o = decode_census_out(&b, size);
+            proptest::prop_assert_eq!(o.all_segments, b[0] == 1);
+            proptest::prop_assert!((1..=size).contains(&o.sharing_cpus));
         }
     }
 

@@ -21,6 +21,23 @@ pub fn host_id() -> u64 {
     })
 }
 
+/// A 64-bit id of the CPUs this process competes for: the running kernel's boot id and
+/// this process's cgroup cpuset (else the online CPUs). Unlike [`host_id`] it ignores the
+/// network namespace and the host name: processes in different namespaces or containers
+/// of one machine still share its CPUs, which is what decides whether they outnumber them.
+pub fn cpu_domain_id() -> u64 {
+    static ID: OnceLock<u64> = OnceLock::new();
+    *ID.get_or_init(|| {
+        let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+        let cpus = std::fs::read_to_string("/sys/fs/cgroup/cpuset.cpus.effective")
+            .ok()
+            .filter(|s| count_cpu_list(s).is_some())
+            .or_else(|| std::fs::read_to_string("/sys/devices/system/cpu/online").ok())
+            .unwrap_or_default();
+        fnv1a(boot.trim().as_bytes()) ^ fnv1a(cpus.trim().as_bytes()).rotate_left(29)
+    })
+}
+
 /// The host name (empty if unknown).
 pub fn hostname() -> String {
     rustix::system::uname()
@@ -106,6 +123,13 @@ pub fn random_u64() -> u64 {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn cpu_domain_id_is_stable_and_not_the_host_id() {
+        let a = super::cpu_domain_id();
+        assert_eq!(a, super::cpu_domain_id());
+        assert_ne!(a, super::host_id());
+    }
+
     #[test]
     fn host_id_is_stable() {
         assert_eq!(super::host_id(), super::host_id());
