@@ -40,7 +40,8 @@ pub struct Options {
     /// A collective that makes no progress this long fails with `TimedOut`.
     pub timeout: Duration,
     /// Wait by sleeping soon (`Some(true)`), by spinning longer (`Some(false)`), or decide
-    /// from the ranks of a team on this host against the cores (`None`). It also picks
+    /// from the members of a team on this member's CPUs against the cores (`None`; network
+    /// namespaces of one machine share its CPUs). It also picks
     /// how a team's segment moves data: as for more members than cores (through its
     /// slots, the least copying in all) or not (single copy, the shortest path).
     pub oversubscribed: Option<bool>,
