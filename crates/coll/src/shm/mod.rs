@@ -389,6 +389,18 @@ fn decode_census_out(m: &[u8; CENSUS_OUT_LEN], size: usize) -> CensusOut {
     }
 }
 
+/// Rank 0's answers to the census, member by member: whether every member holds its
+/// segment, and how many share each one's CPU domain.
+fn tally(ins: &[CensusIn]) -> Vec<CensusOut> {
+    let every = ins.iter().all(|c| c.segment);
+    ins.iter()
+        .map(|c| CensusOut {
+            all_segments: every,
+            sharing_cpus: ins.iter().filter(|d| d.domain == c.domain).count(),
+        })
+        .collect()
+}
+
 /// The team's census at creation: each member tells team rank 0 whether it holds its
 /// segment (`segment`) and its CPU domain (`domain`); rank 0 answers each whether all do
 /// and how many members share its domain (2 (size − 1) short messages, at team creation
@@ -410,19 +422,11 @@ fn census(w: &mut Worker, s: &SetupSpec<'_>, segment: bool, domain: u64) -> Resu
             recv(w, t(r), &mut m, s.timeout)?;
             *c = decode_census_in(&m);
         }
-        let every = all.iter().all(|c| c.segment);
-        let sharing = |d: u64| all.iter().filter(|c| c.domain == d).count();
-        for (r, c) in all.iter().enumerate().skip(1) {
-            let out = CensusOut {
-                all_segments: every,
-                sharing_cpus: sharing(c.domain),
-            };
-            send(w, ep(r)?, t(0), &encode_census_out(out), s.timeout)?;
+        let outs = tally(&all);
+        for (r, out) in outs.iter().enumerate().skip(1) {
+            send(w, ep(r)?, t(0), &encode_census_out(*out), s.timeout)?;
         }
-        return Ok(CensusOut {
-            all_segments: every,
-            sharing_cpus: sharing(domain),
-        });
+        return Ok(outs[0]);
     }
     send(w, ep(0)?, t(s.me), &encode_census_in(mine), s.timeout)?;
     let mut m = [0u8; CENSUS_OUT_LEN];
@@ -500,6 +504,21 @@ mod tests {
             proptest::prop_assert_eq!(o.all_segments, b[0] == 1);
             proptest::prop_assert!((1..=size).contains(&o.sharing_cpus));
         }
+    }
+
+    /// Members in two CPU domains (say, two machines, or namespaces of one machine
+    /// count as one domain): each learns its own domain's count; one member without a
+    /// segment takes everybody off theirs.
+    #[test]
+    fn census_tally_counts_per_domain() {
+        let m = |segment, domain| CensusIn { segment, domain };
+        let out = tally(&[m(true, 7), m(true, 7), m(true, 9), m(true, 7), m(true, 9)]);
+        let counts: Vec<usize> = out.iter().map(|o| o.sharing_cpus).collect();
+        assert_eq!(counts, [3, 3, 2, 3, 2]);
+        assert!(out.iter().all(|o| o.all_segments));
+        let out = tally(&[m(true, 1), m(false, 1), m(true, 2)]);
+        assert!(out.iter().all(|o| !o.all_segments));
+        assert_eq!(tally(&[m(true, 5)])[0].sharing_cpus, 1);
     }
 
     #[test]
