@@ -16,20 +16,13 @@
  *   cma_floor [-s BYTES[,BYTES...]] [-n ITERS] [-c CPU_A,CPU_B]
  *
  * Prints, per size, "floor BYTES ITERS MEAN_US". */
-#define _GNU_SOURCE
+#include "floor_util.h"
+
 #include <errno.h>
-#include <sched.h>
-#include <signal.h>
 #include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
 #include <sys/uio.h>
-#include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
 
 struct shared {
     _Alignas(64) volatile uint64_t flag[2][8]; /* one line per member */
@@ -37,26 +30,6 @@ struct shared {
     volatile uint64_t src[2];
     volatile int failed;
 };
-
-static double now_ns(void)
-{
-    struct timespec t;
-
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e9 + (double)t.tv_nsec;
-}
-
-static void pin(int cpu)
-{
-    cpu_set_t s;
-
-    CPU_ZERO(&s);
-    CPU_SET(cpu, &s);
-    if (sched_setaffinity(0, sizeof(s), &s) != 0) {
-        fprintf(stderr, "cma_floor: cannot pin to CPU %d\n", cpu);
-        exit(1);
-    }
-}
 
 /* Stores this member's flag and waits for the other's to reach the same value. */
 static int exchange(struct shared *sh, int me, uint64_t k)
@@ -89,7 +62,7 @@ static double side(struct shared *sh, int me, size_t n, long iters, uint64_t *k)
         struct iovec local = {dst + (size_t)(1 - me) * n, n}, remote;
 
         if (i == warm) {
-            t0 = now_ns();
+            t0 = floor_now_ns();
         }
         if (exchange(sh, me, ++*k) != 0) {
             return -1;
@@ -108,7 +81,7 @@ static double side(struct shared *sh, int me, size_t n, long iters, uint64_t *k)
         }
     }
     {
-        double mean = (now_ns() - t0) / (double)iters / 1e3;
+        double mean = (floor_now_ns() - t0) / (double)iters / 1e3;
 
         /* the blocks must be what the members wrote */
         for (size_t b = 0; b < 2 * n; b++) {
@@ -126,26 +99,13 @@ static double side(struct shared *sh, int me, size_t n, long iters, uint64_t *k)
 
 int main(int argc, char **argv)
 {
-    const char *sizes = "65536,1048576";
-    long iters = 0;
-    int cpu[2] = {0, 1}, c, status, rc = 0;
+    struct floor_opts o = {"65536,1048576", 0, {0, 1}};
+    int rc = 0;
     struct shared *sh;
     pid_t child;
 
-    while ((c = getopt(argc, argv, "s:n:c:")) != -1) {
-        switch (c) {
-        case 's': sizes = optarg; break;
-        case 'n': iters = atol(optarg); break;
-        case 'c':
-            if (sscanf(optarg, "%d,%d", &cpu[0], &cpu[1]) != 2) {
-                fprintf(stderr, "cma_floor: -c CPU_A,CPU_B\n");
-                return 2;
-            }
-            break;
-        default:
-            fprintf(stderr, "usage: cma_floor [-s BYTES,...] [-n ITERS] [-c CPU_A,CPU_B]\n");
-            return 2;
-        }
+    if (floor_parse(argc, argv, "cma_floor", &o) != 0) {
+        return 2;
     }
     sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (sh == MAP_FAILED) {
@@ -156,28 +116,25 @@ int main(int argc, char **argv)
     sh->pid[0] = (uint64_t)getpid();
     /* the child pulls from its parent too (Yama's ptrace scope 1 allows only ancestors) */
     prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY);
-    child = fork();
+    child = floor_fork("cma_floor");
     if (child < 0) {
-        perror("cma_floor: fork");
         return 1;
     }
-    if (child == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-    } else {
+    if (child > 0) {
         sh->pid[1] = (uint64_t)child;
     }
     {
         int me = child == 0 ? 1 : 0;
         uint64_t k = 0;
-        char *list = strdup(sizes), *save = NULL;
+        char *list = strdup(o.sizes), *save = NULL;
 
         while (me == 1 && __atomic_load_n(&sh->pid[1], __ATOMIC_ACQUIRE) == 0) {
         }
-        pin(cpu[me]);
+        floor_pin("cma_floor", o.cpu[me]);
         for (char *t = strtok_r(list, ",", &save); t != NULL; t = strtok_r(NULL, ",", &save)) {
             size_t n = (size_t)atol(t);
             /* by default the counts of rucx-perftest's and mpi_coll_bench's collectives */
-            long it = iters > 0 ? iters : (n <= 4096 ? 5000 : n <= 65536 ? 1000 : 100);
+            long it = o.iters > 0 ? o.iters : (n <= 4096 ? 5000 : n <= 65536 ? 1000 : 100);
             double us;
 
             if (n == 0) {
@@ -198,8 +155,5 @@ int main(int argc, char **argv)
             _exit(rc);
         }
     }
-    if (waitpid(child, &status, 0) != child || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        rc = 1;
-    }
-    return rc;
+    return floor_reap(child, rc);
 }

@@ -11,18 +11,11 @@
  *   ring_floor [-s BYTES[,BYTES...]] [-n ITERS] [-c CPU_A,CPU_B]
  *
  * Prints, per size, "floor BYTES ITERS MEAN_US". */
-#define _GNU_SOURCE
-#include <sched.h>
-#include <signal.h>
+#include "floor_util.h"
+
 #include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
 
 #define CELLS 64
 #define MAX_BYTES 8192
@@ -37,33 +30,13 @@ struct shared {
     _Alignas(64) volatile uint64_t got; /* the reader's last bcast */
 };
 
-static double now_ns(void)
-{
-    struct timespec t;
-
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e9 + (double)t.tv_nsec;
-}
-
-static void pin(int cpu)
-{
-    cpu_set_t s;
-
-    CPU_ZERO(&s);
-    CPU_SET(cpu, &s);
-    if (sched_setaffinity(0, sizeof(s), &s) != 0) {
-        fprintf(stderr, "ring_floor: cannot pin to CPU %d\n", cpu);
-        exit(1);
-    }
-}
-
 /* `iters` bcasts of `n` bytes numbered from *k + 1; the root returns the mean µs per
  * bcast, the reader 0, or -1 when the reader got a wrong byte. */
 static double run(struct shared *sh, int root, size_t n, long iters, uint64_t *k)
 {
     char *buf = malloc(n);
     uint64_t first = *k + 1, last = *k + (uint64_t)iters;
-    double t0 = now_ns(), mean = 0;
+    double t0 = floor_now_ns(), mean = 0;
     int bad = 0;
 
     if (buf == NULL) {
@@ -89,7 +62,7 @@ static double run(struct shared *sh, int root, size_t n, long iters, uint64_t *k
     if (root) {
         while (__atomic_load_n(&sh->got, __ATOMIC_ACQUIRE) < last) {
         }
-        mean = (now_ns() - t0) / (double)iters / 1e3;
+        mean = (floor_now_ns() - t0) / (double)iters / 1e3;
     }
     *k = last;
     free(buf);
@@ -98,29 +71,13 @@ static double run(struct shared *sh, int root, size_t n, long iters, uint64_t *k
 
 int main(int argc, char **argv)
 {
-    const char *sizes = "4096";
-    long iters = 0; /* by default the benchmarks' counts: 5000 up to 4 KiB, then 1000 */
-    int cpu[2] = {0, 1}, c, status, rc = 0;
+    /* by default the benchmarks' counts: 5000 up to 4 KiB, then 1000 */
+    struct floor_opts o = {"4096", 0, {0, 1}};
+    int rc = 0;
     struct shared *sh;
     pid_t child;
 
-    while ((c = getopt(argc, argv, "s:n:c:")) != -1) {
-        switch (c) {
-        case 's': sizes = optarg; break;
-        case 'n': iters = atol(optarg); break;
-        case 'c':
-            if (sscanf(optarg, "%d,%d", &cpu[0], &cpu[1]) != 2) {
-                fprintf(stderr, "ring_floor: -c CPU_A,CPU_B\n");
-                return 2;
-            }
-            break;
-        default:
-            fprintf(stderr, "usage: ring_floor [-s BYTES,...] [-n ITERS] [-c CPU_A,CPU_B]\n");
-            return 2;
-        }
-    }
-    if (iters < 0) {
-        fprintf(stderr, "ring_floor: -n must be positive\n");
+    if (floor_parse(argc, argv, "ring_floor", &o) != 0) {
         return 2;
     }
     sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -128,28 +85,24 @@ int main(int argc, char **argv)
         perror("ring_floor: mmap");
         return 1;
     }
-    child = fork();
+    child = floor_fork("ring_floor");
     if (child < 0) {
-        perror("ring_floor: fork");
         return 1;
-    }
-    if (child == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
     }
     {
         int root = child != 0;
         uint64_t k = 0;
-        char *list = strdup(sizes), *save = NULL;
+        char *list = strdup(o.sizes), *save = NULL;
 
-        pin(cpu[root ? 0 : 1]);
+        floor_pin("ring_floor", o.cpu[root ? 0 : 1]);
         for (char *t = strtok_r(list, ",", &save); t != NULL; t = strtok_r(NULL, ",", &save)) {
             size_t n = (size_t)atol(t);
+            long it = o.iters > 0 ? o.iters : (n <= 4096 ? 5000 : 1000);
             double us;
 
             if (n == 0 || n > MAX_BYTES) {
                 continue;
             }
-            long it = iters > 0 ? iters : (n <= 4096 ? 5000 : 1000);
 
             /* a tenth as warm-up, as the benchmarks do */
             if (run(sh, root, n, it / 10 + 1, &k) < 0) {
@@ -176,8 +129,5 @@ int main(int argc, char **argv)
             _exit(rc);
         }
     }
-    if (waitpid(child, &status, 0) != child || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        rc = 1;
-    }
-    return rc;
+    return floor_reap(child, rc);
 }

@@ -226,6 +226,28 @@ fn crossover_edges_through_the_segment() {
     }
 }
 
+/// An 8-byte allreduce of `rank + 1` over a team of 3 by the table's choice, whose
+/// result is checked (6); returns the algorithm the table picked.
+fn allreduce_rank_sum(cx: &mut coll::Context, team: coll::Team, rank: usize) -> Alg {
+    let src = (rank as u64 + 1).to_ne_bytes();
+    let r = cx
+        .init(
+            team,
+            Args::new(CollType::Allreduce)
+                .src(Buffer::from_vec(src.to_vec()))
+                .dst(Buffer::from_vec(vec![0; 8]))
+                .dtype(DataType::Uint64)
+                .count(1),
+        )
+        .unwrap();
+    let alg = cx.algorithm(r).unwrap();
+    cx.post(r).unwrap();
+    cx.wait(r).unwrap();
+    let a = cx.finalize(r).unwrap();
+    assert_eq!(a.dst.unwrap().into_vec().unwrap(), 6u64.to_ne_bytes());
+    alg
+}
+
 /// One member with the segment switched off (`UCX_COLL_SHM=n` there only): the team is
 /// still formed, nobody keeps a segment (so all members pick the same algorithms), and
 /// the collectives run over the network with every byte right. Before, the others
@@ -248,22 +270,7 @@ fn a_member_without_the_segment_takes_the_team_off_it() {
         let forced = cx.run(team, Args::new(CollType::Barrier).alg(Alg::Shm));
         assert_eq!(forced.err(), Some(ucs::Status::Unsupported));
         // The table's choice, for a local team, is not the segment.
-        let src = (rank as u64 + 1).to_ne_bytes();
-        let r = cx
-            .init(
-                team,
-                Args::new(CollType::Allreduce)
-                    .src(Buffer::from_vec(src.to_vec()))
-                    .dst(Buffer::from_vec(vec![0; 8]))
-                    .dtype(DataType::Uint64)
-                    .count(1),
-            )
-            .unwrap();
-        assert_ne!(cx.algorithm(r).unwrap(), Alg::Shm);
-        cx.post(r).unwrap();
-        cx.wait(r).unwrap();
-        let a = cx.finalize(r).unwrap();
-        assert_eq!(a.dst.unwrap().into_vec().unwrap(), 6u64.to_ne_bytes());
+        assert_ne!(allreduce_rank_sum(cx, team, rank), Alg::Shm);
         for (i, (coll, alg)) in [
             (CollType::Allreduce, Alg::RecursiveDoubling),
             (CollType::Bcast, Alg::Knomial),
@@ -292,22 +299,7 @@ fn table_picks_the_segment_for_a_local_team() {
             ..Options::default()
         };
         with_team(3, Transport::Tcp, opts, |rank, cx, team| {
-            let src = (rank as u64 + 1).to_ne_bytes();
-            let r = cx
-                .init(
-                    team,
-                    Args::new(CollType::Allreduce)
-                        .src(Buffer::from_vec(src.to_vec()))
-                        .dst(Buffer::from_vec(vec![0; 8]))
-                        .dtype(DataType::Uint64)
-                        .count(1),
-                )
-                .unwrap();
-            assert_eq!(cx.algorithm(r).unwrap() == Alg::Shm, shm);
-            cx.post(r).unwrap();
-            cx.wait(r).unwrap();
-            let a = cx.finalize(r).unwrap();
-            assert_eq!(a.dst.unwrap().into_vec().unwrap(), 6u64.to_ne_bytes());
+            assert_eq!(allreduce_rank_sum(cx, team, rank) == Alg::Shm, shm);
             let v = cx
                 .init(
                     team,
