@@ -246,17 +246,13 @@ pub(crate) fn setup(w: &mut Worker, s: &SetupSpec<'_>) -> Result<Setup> {
         .ok_or(Status::InvalidParam)?;
     let seg = group_setup(w, s, idx)?;
     let c = census(w, s, seg.is_some(), ucs::sys::host::cpu_domain_id())?;
-    if !c.all_segments {
-        if seg.is_some() {
-            tracing::warn!("coll: a team member has no shared segment; the team runs without them");
-        }
-        return Ok(Setup {
-            shm: None,
-            sharing_cpus: c.sharing_cpus,
-        });
+    if !c.all_segments && seg.is_some() {
+        tracing::warn!("coll: a team member has no shared segment; the team runs without them");
     }
     Ok(Setup {
-        shm: seg.map(|seg| Arc::new(ShmTeam::new(seg, s.group, idx))),
+        shm: seg
+            .filter(|_| c.all_segments)
+            .map(|seg| Arc::new(ShmTeam::new(seg, s.group, idx))),
         sharing_cpus: c.sharing_cpus,
     })
 }
