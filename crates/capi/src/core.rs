@@ -98,6 +98,9 @@ pub(crate) const F_RUST: u32 = 1 << 6;
 pub(crate) const F_ALLOCATED: u32 = 1 << 7;
 /// On the worker's in-flight list.
 const F_LISTED: u32 = 1 << 8;
+/// A tag receive posted by word that waits in the matcher with no Rust request:
+/// `ticket` cancels it.
+pub(crate) const F_TICKET: u32 = 1 << 9;
 
 /// Which C callback signature the request carries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -139,7 +142,9 @@ pub(crate) struct ReqHdr {
     next: *mut ReqHdr,
     /// The previous header on the in-flight list.
     prev: *mut ReqHdr,
-    _reserved: [u64; 2],
+    /// The matcher's ticket of a waiting receive (`ucp::RecvTicket::to_raw`), when
+    /// `F_TICKET` is set.
+    pub ticket: [u64; 2],
 }
 
 const _: () = assert!(std::mem::size_of::<ReqHdr>() == HDR_SIZE);
@@ -1696,6 +1701,45 @@ impl Wk {
     fn outstanding(&self, w: &mut Worker, side: &mut Side, hdr: *mut ReqHdr, r: Request) {
         Self::track(side, hdr, r);
         let _ = w.request_free(r);
+    }
+
+    /// Starts a tag receive reported by word ([`ucp::Worker::tag_recv_word`]) inside
+    /// [`Wk::with`]: its header is taken first, and its word is the header's address.
+    /// A receive that waits needs no Rust request (the matcher keeps the buffer and the
+    /// word, and its ticket goes into the header for `ucp_request_cancel`); one that
+    /// takes a whole message in the call gives the header back and returns no request.
+    /// For operations that are [`Wk::lazy`] only.
+    #[inline(always)]
+    pub(crate) fn start_word_recv(
+        &self,
+        w: &mut Worker,
+        side: &mut Side,
+        op: &Op,
+        f: impl FnOnce(&mut Worker, u64) -> Result<ucp::WordRecv>,
+    ) -> Result<ucs_status_ptr_t> {
+        let hdr = self.begin(side, op, F_RECV)?;
+        let ticket = match f(w, hdr as u64) {
+            Ok(ucp::WordRecv::Done(s, info)) => {
+                return self.immediate(side, op, hdr, s, info, RecvOut::Tag)
+            }
+            Ok(ucp::WordRecv::Waiting(t)) => Some(t),
+            Ok(ucp::WordRecv::Matched) => None,
+            Err(s) => {
+                // SAFETY: the header started for this call; the call made no receive.
+                unsafe { side.abandon(hdr, s) };
+                return Err(s);
+            }
+        };
+        // SAFETY: the header started for this call, on no list, given out now.
+        unsafe {
+            self.fill_pooled(hdr, op);
+            if let Some(t) = ticket {
+                (*hdr).ticket = t.to_raw();
+                (*hdr).flags.fetch_or(F_TICKET, Ordering::Relaxed);
+            }
+            side.inflight.link(hdr);
+        }
+        Ok(ReqHdr::user(hdr))
     }
 
     /// Puts `hdr` on the in-flight list as the C request of `r` (whose release is the

@@ -2,7 +2,7 @@
 //! `ucp_request_alloc`. Requests themselves (headers, pool, life cycle) live in
 //! [`crate::core`].
 
-use crate::core::{self, ReqHdr, Wk, F_COMPLETED, F_RUST};
+use crate::core::{self, ReqHdr, Wk, F_COMPLETED, F_RUST, F_TICKET};
 use crate::dispatch::run;
 use crate::ffi::*;
 use crate::guard;
@@ -112,6 +112,13 @@ pub unsafe extern "C" fn ucp_request_cancel(worker: *mut Handle<Wk>, request: *m
         // SAFETY: validated.
         let h = unsafe { &*hdr };
         let f = h.flags.load(Ordering::Acquire);
+        if f & F_COMPLETED == 0 && f & F_TICKET != 0 {
+            let t = ucp::RecvTicket::from_raw(h.ticket);
+            return run(wk, |w, _| {
+                // A receive that matched meanwhile has no ticket any more: nothing to do.
+                let _ = w.tag_recv_word_cancel(t);
+            });
+        }
         if f & F_COMPLETED != 0 || f & F_RUST == 0 {
             return Ok(());
         }

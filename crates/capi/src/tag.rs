@@ -224,6 +224,24 @@ unsafe fn recv(
         // SAFETY: forwarded contract.
         return unsafe { start_or_post(wk, p, op, F_RECV, RecvOut::Tag) };
     }
+    if Wk::lazy(&op) && op.cb != 0 {
+        // A receive with a callback usually waits for its message (MPI posts them
+        // first): it waits in the matcher with no Rust request. (`dt::buf` makes no
+        // owned buffers, the one kind `tag_recv_word` refuses.)
+        return run_try(
+            wk,
+            #[inline(always)]
+            |w, side| {
+                wk.start_word_recv(
+                    w,
+                    side,
+                    &op,
+                    #[inline(always)]
+                    |w, word| w.tag_recv_word(buf, tag, tag_mask, word),
+                )
+            },
+        );
+    }
     run_try(
         wk,
         #[inline(always)]

@@ -67,7 +67,7 @@ pub use progress_thread::ProgressThread;
 pub use rma::RemoteKey;
 pub use shared::SharedWorker;
 pub use stream::StreamRecv;
-pub use tag::{Message, RecvPosted};
+pub use tag::{Message, RecvPosted, RecvTicket, WordRecv};
 pub use uct::cm::ConnRequest;
 pub use uct::{AtomicOp, AtomicSize};
 pub use worker::{Sent, Taken, ThreadMode, Worker};

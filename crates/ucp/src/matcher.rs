@@ -124,6 +124,22 @@ pub struct RecvId {
     tag: Tag,
 }
 
+impl RecvId {
+    /// The handle as two words (sequence number, tag), for a layer above to keep.
+    pub fn to_raw(self) -> [u64; 2] {
+        [self.seq, self.tag]
+    }
+
+    /// The handle from [`RecvId::to_raw`]. Any value is accepted: one never handed out
+    /// names no receive.
+    pub fn from_raw(v: [u64; 2]) -> RecvId {
+        RecvId {
+            seq: v[0],
+            tag: v[1],
+        }
+    }
+}
+
 /// Handle of an unexpected message, for receiving it after a probe and for updating a
 /// message whose fragments are still arriving.
 ///

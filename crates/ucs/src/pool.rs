@@ -24,6 +24,13 @@ pub struct PoolIdx {
 }
 
 impl PoolIdx {
+    /// An index no pool hands out: its slot number is beyond any pool's capacity, so
+    /// every lookup of it fails.
+    pub const NONE: PoolIdx = PoolIdx {
+        slot: u32::MAX,
+        gen: u32::MAX,
+    };
+
     /// The slot number (dense, below the pool's capacity); useful as an array index for
     /// side tables. Two live objects never share a slot.
     #[inline]

@@ -187,6 +187,48 @@ impl Core {
         }))
     }
 
+    /// A request that reports by `word` and is released from the start (no handle of it
+    /// is given out): a receive posted by word that needs one after all.
+    pub(crate) fn new_word_req(&mut self, kind: ReqKind, word: u64) -> Request {
+        Request(self.reqs.get(Req {
+            kind,
+            status: None,
+            info: RecvInfo::default(),
+            cb: Some(Callback::Word(word)),
+            released: true,
+        }))
+    }
+
+    /// Reports the completion of an operation that has no request by its word.
+    #[inline]
+    pub(crate) fn report_word(&mut self, word: u64, status: Status, info: RecvInfo) {
+        self.words.push(Completed {
+            request: Request::NONE,
+            word,
+            status,
+            info,
+        });
+    }
+
+    /// Delivers a whole message to a receive posted by word and reports it.
+    #[inline]
+    pub(crate) fn recv_whole_word(&mut self, buf: &Buf, word: u64, tag: u64, data: &[u8]) {
+        let n = buf.write_at(0, data);
+        let status = if n < data.len() {
+            Status::MessageTruncated
+        } else {
+            Status::Ok
+        };
+        self.report_word(
+            word,
+            status,
+            RecvInfo {
+                sender_tag: tag,
+                length: data.len(),
+            },
+        );
+    }
+
     /// Marks `r` complete with `status` and schedules its callback.
     #[inline]
     pub(crate) fn complete(&mut self, r: Request, status: Status) {

@@ -15,6 +15,11 @@ use uct::{AtomicOp, AtomicSize};
 pub struct Request(pub(crate) PoolIdx);
 
 impl Request {
+    /// Names no request: the `request` of a [`Completed`] whose operation never had one
+    /// (a receive posted by word that a whole message completed). No pool hands it out
+    /// (its slot number is beyond any pool's capacity), so every lookup of it fails.
+    pub const NONE: Request = Request(PoolIdx::NONE);
+
     /// The handle as a number (for wire headers and C callers).
     pub fn to_u64(self) -> u64 {
         self.0.to_u64()

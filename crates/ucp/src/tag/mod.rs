@@ -14,7 +14,7 @@ pub(crate) mod send;
 use crate::core::buf::copy_into;
 use crate::core::request::*;
 use crate::core::Core;
-use crate::matcher::{Matcher, MsgId};
+use crate::matcher::{Matcher, MsgId, RecvId};
 use crate::rndv::RndvState;
 use std::collections::{HashMap, VecDeque};
 use ucs::{Result, Status};
@@ -103,9 +103,32 @@ pub(crate) enum FragDest {
     Probed(u64),
 }
 
+/// A receive waiting in the matcher.
+pub(crate) enum PostedRecv {
+    /// One with a request (the Rust API's receives, and any with a closure or a queue).
+    Req(Request),
+    /// One reported by word that has no request while it waits ([`recv_word`]): the
+    /// buffer and the word travel in the matcher's entry, and a whole eager message
+    /// completes it with no request at all. Anything longer (fragments, rendezvous)
+    /// gives it a request when it matches ([`PostedRecv::into_req`]).
+    Word { buf: Buf, word: u64 },
+}
+
+impl PostedRecv {
+    /// The request of a receive that matched a message needing one: a word receive gets
+    /// it now, released, reporting by its word.
+    #[inline]
+    pub(crate) fn into_req(self, core: &mut Core) -> Request {
+        match self {
+            PostedRecv::Req(r) => r,
+            PostedRecv::Word { buf, word } => core.new_word_req(recv_state(buf, false), word),
+        }
+    }
+}
+
 /// The tag protocol's state in a worker.
 pub(crate) struct TagState {
-    pub matcher: Matcher<Request, (u64, Unexp)>,
+    pub matcher: Matcher<PostedRecv, (u64, Unexp)>,
     /// Fragmented messages being received, by (sender, message id).
     pub frags: HashMap<(u64, u64), FragDest>,
     /// Messages taken by a probe with remove.
@@ -212,7 +235,7 @@ pub(crate) fn recv_nb(
             rs.recv_id = Some(id);
         }
         let r = core.new_req(kind, cb);
-        (r, r)
+        (PostedRecv::Req(r), r)
     });
     match posted {
         Ok(r) => RecvPosted::Pending(r),
@@ -251,6 +274,108 @@ pub(crate) fn recv_nb(
                 RecvPosted::Pending(r)
             }
         },
+    }
+}
+
+/// What posting a receive reported by word gave ([`crate::Worker::tag_recv_word`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WordRecv {
+    /// It took a whole unexpected message in the call; nothing is reported by word.
+    Done(Status, RecvInfo),
+    /// It waits for its message, with no request; the ticket cancels it.
+    Waiting(RecvTicket),
+    /// It took the start of a message whose rest is still to come (fragments, a
+    /// rendezvous); its completion is reported by word, and it can no longer be canceled.
+    Matched,
+}
+
+/// Names a receive posted by word while it waits, for
+/// [`crate::Worker::tag_recv_word_cancel`]. Tickets are never reused within a worker, so
+/// a stale one (its receive matched or was canceled) names nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecvTicket(pub(crate) RecvId);
+
+impl RecvTicket {
+    /// The ticket as two words (for a layer above that keeps it in its own request).
+    pub fn to_raw(self) -> [u64; 2] {
+        self.0.to_raw()
+    }
+
+    /// The ticket from [`RecvTicket::to_raw`]; any value is accepted (one never handed
+    /// out names nothing).
+    pub fn from_raw(v: [u64; 2]) -> RecvTicket {
+        RecvTicket(RecvId::from_raw(v))
+    }
+}
+
+/// Posts a receive reported by `word` (see [`PostedRecv::Word`]); `buf` must not be an
+/// owned buffer (those go back through a request). A whole unexpected message that
+/// matches is received in the call and reported by the result, not by word.
+#[inline]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn recv_word(
+    core: &mut Core,
+    st: &mut TagState,
+    rndv: &mut RndvState,
+    buf: Buf,
+    tag: u64,
+    mask: u64,
+    word: u64,
+) -> WordRecv {
+    let posted = st.matcher.post_with(tag, mask, buf, |buf, id| {
+        (PostedRecv::Word { buf, word }, id)
+    });
+    match posted {
+        Ok(id) => WordRecv::Waiting(RecvTicket(id)),
+        Err((_, (mtag, u), buf)) => match u {
+            Unexp::Small { len, bytes } => {
+                let data = &bytes.0[..usize::from(len)];
+                let status = take_whole(&buf, data);
+                WordRecv::Done(
+                    status,
+                    RecvInfo {
+                        sender_tag: mtag,
+                        length: data.len(),
+                    },
+                )
+            }
+            Unexp::Eager { data, sync } => {
+                let status = take_whole(&buf, &data);
+                let info = RecvInfo {
+                    sender_tag: mtag,
+                    length: data.len(),
+                };
+                st.recycle(data);
+                if let Some(ack) = sync {
+                    st.acks.push_back(ack);
+                }
+                WordRecv::Done(status, info)
+            }
+            u => {
+                let r = core.new_word_req(recv_state(buf, false), word);
+                recv::consume_unexp(core, st, rndv, r, mtag, u);
+                WordRecv::Matched
+            }
+        },
+    }
+}
+
+/// Cancels a receive posted by word that still waits: its word reports `Canceled`.
+/// False when the ticket names no waiting receive.
+pub(crate) fn cancel_word(core: &mut Core, st: &mut TagState, t: RecvTicket) -> bool {
+    match st.matcher.cancel(t.0) {
+        Some(PostedRecv::Word { buf, word }) => {
+            drop(buf);
+            core.report_word(word, Status::Canceled, RecvInfo::default());
+            true
+        }
+        // Tickets are only made for word receives; a request's receive goes back as it
+        // was found (cannot happen: ids are unique).
+        Some(PostedRecv::Req(r)) => {
+            core.complete(r, Status::Canceled);
+            true
+        }
+        None => false,
     }
 }
 

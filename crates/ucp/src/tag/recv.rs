@@ -1,7 +1,7 @@
 //! The receiving side of the tag protocols: each arriving protocol message is matched
 //! (or kept as unexpected) and delivered; matched rendezvous announcements go to `rndv`.
 
-use super::{FragDest, Partial, RtsHeld, TagState, Unexp};
+use super::{FragDest, Partial, PostedRecv, RtsHeld, TagState, Unexp};
 use crate::core::cq::CqTarget;
 use crate::core::request::*;
 use crate::core::Core;
@@ -20,8 +20,11 @@ pub(crate) fn eager(
     sync: Option<(u64, u64)>,
 ) {
     match st.matcher.match_posted(tag) {
-        Some((_, r)) => {
-            core.recv_whole(r, tag, p);
+        Some((_, posted)) => {
+            match posted {
+                PostedRecv::Req(r) => core.recv_whole(r, tag, p),
+                PostedRecv::Word { buf, word } => core.recv_whole_word(&buf, word, tag, p),
+            }
             if let Some(ack) = sync {
                 st.acks.push_back(ack);
             }
@@ -49,7 +52,8 @@ pub(crate) fn first(core: &mut Core, st: &mut TagState, h: EagerFirst, p: &[u8])
         key,
     }));
     match st.matcher.arrive(h.tag, (h.tag, u)) {
-        Arrived::Matched(_, r, _) => {
+        Arrived::Matched(_, posted, _) => {
+            let r = posted.into_req(core);
             core.recv_set_info(r, h.tag, total);
             core.recv_write(r, 0, p);
             if let Some(ack) = sync {
@@ -148,7 +152,8 @@ pub(crate) fn rts(core: &mut Core, st: &mut TagState, rndv: &mut RndvState, h: R
         rkey: Vec::new(),
     }));
     match st.matcher.arrive(h.tag, (h.tag, u)) {
-        Arrived::Matched(_, r, _) => {
+        Arrived::Matched(_, posted, _) => {
+            let r = posted.into_req(core);
             core.recv_set_info(r, h.tag, h.len as usize);
             rndv.accept(r, h.uuid, h.sreq, h.len, h.addr, h.rkey.to_vec());
         }

@@ -908,8 +908,14 @@ impl Worker {
 impl Drop for Worker {
     fn drop(&mut self) {
         // Unmatched receives complete with Canceled, as do sends still in flight.
-        for (_, r) in self.p.tag.matcher.drain_posted() {
-            self.core.complete(r, Status::Canceled);
+        for (_, posted) in self.p.tag.matcher.drain_posted() {
+            match posted {
+                crate::tag::PostedRecv::Req(r) => self.core.complete(r, Status::Canceled),
+                crate::tag::PostedRecv::Word { word, .. } => {
+                    self.core
+                        .report_word(word, Status::Canceled, RecvInfo::default())
+                }
+            }
         }
         for ep in 0..self.core.eps.len() as u32 {
             if self.core.eps[ep as usize].is_some() {

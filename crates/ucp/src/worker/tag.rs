@@ -5,7 +5,7 @@ use crate::core::cq::CqOp;
 use crate::core::ep::Ep;
 use crate::core::request::*;
 use crate::engine;
-use crate::tag::{self, Message, RecvPosted};
+use crate::tag::{self, Message, RecvPosted, RecvTicket, WordRecv};
 use std::time::Duration;
 use ucs::{Result, Status};
 
@@ -73,6 +73,41 @@ impl Worker {
         cb: Option<Callback>,
     ) -> Result<RecvPosted> {
         self.recv_post(buf, tag, mask, cb, true)
+    }
+
+    /// Posts a receive reported by `word` through [`Worker::drain_completed`], as a request
+    /// started with [`Callback::Word`] and released at once would be, but with no request
+    /// while it waits: the buffer and the word wait in the matcher, and a whole eager
+    /// message completes the receive with no request at all (the C ABI's receives with a
+    /// callback take this path). A whole unexpected message that matches is received in
+    /// the call ([`WordRecv::Done`], nothing reported by word). Owned buffers, which go
+    /// back through a request, are refused (`InvalidParam`).
+    #[inline]
+    pub fn tag_recv_word(&mut self, buf: Buf, tag: u64, mask: u64, word: u64) -> Result<WordRecv> {
+        if buf.is_owned() {
+            return Err(Status::InvalidParam);
+        }
+        let p = &mut self.p;
+        let r = tag::recv_word(
+            &mut self.core,
+            &mut p.tag,
+            &mut p.rndv,
+            buf,
+            tag,
+            mask,
+            word,
+        );
+        if !p.idle() {
+            self.progress();
+        }
+        Ok(r)
+    }
+
+    /// Cancels a receive posted by [`Worker::tag_recv_word`] that still waits: its word
+    /// reports `Canceled` (through [`Worker::drain_completed`]). False when the ticket
+    /// names no waiting receive (it matched, or was canceled already).
+    pub fn tag_recv_word_cancel(&mut self, t: RecvTicket) -> bool {
+        tag::cancel_word(&mut self.core, &mut self.p.tag, t)
     }
 
     #[inline]
