@@ -101,6 +101,13 @@ const F_LISTED: u32 = 1 << 8;
 /// A tag receive posted by word that waits in the matcher with no Rust request:
 /// `ticket` cancels it.
 pub(crate) const F_TICKET: u32 = 1 << 9;
+/// A request of a worker with a lock (thread mode multi, or a progress thread): two
+/// threads may change its flags at once (one completing it, one freeing it), so every
+/// change is an atomic read-modify-write. Without it the worker's calls, including
+/// `ucp_request_free`, come from one thread at a time (the thread mode's contract), and a
+/// change is a plain load and store ([`ReqHdr::flags_or`]): a locked instruction per
+/// change costs more than the rest of the change on the message path.
+const F_SHARED: u32 = 1 << 10;
 
 /// Which C callback signature the request carries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -209,6 +216,29 @@ impl ReqHdr {
             }
             h.status.store(i32::from(status.code()), Ordering::Release);
         }
+    }
+
+    /// Sets `bits` in the flags and returns the flags before: atomically for a request of
+    /// a worker with a lock (`F_SHARED`), else as a load and a store (see `F_SHARED`).
+    #[inline(always)]
+    pub(crate) fn flags_or(&self, bits: u32) -> u32 {
+        let old = self.flags.load(Ordering::Acquire);
+        if old & F_SHARED != 0 {
+            return self.flags.fetch_or(bits, Ordering::AcqRel);
+        }
+        self.flags.store(old | bits, Ordering::Release);
+        old
+    }
+
+    /// Clears `bits` in the flags and returns the flags before, as [`ReqHdr::flags_or`].
+    #[inline(always)]
+    pub(crate) fn flags_clear(&self, bits: u32) -> u32 {
+        let old = self.flags.load(Ordering::Acquire);
+        if old & F_SHARED != 0 {
+            return self.flags.fetch_and(!bits, Ordering::AcqRel);
+        }
+        self.flags.store(old & !bits, Ordering::Release);
+        old
     }
 
     /// Status of a request: `INPROGRESS` until its callback ran.
@@ -398,7 +428,7 @@ impl InFlight {
             if !self.head.is_null() {
                 (*self.head).prev = h;
             }
-            (*h).flags.fetch_or(F_LISTED, Ordering::Relaxed);
+            (*h).flags_or(F_LISTED);
         }
         self.head = h;
     }
@@ -409,7 +439,7 @@ impl InFlight {
     unsafe fn unlink(&mut self, h: *mut ReqHdr) {
         // SAFETY: live headers of this worker's list.
         unsafe {
-            if (*h).flags.fetch_and(!F_LISTED, Ordering::Relaxed) & F_LISTED == 0 {
+            if (*h).flags_clear(F_LISTED) & F_LISTED == 0 {
                 return;
             }
             let (p, n) = ((*h).prev, (*h).next);
@@ -646,7 +676,7 @@ impl Side {
             } else {
                 // The caller's memory (or a block of ucp_request_alloc) reads as done.
                 ReqHdr::set_outcome(hdr, s, RecvInfo::default());
-                (*hdr).flags.fetch_or(F_COMPLETED, Ordering::Release);
+                (*hdr).flags_or(F_COMPLETED);
             }
         }
     }
@@ -1251,7 +1281,9 @@ impl Wk {
         };
         // SAFETY: a block of this worker that nobody uses, given out now.
         unsafe {
-            (*hdr).flags.store(flags, Ordering::Relaxed);
+            (*hdr)
+                .flags
+                .store(flags | self.shared_bit(), Ordering::Relaxed);
             (*hdr).result = std::ptr::null_mut();
             self.fill(hdr, op);
         }
@@ -1419,10 +1451,22 @@ impl Wk {
         // SAFETY: a block of the pool, not in use. Only what an immediate completion reads
         // is set now; the rest when the header is given out ([`Wk::fill`]).
         unsafe {
-            (*hdr).flags.store(flags, Ordering::Relaxed);
+            (*hdr)
+                .flags
+                .store(flags | self.shared_bit(), Ordering::Relaxed);
             (*hdr).result = std::ptr::null_mut();
         }
         Ok(hdr)
+    }
+
+    /// `F_SHARED` for the requests of a worker with a lock, else nothing.
+    #[inline(always)]
+    fn shared_bit(&self) -> u32 {
+        if self.lock.is_some() {
+            F_SHARED
+        } else {
+            0
+        }
     }
 
     /// A block when the pool has none: one given back while the worker was held, or a
@@ -1451,7 +1495,7 @@ impl Wk {
             if !allocated {
                 h.block_size = 0;
             }
-            let f = flags | F_USER | if allocated { F_ALLOCATED } else { 0 };
+            let f = flags | F_USER | self.shared_bit() | if allocated { F_ALLOCATED } else { 0 };
             h.flags.store(f, Ordering::Relaxed);
             h.result = std::ptr::null_mut();
             self.fill(hdr, op);
@@ -1518,7 +1562,7 @@ impl Wk {
                 unsafe {
                     self.fill_pooled(hdr, op);
                     (*hdr).rust_id = r.to_u64();
-                    (*hdr).flags.fetch_or(F_RUST, Ordering::Relaxed);
+                    (*hdr).flags_or(F_RUST);
                 }
                 side.polled.push(hdr);
                 return Ok(ReqHdr::user(hdr));
@@ -1569,8 +1613,8 @@ impl Wk {
                 // SAFETY: the header of this call.
                 unsafe {
                     self.fill_pooled(hdr, op);
-                    (*hdr).flags.fetch_or(F_RELEASED, Ordering::Relaxed);
-                    (*hdr).flags.fetch_and(!F_CALLBACK, Ordering::Relaxed);
+                    (*hdr).flags_or(F_RELEASED);
+                    (*hdr).flags_clear(F_CALLBACK);
                 }
                 self.outstanding(w, side, hdr, r);
                 return Err(Status::NoResource);
@@ -1735,7 +1779,7 @@ impl Wk {
             self.fill_pooled(hdr, op);
             if let Some(t) = ticket {
                 (*hdr).ticket = t.to_raw();
-                (*hdr).flags.fetch_or(F_TICKET, Ordering::Relaxed);
+                (*hdr).flags_or(F_TICKET);
             }
             side.inflight.link(hdr);
         }
@@ -1749,7 +1793,7 @@ impl Wk {
         // SAFETY: the header started for this call, on no list.
         unsafe {
             (*hdr).rust_id = r.to_u64();
-            (*hdr).flags.fetch_or(F_RUST, Ordering::Relaxed);
+            (*hdr).flags_or(F_RUST);
             side.inflight.link(hdr);
         }
     }
@@ -1815,7 +1859,7 @@ impl Wk {
         unsafe { ReqHdr::set_outcome(hdr, s, info) };
         if op.user_req() {
             // SAFETY: as above.
-            unsafe { (*hdr).flags.fetch_or(F_COMPLETED, Ordering::Release) };
+            unsafe { (*hdr).flags_or(F_COMPLETED) };
         } else {
             // SAFETY: a pooled block of this call, unused now (its outcome, such as a
             // 32-bit atomic's result, was copied out above).
@@ -1841,7 +1885,7 @@ impl Wk {
             // SAFETY: a header given out with a posted operation that never started.
             unsafe {
                 ReqHdr::set_outcome(p.hdr.0, Status::Canceled, RecvInfo::default());
-                (*p.hdr.0).flags.fetch_or(F_COMPLETED, Ordering::Release);
+                (*p.hdr.0).flags_or(F_COMPLETED);
             }
         }
         while let Some(b) = self.spare.pop() {
@@ -1853,7 +1897,7 @@ impl Wk {
             // SAFETY: headers on the in-flight list are live requests of this worker.
             unsafe {
                 let next = (*h).next;
-                (*h).flags.fetch_and(!F_LISTED, Ordering::Relaxed);
+                (*h).flags_clear(F_LISTED);
                 ReqHdr::set_outcome(h, Status::Canceled, RecvInfo::default());
                 complete_at_shutdown(&mut side.pool, h);
                 h = next;
@@ -1888,7 +1932,7 @@ impl Wk {
 /// `h` must be a live request of the pool's worker, on none of its lists any more.
 unsafe fn complete_at_shutdown(pool: &mut ReqPool, h: *mut ReqHdr) {
     // SAFETY: by the contract, a live header.
-    let old = unsafe { (*h).flags.fetch_or(F_COMPLETED, Ordering::AcqRel) };
+    let old = unsafe { (*h).flags_or(F_COMPLETED) };
     if old & F_RELEASED != 0 && old & F_USER == 0 {
         // SAFETY: released and now complete: nobody refers to the block; a pooled block
         // (not the caller's memory) of this worker's pool.
@@ -1939,9 +1983,7 @@ unsafe fn write_recv_info(op: &Op, recv: RecvOut, info: RecvInfo) {
 #[inline(always)]
 pub(crate) unsafe fn mark_completed(hdr: *mut ReqHdr) {
     // SAFETY: a live header.
-    let old = unsafe { &*hdr }
-        .flags
-        .fetch_or(F_COMPLETED, Ordering::AcqRel);
+    let old = unsafe { &*hdr }.flags_or(F_COMPLETED);
     if old & F_RELEASED != 0 && old & F_USER == 0 {
         // SAFETY: released by the caller and now complete: the block is ours again.
         unsafe { recycle(hdr) };
@@ -1966,7 +2008,23 @@ pub(crate) unsafe fn release(request: *mut c_void, drop_callback: bool) -> Resul
     if old & F_USER != 0 {
         // A block of `ucp_request_alloc`: from now on it completes and is recycled like
         // a block the library handed out.
-        old = h.flags.fetch_and(!F_USER, Ordering::AcqRel) & !F_USER;
+        old = h.flags_clear(F_USER) & !F_USER;
+    }
+    if old & F_SHARED == 0 {
+        // One thread at a time (see `F_SHARED`): a plain update.
+        if old & F_RELEASED != 0 {
+            return Err(Status::InvalidParam);
+        }
+        let mut new = old | F_RELEASED;
+        if drop_callback {
+            new &= !F_CALLBACK;
+        }
+        h.flags.store(new, Ordering::Release);
+        if old & F_COMPLETED != 0 {
+            // SAFETY: completed and now released: nobody refers to the block any more.
+            unsafe { recycle(hdr) };
+        }
+        return Ok(());
     }
     loop {
         if old & F_RELEASED != 0 {
