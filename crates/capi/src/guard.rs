@@ -17,12 +17,18 @@ fn report(name: &str) {
 /// For functions that return `ucs_status_t`.
 #[inline]
 pub(crate) fn status(name: &str, f: impl FnOnce() -> Result<()>) -> ucs_status_t {
-    match catch_unwind(AssertUnwindSafe(f)) {
-        Ok(Ok(())) => Status::Ok.code(),
-        Ok(Err(s)) => {
+    // The body's `Result` is turned into the C value inside the guarded closure, so that
+    // only that plain value crosses `catch_unwind` (its result goes through memory, and a
+    // `Result` written field by field and read back whole stalls the load).
+    let guarded = || match f() {
+        Ok(()) => Status::Ok.code(),
+        Err(s) => {
             failed(name, s);
             s.code()
         }
+    };
+    match catch_unwind(AssertUnwindSafe(guarded)) {
+        Ok(c) => c,
         Err(_) => {
             report(name);
             PANIC_STATUS.code()
@@ -37,12 +43,16 @@ pub(crate) fn status_ptr(
     name: &str,
     f: impl FnOnce() -> Result<ucs_status_ptr_t>,
 ) -> ucs_status_ptr_t {
-    match catch_unwind(AssertUnwindSafe(f)) {
-        Ok(Ok(p)) => p,
-        Ok(Err(s)) => {
+    // As in `status`: only the plain pointer crosses `catch_unwind`.
+    let guarded = || match f() {
+        Ok(p) => p,
+        Err(s) => {
             failed(name, s);
             status_to_ptr(s)
         }
+    };
+    match catch_unwind(AssertUnwindSafe(guarded)) {
+        Ok(p) => p,
         Err(_) => {
             report(name);
             status_to_ptr(PANIC_STATUS)
@@ -53,10 +63,13 @@ pub(crate) fn status_ptr(
 /// For functions that return nothing.
 #[inline]
 pub(crate) fn void(name: &str, f: impl FnOnce() -> Result<()>) {
-    match catch_unwind(AssertUnwindSafe(f)) {
-        Ok(Ok(())) => {}
-        Ok(Err(s)) => failed(name, s),
-        Err(_) => report(name),
+    let guarded = || {
+        if let Err(s) = f() {
+            failed(name, s);
+        }
+    };
+    if catch_unwind(AssertUnwindSafe(guarded)).is_err() {
+        report(name);
     }
 }
 
@@ -70,13 +83,17 @@ fn failed(name: &str, s: Status) {
 
 /// For functions that return a plain value; `fallback` on error or panic.
 #[inline]
-pub(crate) fn value<T>(name: &str, fallback: T, f: impl FnOnce() -> Result<T>) -> T {
-    match catch_unwind(AssertUnwindSafe(f)) {
-        Ok(Ok(v)) => v,
-        Ok(Err(s)) => {
+pub(crate) fn value<T: Copy>(name: &str, fallback: T, f: impl FnOnce() -> Result<T>) -> T {
+    // As in `status`: only the plain value crosses `catch_unwind`.
+    let guarded = || match f() {
+        Ok(v) => v,
+        Err(s) => {
             failed(name, s);
             fallback
         }
+    };
+    match catch_unwind(AssertUnwindSafe(guarded)) {
+        Ok(v) => v,
         Err(_) => {
             report(name);
             fallback
