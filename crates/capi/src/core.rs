@@ -45,8 +45,11 @@
 //! request is outstanding its header is on the worker's in-flight list (also linked
 //! through the header), so that destroying the worker can mark it canceled.
 //!
-//! Life cycle, with the flag word of the header (atomic, so that `ucp_request_free` from one
-//! thread and completion on another agree):
+//! Life cycle, with the flag word of the header. For a worker with a lock (thread mode
+//! multi, or a progress thread) every change of it is an atomic read-modify-write, so that
+//! `ucp_request_free` from one thread and completion on another agree; the header says so
+//! with `F_SHARED`. Otherwise the thread mode promises one thread at a time, and a change
+//! is a plain load and store (a locked instruction per change cost more than the change):
 //! - started: `CALLBACK` if a callback was given;
 //! - completed: status and receive information are stored, the callback runs (never while
 //!   the Rust worker is borrowed), then `COMPLETED` is set;
