@@ -18,6 +18,7 @@
 
 use std::cell::RefCell;
 use std::mem::ManuallyDrop;
+use std::ptr::NonNull;
 use std::sync::Arc;
 use ucs::{Result, Status};
 
@@ -45,13 +46,48 @@ pub trait GenericDt: Send {
 /// let b = ucp::Buf::from(vec![1u8]);
 /// let c = b.clone();
 /// ```
-pub struct Buf(ManuallyDrop<Mem>);
+pub struct Buf {
+    /// A contiguous buffer's start (dangling for an empty one whose start was null);
+    /// otherwise what `len`'s tag names: an `Arc<OwnedMem>` or a `Box<Other>`, as raw
+    /// pointers this `Buf` owns.
+    ptr: NonNull<u8>,
+    /// A contiguous buffer's length, below `TAGGED`; otherwise `OWNED` or `BOXED`.
+    len: usize,
+}
 
-enum Mem {
-    Contig { ptr: *mut u8, len: usize },
+/// `len` values at or above this are tags, not lengths: no object is longer than
+/// `isize::MAX` bytes, so a contiguous buffer's length never has the top bit set.
+const TAGGED: usize = 1 << (usize::BITS - 1);
+/// `ptr` is an `Arc<OwnedMem>` (`Arc::into_raw`).
+const OWNED: usize = TAGGED | 1;
+/// `ptr` is a `Box<Other>` (`Box::into_raw`).
+const BOXED: usize = TAGGED | 2;
+
+/// The kinds of buffer that are not a plain contiguous piece, owned or not. A `Buf` is
+/// two words so that it moves, and is passed, in two registers: the common contiguous
+/// buffer (the start and the length) needs no more, and the rare kinds live behind the
+/// pointer. (A three-word `Buf` went through memory at every call, written by parts and
+/// read back whole, and that load waited for the stores: a store-forwarding stall on the
+/// message path of every receive.)
+enum Other {
+    /// A contiguous buffer that does not fit the two words: a null start with a nonzero
+    /// length (nothing may read it, but it is kept as given), or a length with the top
+    /// bit set.
+    Contig {
+        ptr: *mut u8,
+        len: usize,
+    },
     Iov(Box<[(*mut u8, usize)]>),
     Generic(Box<RefCell<dyn GenericDt>>),
-    Owned(Arc<OwnedMem>),
+}
+
+const _: () = assert!(std::mem::size_of::<Buf>() == 2 * std::mem::size_of::<usize>());
+
+/// What a `Buf` holds, borrowed.
+enum View<'a> {
+    Contig(*mut u8, usize),
+    Owned(&'a OwnedMem),
+    Other(&'a Other),
 }
 
 /// A `Vec<u8>` held as raw parts, so that every access (the transports', the protocols')
@@ -96,26 +132,28 @@ unsafe impl Sync for OwnedMem {}
 
 // SAFETY: a Buf names memory that its creator promised (by the `unsafe` constructor)
 // stays valid until its request completes, from whichever thread completes it; owned
-// memory moves with it; a generic datatype is Send by its trait bound.
+// memory (the Arc, the Box) moves with it; a generic datatype is Send by its trait bound.
 unsafe impl Send for Buf {}
 
 impl std::fmt::Debug for Buf {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match &*self.0 {
-            Mem::Contig { ptr, len } => write!(f, "Contig({ptr:?}, {len})"),
-            Mem::Iov(v) => write!(f, "Iov({} segments)", v.len()),
-            Mem::Generic(_) => write!(f, "Generic"),
-            Mem::Owned(o) => write!(f, "Owned({} bytes)", o.len),
+        match self.view() {
+            View::Contig(ptr, len) | View::Other(&Other::Contig { ptr, len }) => {
+                write!(f, "Contig({ptr:?}, {len})")
+            }
+            View::Other(Other::Iov(v)) => write!(f, "Iov({} segments)", v.len()),
+            View::Other(Other::Generic(_)) => write!(f, "Generic"),
+            View::Owned(o) => write!(f, "Owned({} bytes)", o.len),
         }
     }
 }
 
 impl Drop for Buf {
     /// Inline, so that dropping the common contiguous buffer (which owns nothing) costs a
-    /// compare instead of a call to the enum's drop glue.
+    /// compare instead of a call.
     #[inline(always)]
     fn drop(&mut self) {
-        if !matches!(*self.0, Mem::Contig { .. }) {
+        if self.len >= TAGGED {
             self.drop_owned();
         }
     }
@@ -127,8 +165,54 @@ impl Buf {
     #[cold]
     #[inline(never)]
     fn drop_owned(&mut self) {
-        // SAFETY: called once, from the Buf's drop; the Buf is not used after it.
-        unsafe { ManuallyDrop::drop(&mut self.0) }
+        match self.len {
+            // SAFETY: made by `Arc::into_raw` in `owned_arc`, and released once: this is
+            // the Buf's drop, and `into_vec` skips it.
+            OWNED => drop(unsafe { Arc::from_raw(self.ptr.as_ptr().cast::<OwnedMem>()) }),
+            // SAFETY: made by `Box::into_raw` in `boxed`, freed once as above.
+            BOXED => drop(unsafe { Box::from_raw(self.ptr.as_ptr().cast::<Other>()) }),
+            _ => {}
+        }
+    }
+
+    /// A buffer holding `o`.
+    fn boxed(o: Other) -> Buf {
+        let p = Box::into_raw(Box::new(o));
+        Buf {
+            // SAFETY: `Box::into_raw` never gives null.
+            ptr: unsafe { NonNull::new_unchecked(p.cast::<u8>()) },
+            len: BOXED,
+        }
+    }
+
+    /// A buffer holding (one count of) `a`.
+    fn owned_arc(a: Arc<OwnedMem>) -> Buf {
+        let p = Arc::into_raw(a).cast_mut();
+        Buf {
+            // SAFETY: `Arc::into_raw` never gives null.
+            ptr: unsafe { NonNull::new_unchecked(p.cast::<u8>()) },
+            len: OWNED,
+        }
+    }
+
+    /// What this buffer holds.
+    #[inline(always)]
+    fn view(&self) -> View<'_> {
+        match self.len {
+            l if l < TAGGED => View::Contig(
+                if l == 0 {
+                    std::ptr::null_mut()
+                } else {
+                    self.ptr.as_ptr()
+                },
+                l,
+            ),
+            // SAFETY: the tag says `ptr` came from `Arc::into_raw`; this Buf holds a count
+            // until it drops, which outlives the borrow.
+            OWNED => View::Owned(unsafe { &*self.ptr.as_ptr().cast::<OwnedMem>() }),
+            // SAFETY: the tag says `ptr` came from `Box::into_raw`, owned by this Buf.
+            _ => View::Other(unsafe { &*self.ptr.as_ptr().cast::<Other>() }),
+        }
     }
 }
 
@@ -136,7 +220,7 @@ impl From<Vec<u8>> for Buf {
     /// Memory the request owns: freed with the request, or given back by
     /// [`crate::Worker::request_take_owned`].
     fn from(v: Vec<u8>) -> Buf {
-        Buf(ManuallyDrop::new(Mem::Owned(Arc::new(OwnedMem::new(v)))))
+        Buf::owned_arc(Arc::new(OwnedMem::new(v)))
     }
 }
 
@@ -158,7 +242,7 @@ impl Buf {
     /// True for memory the request owns (given back through the request).
     #[inline]
     pub(crate) fn is_owned(&self) -> bool {
-        matches!(*self.0, Mem::Owned(_))
+        self.len == OWNED
     }
 
     /// The contiguous `len` bytes at `ptr` (null is fine when `len` is 0).
@@ -168,8 +252,13 @@ impl Buf {
     /// completion was seen), `ptr..ptr+len` must stay allocated; for a send, readable and
     /// unchanged; for a receive (or the destination of a get or fetching atomic),
     /// writable and not read or written by anything else.
+    #[inline(always)]
     pub unsafe fn contig(ptr: *mut u8, len: usize) -> Buf {
-        Buf(ManuallyDrop::new(Mem::Contig { ptr, len }))
+        match NonNull::new(ptr) {
+            Some(p) if len < TAGGED => Buf { ptr: p, len },
+            None if len == 0 => Buf::empty(),
+            _ => Buf::boxed(Other::Contig { ptr, len }),
+        }
     }
 
     /// An I/O vector: the segments `(start, length)` in order.
@@ -177,70 +266,73 @@ impl Buf {
     /// # Safety
     /// As for [`Buf::contig`], for every segment; segments must not overlap.
     pub unsafe fn iov(segs: impl Into<Box<[(*mut u8, usize)]>>) -> Buf {
-        Buf(ManuallyDrop::new(Mem::Iov(segs.into())))
+        Buf::boxed(Other::Iov(segs.into()))
     }
 
     /// A datatype the application packs and unpacks.
     pub fn generic(dt: impl GenericDt + 'static) -> Buf {
-        Buf(ManuallyDrop::new(Mem::Generic(Box::new(RefCell::new(dt)))))
+        Buf::boxed(Other::Generic(Box::new(RefCell::new(dt))))
     }
 
     /// [`Buf::generic`] for a datatype already boxed.
     pub fn generic_boxed(dt: Box<RefCell<dyn GenericDt>>) -> Buf {
-        Buf(ManuallyDrop::new(Mem::Generic(dt)))
+        Buf::boxed(Other::Generic(dt))
     }
 
     /// No memory (zero bytes).
+    #[inline(always)]
     pub fn empty() -> Buf {
-        Buf(ManuallyDrop::new(Mem::Contig {
-            ptr: std::ptr::null_mut(),
+        Buf {
+            ptr: NonNull::dangling(),
             len: 0,
-        }))
+        }
     }
 
     /// `v` as owned memory, with the claim that gives it back when the request that
     /// takes the buffer is gone (see [`Lent::take`]).
     pub(crate) fn lend(v: Vec<u8>) -> (Buf, Lent) {
         let m = Arc::new(OwnedMem::new(v));
-        (Buf(ManuallyDrop::new(Mem::Owned(m.clone()))), Lent(m))
+        (Buf::owned_arc(m.clone()), Lent(m))
     }
 
     /// The owned vector, for a buffer made from one.
     pub(crate) fn into_vec(self) -> Option<Vec<u8>> {
-        let mut me = ManuallyDrop::new(self);
-        // SAFETY: `me` is never dropped, so its Mem is taken (and then dropped) once.
-        match unsafe { ManuallyDrop::take(&mut me.0) } {
-            Mem::Owned(o) => Arc::try_unwrap(o).ok().map(OwnedMem::into_vec),
-            _ => None,
+        if self.len != OWNED {
+            return None;
         }
+        let me = ManuallyDrop::new(self);
+        // SAFETY: the tag says `ptr` came from `Arc::into_raw`; `me` is never dropped, so
+        // this takes its count back once.
+        let a = unsafe { Arc::from_raw(me.ptr.as_ptr().cast::<OwnedMem>()) };
+        Arc::try_unwrap(a).ok().map(OwnedMem::into_vec)
     }
 
     /// Start and length of a contiguous buffer (the caller's or an owned one).
-    #[inline]
+    #[inline(always)]
     fn raw(&self) -> Option<(*mut u8, usize)> {
-        match &*self.0 {
-            Mem::Contig { ptr, len } => Some((*ptr, *len)),
-            Mem::Owned(o) => Some((o.ptr, o.len)),
-            Mem::Iov(_) | Mem::Generic(_) => None,
+        match self.view() {
+            View::Contig(ptr, len) | View::Other(&Other::Contig { ptr, len }) => Some((ptr, len)),
+            View::Owned(o) => Some((o.ptr, o.len)),
+            View::Other(Other::Iov(_) | Other::Generic(_)) => None,
         }
     }
 
     /// Total length in bytes.
     #[inline(always)]
     pub fn len(&self) -> usize {
-        match &*self.0 {
-            Mem::Contig { len, .. } => *len,
-            _ => self.len_other(),
+        if self.len < TAGGED {
+            return self.len;
         }
+        self.len_other()
     }
 
     #[inline(never)]
     fn len_other(&self) -> usize {
-        match &*self.0 {
-            Mem::Contig { len, .. } => *len,
-            Mem::Owned(o) => o.len,
-            Mem::Iov(v) => v.iter().map(|s| s.1).sum(),
-            Mem::Generic(g) => g.borrow().packed_size(),
+        match self.view() {
+            View::Contig(_, len) | View::Other(&Other::Contig { len, .. }) => len,
+            View::Owned(o) => o.len,
+            View::Other(Other::Iov(v)) => v.iter().map(|s| s.1).sum(),
+            View::Other(Other::Generic(g)) => g.borrow().packed_size(),
         }
     }
 
@@ -249,7 +341,8 @@ impl Buf {
         self.len() == 0
     }
 
-    /// The start of a contiguous buffer (`None` for an I/O vector or a datatype).
+    /// The start of a contiguous buffer (`None` for an I/O vector or a datatype; null for
+    /// an empty one).
     #[inline]
     pub fn contig_ptr(&self) -> Option<*mut u8> {
         self.raw().map(|(p, _)| p)
@@ -257,7 +350,7 @@ impl Buf {
 
     /// True for an application-packed datatype.
     pub fn is_generic(&self) -> bool {
-        matches!(*self.0, Mem::Generic(_))
+        matches!(self.view(), View::Other(Other::Generic(_)))
     }
 
     /// The bytes of a contiguous buffer, to send them (`None` for the other kinds).
@@ -301,12 +394,10 @@ impl Buf {
                 unsafe { std::slice::from_raw_parts_mut(p, l) }
             }
         };
-        match &*self.0 {
-            Mem::Contig { .. } | Mem::Owned(_) => {
-                self.raw().map(|(p, l)| one(p, l)).into_iter().collect()
-            }
-            Mem::Iov(v) => v.iter().map(|&(p, l)| one(p, l)).collect(),
-            Mem::Generic(_) => Vec::new(),
+        match self.view() {
+            View::Other(Other::Iov(v)) => v.iter().map(|&(p, l)| one(p, l)).collect(),
+            View::Other(Other::Generic(_)) => Vec::new(),
+            _ => self.raw().map(|(p, l)| one(p, l)).into_iter().collect(),
         }
     }
 
@@ -345,9 +436,8 @@ impl Buf {
     #[cold]
     #[inline(never)]
     fn write_at_scattered(&self, off: usize, data: &[u8]) -> usize {
-        match &*self.0 {
-            Mem::Contig { .. } | Mem::Owned(_) => 0,
-            Mem::Iov(segs) => {
+        match self.view() {
+            View::Other(Other::Iov(segs)) => {
                 let mut done = 0;
                 for (p, s, n) in pieces(segs, off, data.len()) {
                     // SAFETY: s + n <= the segment's length (see `pieces`), writable while
@@ -357,7 +447,7 @@ impl Buf {
                 }
                 done
             }
-            Mem::Generic(g) => {
+            View::Other(Other::Generic(g)) => {
                 let mut g = g.borrow_mut();
                 let n = data.len().min(g.packed_size().saturating_sub(off));
                 if n > 0 && g.unpack(off, &data[..n]).is_err() {
@@ -365,6 +455,7 @@ impl Buf {
                 }
                 n
             }
+            _ => 0,
         }
     }
 
@@ -388,9 +479,8 @@ impl Buf {
     #[cold]
     #[inline(never)]
     fn read_at_scattered(&self, off: usize, dst: &mut [u8]) -> usize {
-        match &*self.0 {
-            Mem::Contig { .. } | Mem::Owned(_) => 0,
-            Mem::Iov(segs) => {
+        match self.view() {
+            View::Other(Other::Iov(segs)) => {
                 let mut done = 0;
                 for (p, s, n) in pieces(segs, off, dst.len()) {
                     // SAFETY: s + n <= the segment's length (see `pieces`), readable while
@@ -402,11 +492,12 @@ impl Buf {
                 }
                 done
             }
-            Mem::Generic(g) => {
+            View::Other(Other::Generic(g)) => {
                 let mut g = g.borrow_mut();
                 let n = dst.len().min(g.packed_size().saturating_sub(off));
                 g.pack(off, &mut dst[..n])
             }
+            _ => 0,
         }
     }
 }
@@ -473,6 +564,41 @@ unsafe fn copy_small(src: *const u8, dst: *mut u8, n: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_kind_keeps_its_bytes_and_length_in_two_words() {
+        let mut a = [0u8; 12];
+        // SAFETY: `a` outlives the buffer.
+        let b = unsafe { Buf::contig(a.as_mut_ptr(), a.len()) };
+        assert_eq!((b.len(), b.contig_ptr()), (12, Some(a.as_mut_ptr())));
+        assert_eq!(b.write_at(4, &[7; 20]), 8);
+        drop(b);
+        assert_eq!(a, [0, 0, 0, 0, 7, 7, 7, 7, 7, 7, 7, 7]);
+        // An empty buffer reports a null start, as it was given, or none at all.
+        // SAFETY: zero bytes.
+        let e = unsafe { Buf::contig(std::ptr::null_mut(), 0) };
+        assert_eq!(
+            (e.len(), e.contig_ptr(), e.as_bytes()),
+            (0, Some(std::ptr::null_mut()), Some(&[][..]))
+        );
+        assert_eq!(Buf::empty().len(), 0);
+        // A null start with a length, or a length past isize::MAX, is kept as given
+        // (boxed); nothing touches its memory here.
+        // SAFETY: the buffer is only measured, never read or written.
+        let n = unsafe { Buf::contig(std::ptr::null_mut(), 5) };
+        assert_eq!((n.len(), n.contig_ptr()), (5, Some(std::ptr::null_mut())));
+        // SAFETY: as above.
+        let h = unsafe { Buf::contig(a.as_mut_ptr(), usize::MAX) };
+        assert_eq!(h.len(), usize::MAX);
+        // Owned memory goes back whole.
+        let o = Buf::from(vec![1u8, 2, 3]);
+        assert!(o.is_owned());
+        assert_eq!(o.len(), 3);
+        assert_eq!(o.into_vec(), Some(vec![1, 2, 3]));
+        assert_eq!(Buf::from(vec![9u8]).as_bytes(), Some(&[9u8][..]));
+        assert!(!Buf::empty().is_owned());
+        assert!(Buf::empty().into_vec().is_none());
+    }
 
     #[test]
     fn iov_reads_and_writes_across_segments() {
