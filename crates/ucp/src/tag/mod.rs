@@ -242,27 +242,14 @@ pub(crate) fn recv_nb(
         // An owned buffer goes back through its request, so it always gets one.
         Err((_, (mtag, u), (buf, cb))) => match u {
             Unexp::Small { len, bytes } if imm && !buf.is_owned() => {
-                let data = &bytes.0[..usize::from(len)];
-                let status = take_whole(&buf, data);
-                let info = RecvInfo {
-                    sender_tag: mtag,
-                    length: data.len(),
-                };
+                let (status, info) = take_small(&buf, mtag, len, &bytes);
                 if let Some(cb) = cb {
                     cb.done_in_call(|t| recv::report_in_call(core, t, status, info));
                 }
                 RecvPosted::Done(status, info)
             }
             Unexp::Eager { data, sync } if imm && !buf.is_owned() => {
-                let status = take_whole(&buf, &data);
-                let info = RecvInfo {
-                    sender_tag: mtag,
-                    length: data.len(),
-                };
-                st.recycle(data);
-                if let Some(ack) = sync {
-                    st.acks.push_back(ack);
-                }
+                let (status, info) = take_eager(st, &buf, mtag, data, sync);
                 if let Some(cb) = cb {
                     cb.done_in_call(|t| recv::report_in_call(core, t, status, info));
                 }
@@ -329,26 +316,11 @@ pub(crate) fn recv_word(
         Ok(id) => WordRecv::Waiting(RecvTicket(id)),
         Err((_, (mtag, u), buf)) => match u {
             Unexp::Small { len, bytes } => {
-                let data = &bytes.0[..usize::from(len)];
-                let status = take_whole(&buf, data);
-                WordRecv::Done(
-                    status,
-                    RecvInfo {
-                        sender_tag: mtag,
-                        length: data.len(),
-                    },
-                )
+                let (status, info) = take_small(&buf, mtag, len, &bytes);
+                WordRecv::Done(status, info)
             }
             Unexp::Eager { data, sync } => {
-                let status = take_whole(&buf, &data);
-                let info = RecvInfo {
-                    sender_tag: mtag,
-                    length: data.len(),
-                };
-                st.recycle(data);
-                if let Some(ack) = sync {
-                    st.acks.push_back(ack);
-                }
+                let (status, info) = take_eager(st, &buf, mtag, data, sync);
                 WordRecv::Done(status, info)
             }
             u => {
@@ -377,6 +349,39 @@ pub(crate) fn cancel_word(core: &mut Core, st: &mut TagState, t: RecvTicket) -> 
         }
         None => false,
     }
+}
+
+/// Receives an unexpected message kept inline (`Unexp::Small`) into `buf`.
+#[inline(always)]
+fn take_small(buf: &Buf, mtag: u64, len: u8, bytes: &InlineBytes) -> (Status, RecvInfo) {
+    let data = &bytes.0[..usize::from(len)];
+    let info = RecvInfo {
+        sender_tag: mtag,
+        length: data.len(),
+    };
+    (take_whole(buf, data), info)
+}
+
+/// Receives a whole unexpected message kept in a pooled buffer (`Unexp::Eager`) into
+/// `buf`: the buffer goes back to the pool and a synchronous sender is acknowledged.
+#[inline(always)]
+fn take_eager(
+    st: &mut TagState,
+    buf: &Buf,
+    mtag: u64,
+    data: Vec<u8>,
+    sync: Option<(u64, u64)>,
+) -> (Status, RecvInfo) {
+    let status = take_whole(buf, &data);
+    let info = RecvInfo {
+        sender_tag: mtag,
+        length: data.len(),
+    };
+    st.recycle(data);
+    if let Some(ack) = sync {
+        st.acks.push_back(ack);
+    }
+    (status, info)
 }
 
 /// Copies a whole message into a receive buffer: `MessageTruncated` when it does not fit.
