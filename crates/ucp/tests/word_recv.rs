@@ -3,6 +3,9 @@
 //! canceled by ticket, and get a request only when a message needs one (fragments,
 //! rendezvous). Every byte received is checked.
 
+mod common;
+
+use common::pattern;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 use ucp::{Buf, Completed, Context, Features, ThreadMode, WordRecv, Worker};
@@ -10,12 +13,6 @@ use ucs::Status;
 
 fn ctx() -> Context {
     Context::new(Features::TAG).unwrap()
-}
-
-fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u64).wrapping_mul(29).wrapping_add(seed) as u8)
-        .collect()
 }
 
 /// Progresses both workers until `rw` reports `word`; returns its completion. Panics if
