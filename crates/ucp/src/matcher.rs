@@ -654,6 +654,35 @@ impl<R, U> Matcher<R, U> {
         MsgId { seq, tag }
     }
 
+    /// The part of [`Matcher::post`] with the full mask that finds a message: the oldest
+    /// unexpected message with exactly `tag` (the one such a receive would take) is shown
+    /// to `take`, which may consume it where it lies; if `take` returns true the message
+    /// is removed (its payload dropped), as if a receive had taken it. No receive is
+    /// queued either way: a caller that gets false posts its receive as usual.
+    #[inline(always)]
+    pub fn take_exact(&mut self, tag: Tag, take: impl FnOnce(&mut U) -> bool) -> bool {
+        if self.arrivals.live() == 0 {
+            return false;
+        }
+        let Some(b) = self.buckets.get_mut(&tag) else {
+            return false;
+        };
+        let Some((seq, u)) = b.msgs.front_mut() else {
+            return false;
+        };
+        let seq = *seq;
+        if !take(u) {
+            return false;
+        }
+        b.msgs.pop_front();
+        let emptied = b.is_empty();
+        self.arrivals.remove(seq);
+        if emptied {
+            self.emptied();
+        }
+        true
+    }
+
     /// The unexpected message that a receive posted with `(tag, mask)` would take now,
     /// without removing it.
     pub fn probe(&self, tag: Tag, mask: Tag) -> Option<(MsgId, Tag, &U)> {

@@ -620,3 +620,82 @@ fn receive_completed_in_the_call() {
     w.request_free(r).unwrap();
     assert_eq!(out, data);
 }
+
+/// A receive for an exact tag takes a small message where it lies only when that message
+/// is the oldest with its tag; a larger one that came first is taken first, and wildcard
+/// receives still see arrival order across tags. A closure callback of a receive that
+/// completes in the call is dropped uncalled.
+#[test]
+fn in_call_receives_keep_arrival_order() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use ucp::{Callback, RecvPosted};
+    let c = ctx();
+    let mut w = Worker::new(&c, ThreadMode::Single).unwrap();
+    let addr = w.address();
+    let ep = w.ep_create(&addr).unwrap();
+    // (tag, length, seed) in sending order: a 100-byte message (kept in a buffer) ahead
+    // of small ones (kept inline) with the same tag, and another tag between them.
+    let sent = [
+        (7u64, 100usize, 1u64),
+        (7, 8, 2),
+        (8, 8, 3),
+        (7, 8, 4),
+        (7, 40, 5),
+    ];
+    for &(tag, len, seed) in &sent {
+        w.tag_send(ep, &pattern(len, seed), tag).unwrap();
+    }
+    for _ in 0..10 {
+        w.progress();
+    }
+    let calls = Arc::new(AtomicUsize::new(0));
+    // (tag, mask) of each receive, and the message (index into `sent`) it must take.
+    let order = [
+        (7u64, u64::MAX, 0usize),
+        (0, 0, 1),
+        (7, u64::MAX, 3),
+        (8, u64::MAX, 2),
+        (7, u64::MAX, 4),
+    ];
+    for (i, &(tag, mask, want)) in order.iter().enumerate() {
+        let (wtag, len, seed) = sent[want];
+        let mut out = vec![0x5Au8; 128];
+        let n = calls.clone();
+        let cb: Callback = Callback::Fn(Box::new(move |_, _, _| {
+            n.fetch_add(1, Ordering::Relaxed);
+        }));
+        // SAFETY: `out` outlives the receive, which completes in the call (asserted).
+        let got = unsafe {
+            w.tag_recv_nbx(
+                Buf::contig(out.as_mut_ptr(), out.len()),
+                tag,
+                mask,
+                Some(cb),
+            )
+            .unwrap()
+        };
+        let RecvPosted::Done(status, info) = got else {
+            panic!("receive {i}: the message is here, it must complete in the call: {got:?}");
+        };
+        assert_eq!(status, Status::Ok, "receive {i}");
+        assert_eq!((info.sender_tag, info.length), (wtag, len), "receive {i}");
+        assert_eq!(&out[..len], &pattern(len, seed)[..], "receive {i}");
+        assert!(
+            out[len..].iter().all(|&b| b == 0x5A),
+            "receive {i}: wrote too far"
+        );
+    }
+    assert!(
+        w.tag_probe(0, 0, false).is_none(),
+        "a message was left over"
+    );
+    for _ in 0..10 {
+        w.progress();
+    }
+    assert_eq!(
+        calls.load(Ordering::Relaxed),
+        0,
+        "a callback of an in-call receive ran"
+    );
+}

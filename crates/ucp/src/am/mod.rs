@@ -236,6 +236,7 @@ pub(crate) fn send_nb(
     data: Buf,
     flags: AmSendFlags,
     cb: Option<Callback>,
+    tried: bool,
 ) -> Result<Post> {
     if flags.eager && flags.rndv {
         return Err(Status::InvalidParam);
@@ -265,9 +266,38 @@ pub(crate) fn send_nb(
             return Ok(Post::Started(r));
         }
     };
+    let proto = am_proto(&tls[lane.tl].th, header.len(), &data, flags)?;
+    if !tried
+        && core.ep(ep)?.queue.is_empty()
+        && send_in_call(tls, core, st, lane, proto, id, header, &data, flags)?
+    {
+        return Ok(Post::Done(cb));
+    }
+    let mut s = SendState::new(SendKind::Am(info()), ep, data);
+    s.proto = proto;
+    Ok(Post::Queue(core.new_req(ReqKind::Send(s), cb)))
+}
+
+/// Sends a whole active message in the call when `proto` (chosen by [`am_proto`]) lets
+/// it go in one transport operation: to this very worker, by the transport's short path,
+/// or by bcopy. `Ok(false)`: it did not go (rendezvous, fragments, or no room in the
+/// transport now); the caller queues it. The caller has checked that nothing is queued
+/// on the endpoint before it.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+pub(crate) fn send_in_call(
+    tls: &mut [Tl],
+    core: &mut Core,
+    st: &mut AmState,
+    lane: Lane,
+    proto: Proto,
+    id: u16,
+    header: &[u8],
+    data: &Buf,
+    flags: AmSendFlags,
+) -> Result<bool> {
     let th = &tls[lane.tl].th;
     let (max_short, len) = (th.max_short, data.len());
-    let proto = am_proto(th, header.len(), &data, flags)?;
     let (rndv, multi) = (proto == Proto::Rndv, proto == Proto::Multi);
     let f = Fields {
         id,
@@ -276,13 +306,12 @@ pub(crate) fn send_nb(
         uuid: core.uuid,
     };
     let total = EAGER_HDR + header.len() + len;
-    let idle = core.ep(ep)?.queue.is_empty();
-    if !rndv && idle && total <= (max_short + 8).min(SHORT_MAX) {
+    if !rndv && total <= (max_short + 8).min(SHORT_MAX) {
         if let (true, Some(d)) = (tls[lane.tl].iface.loopback_idle(), data.as_bytes()) {
             // To this very worker with nothing queued before it: the handler runs now, as
             // it would in progress, on the caller's bytes (nothing encoded or copied).
             deliver(core, st, &f, header, d);
-            return Ok(Post::Done(cb));
+            return Ok(true);
         }
         // Small enough for the transport's inline path: the first 8 header bytes are
         // its header word, the rest its payload.
@@ -295,7 +324,7 @@ pub(crate) fn send_nb(
             // To this very worker with nothing queued before it: the handler runs now, as
             // it would in progress.
             on_eager(core, st, &b[..n])?;
-            return Ok(Post::Done(cb));
+            return Ok(true);
         }
         let word = u64::from_ne_bytes(b[..8].try_into().map_err(|_| Status::InvalidParam)?);
         if tls[lane.tl]
@@ -303,9 +332,9 @@ pub(crate) fn send_nb(
             .am_short(lane.ep, AmId::AmEager.id(), word, &b[8..n])?
             .is_done()
         {
-            return Ok(Post::Done(cb));
+            return Ok(true);
         }
-    } else if !rndv && !multi && idle {
+    } else if !rndv && !multi {
         let out = tls[lane.tl]
             .iface
             .am_bcopy(lane.ep, AmId::AmEager.id(), |b| {
@@ -315,12 +344,10 @@ pub(crate) fn send_nb(
                 o + data.read_at(0, &mut b[o..o + len])
             })?;
         if out.is_done() {
-            return Ok(Post::Done(cb));
+            return Ok(true);
         }
     }
-    let mut s = SendState::new(SendKind::Am(info()), ep, data);
-    s.proto = proto;
-    Ok(Post::Queue(core.new_req(ReqKind::Send(s), cb)))
+    Ok(false)
 }
 
 /// Sends a queued active message (eager, fragments, or the rendezvous announcement).

@@ -162,6 +162,20 @@ impl Core {
         }
     }
 
+    /// The lane of `ep` when an operation may go on it in the call: the handle is live,
+    /// the endpoint connected, and nothing is queued on it before the operation. `None`
+    /// sends the caller down the full path ([`Core::check`], [`route`], the queue), which
+    /// also tells a stale handle from the rest.
+    #[inline]
+    pub(crate) fn ready_lane(&self, ep: Ep) -> Option<Lane> {
+        let i = ep.0 as usize;
+        let e = self.eps.get(i)?.as_ref()?;
+        if *self.ep_gens.get(i)? != ep.1 || e.status != EpStatus::Connected || !e.queue.is_empty() {
+            return None;
+        }
+        e.lane
+    }
+
     /// True when the endpoint answering for worker `uuid` failed: what still arrives
     /// from it (late packets of a dead peer) must not start anything that waits for it.
     pub(crate) fn peer_gone(&self, uuid: u64) -> bool {

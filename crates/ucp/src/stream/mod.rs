@@ -118,6 +118,7 @@ pub(crate) fn send_nb(
     ep: u32,
     buf: Buf,
     cb: Option<Callback>,
+    tried: Option<usize>,
 ) -> Result<Post> {
     let lane = match route(tls, core, ep)? {
         Route::Lane(l) => Some(l),
@@ -130,40 +131,58 @@ pub(crate) fn send_nb(
     };
     // Straight from the caller's buffer while the endpoint has nothing queued: no
     // request unless something is left over.
-    let mut sent = 0;
-    if let (Some(lane), Some(all), true) = (lane, buf.as_bytes(), core.ep(ep)?.queue.is_empty()) {
-        let len = all.len();
-        let hdr = core.uuid.to_le_bytes();
-        let t = &mut tls[lane.tl];
-        if t.iface.loopback_idle() {
-            if let Some(me) = core.ep_of(core.uuid) {
-                // To this very worker with nothing queued before it: the bytes join the
-                // stream now, as they would in progress.
-                append(core, st, me, all)?;
+    let mut sent = tried.unwrap_or(0);
+    if let (None, Some(lane), Some(all)) = (tried, lane, buf.as_bytes()) {
+        if core.ep(ep)?.queue.is_empty() {
+            sent = send_in_call(tls, core, st, lane, all)?;
+            if sent == all.len() {
                 return Ok(Post::Done(cb));
             }
-        }
-        let chunk_max = t.th.max_bcopy.max(1);
-        while sent < len {
-            let n = chunk_max.min(len - sent);
-            let piece = &all[sent..sent + n];
-            if !t
-                .iface
-                .am_zcopy(lane.ep, AmId::Stream.id(), &hdr, &[piece], 0)?
-                .is_done()
-            {
-                break;
-            }
-            sent += n;
-        }
-        if sent == len {
-            return Ok(Post::Done(cb));
         }
     }
     let mut s = SendState::new(SendKind::Stream, ep, buf);
     s.offset = sent;
     s.proto = Proto::Multi;
     Ok(Post::Queue(core.new_req(ReqKind::Send(s), cb)))
+}
+
+/// Sends what it can of `all` on `lane` in the call and returns how many bytes went (all
+/// of them when the endpoint is to this very worker). The caller has checked that
+/// nothing is queued on the endpoint before it, and queues the rest.
+#[inline]
+pub(crate) fn send_in_call(
+    tls: &mut [Tl],
+    core: &mut Core,
+    st: &mut StreamState,
+    lane: Lane,
+    all: &[u8],
+) -> Result<usize> {
+    let len = all.len();
+    let hdr = core.uuid.to_le_bytes();
+    let t = &mut tls[lane.tl];
+    if t.iface.loopback_idle() {
+        if let Some(me) = core.ep_of(core.uuid) {
+            // To this very worker with nothing queued before it: the bytes join the
+            // stream now, as they would in progress.
+            append(core, st, me, all)?;
+            return Ok(len);
+        }
+    }
+    let chunk_max = t.th.max_bcopy.max(1);
+    let mut sent = 0;
+    while sent < len {
+        let n = chunk_max.min(len - sent);
+        let piece = &all[sent..sent + n];
+        if !t
+            .iface
+            .am_zcopy(lane.ep, AmId::Stream.id(), &hdr, &[piece], 0)?
+            .is_done()
+        {
+            break;
+        }
+        sent += n;
+    }
+    Ok(sent)
 }
 
 /// Receives from `ep`'s stream into `buf`: with `waitall`, exactly `buf.len()` bytes;

@@ -264,6 +264,27 @@ pub(crate) fn recv_nb(
     }
 }
 
+/// The receive of a whole small message that is already here (`Unexp::Small`), taken in
+/// the call with a full mask: its status and information, or `None` when no such message
+/// is the oldest with `tag` (the caller then posts the receive as usual). `buf` must not
+/// be owned (those go back through a request).
+#[inline(always)]
+pub(crate) fn recv_small_now(st: &mut TagState, buf: &Buf, tag: u64) -> Option<(Status, RecvInfo)> {
+    let mut out = None;
+    st.matcher.take_exact(
+        tag,
+        #[inline(always)]
+        |(mtag, u)| match u {
+            Unexp::Small { len, bytes } => {
+                out = Some(take_small(buf, *mtag, *len, bytes));
+                true
+            }
+            _ => false,
+        },
+    );
+    out
+}
+
 /// What posting a receive reported by word gave ([`crate::Worker::tag_recv_word`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WordRecv {

@@ -18,7 +18,9 @@ fn tag_hdr(tag: u64) -> u64 {
 }
 
 /// Sends `buf` with `tag` on `ep`: in the call when the message fits one transport
-/// operation and nothing is queued before it, else as a request for the queue.
+/// operation and nothing is queued before it, else as a request for the queue. `tried`:
+/// the caller already made the in-call attempt ([`eager_in_call`]) and it did not go, so
+/// it is not made again.
 #[inline]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn send_nb(
@@ -30,6 +32,7 @@ pub(crate) fn send_nb(
     tag: u64,
     sync: bool,
     cb: Option<Callback>,
+    tried: bool,
 ) -> Result<Post> {
     let lane = match route(tls, core, ep)? {
         Route::Lane(l) => Some(l),
@@ -40,33 +43,9 @@ pub(crate) fn send_nb(
             return Ok(Post::Started(r));
         }
     };
-    if let Some(lane) = lane.filter(|_| !sync) {
+    if let Some(lane) = lane.filter(|_| !sync && !tried) {
         if let (Some(data), true) = (buf.as_bytes(), core.ep(ep)?.queue.is_empty()) {
-            let len = data.len();
-            let t = &mut tls[lane.tl];
-            let proto = t.th.select(len, false);
-            if matches!(proto, Proto::Short | Proto::Bcopy) && t.iface.loopback_idle() {
-                // To this very worker with nothing queued before it: the receive side
-                // takes the message now (it never calls a transport, so this is safe).
-                super::recv::eager(core, st, tag, data, None);
-                return Ok(Post::Done(cb));
-            }
-            let done = match proto {
-                Proto::Short => t
-                    .iface
-                    .am_short(lane.ep, AmId::EagerOnly.id(), tag_hdr(tag), data)?
-                    .is_done(),
-                Proto::Bcopy => t
-                    .iface
-                    .am_bcopy(lane.ep, AmId::EagerOnly.id(), |b| {
-                        b[..8].copy_from_slice(&tag.to_le_bytes());
-                        ucs::sys::copy::copy(&mut b[8..], data);
-                        8 + len
-                    })?
-                    .is_done(),
-                Proto::Multi | Proto::Rndv => false,
-            };
-            if done {
+            if eager_in_call(tls, core, st, lane, tag, data)? {
                 return Ok(Post::Done(cb));
             }
         }
@@ -79,6 +58,45 @@ pub(crate) fn send_nb(
         None => s.select = true,
     }
     Ok(Post::Queue(core.new_req(ReqKind::Send(s), cb)))
+}
+
+/// Sends the whole message `data` with `tag` on `lane` in the call, when it fits one
+/// transport operation (short or bcopy). `Ok(false)`: it did not go (too long, or the
+/// transport has no room now); the caller queues it. The caller has checked that nothing
+/// is queued on the endpoint before it.
+#[inline]
+pub(crate) fn eager_in_call(
+    tls: &mut [Tl],
+    core: &mut Core,
+    st: &mut TagState,
+    lane: Lane,
+    tag: u64,
+    data: &[u8],
+) -> Result<bool> {
+    let len = data.len();
+    let t = &mut tls[lane.tl];
+    let proto = t.th.select(len, false);
+    if matches!(proto, Proto::Short | Proto::Bcopy) && t.iface.loopback_idle() {
+        // To this very worker with nothing queued before it: the receive side takes the
+        // message now (it never calls a transport, so this is safe).
+        super::recv::eager(core, st, tag, data, None);
+        return Ok(true);
+    }
+    Ok(match proto {
+        Proto::Short => t
+            .iface
+            .am_short(lane.ep, AmId::EagerOnly.id(), tag_hdr(tag), data)?
+            .is_done(),
+        Proto::Bcopy => t
+            .iface
+            .am_bcopy(lane.ep, AmId::EagerOnly.id(), |b| {
+                b[..8].copy_from_slice(&tag.to_le_bytes());
+                ucs::sys::copy::copy(&mut b[8..], data);
+                8 + len
+            })?
+            .is_done(),
+        Proto::Multi | Proto::Rndv => false,
+    })
 }
 
 /// Advances one queued tag send. `Ok(true)`: nothing more to send for it.

@@ -6,6 +6,7 @@ use crate::core::cq::Cq;
 use crate::core::cq::CqOp;
 use crate::core::ep::Ep;
 use crate::core::request::*;
+use crate::proto::select::am_proto;
 use ucs::{Result, Status};
 
 impl Worker {
@@ -37,6 +38,23 @@ impl Worker {
         flags: AmSendFlags,
         mut cb: Option<Callback>,
     ) -> Result<Option<Request>> {
+        // The common case first, with one look at the endpoint: a message that goes in
+        // the call on a connected endpoint with nothing queued, reported by no queue.
+        let mut tried = false;
+        let both = flags.eager && flags.rndv;
+        if !both && !matches!(cb, Some(Callback::Cq(_))) {
+            if let Some(lane) = self.core.ready_lane(ep) {
+                let proto = am_proto(&self.tls[lane.tl].th, header.len(), &data, flags)?;
+                let (tls, core, st) = (&mut self.tls, &mut self.core, &mut self.p.am);
+                if am::send_in_call(tls, core, st, lane, proto, id, header, &data, flags)? {
+                    if let Some(cb) = cb {
+                        cb.done_in_call(|_| {});
+                    }
+                    return Ok(None);
+                }
+                tried = true;
+            }
+        }
         self.core.check(ep)?;
         self.core.stamp(&mut cb, CqOp::AmSend)?;
         let imm = Imm {
@@ -53,6 +71,7 @@ impl Worker {
             data,
             flags,
             cb,
+            tried,
         )?;
         posted(&mut self.tls, &mut self.core, ep.0, post, false, imm)
     }

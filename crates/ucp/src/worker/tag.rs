@@ -5,6 +5,7 @@ use crate::core::cq::CqOp;
 use crate::core::ep::Ep;
 use crate::core::request::*;
 use crate::engine;
+use crate::matcher::FULL_MASK;
 use crate::tag::{self, Message, RecvPosted, RecvTicket, WordRecv};
 use std::time::Duration;
 use ucs::{Result, Status};
@@ -24,6 +25,21 @@ impl Worker {
         sync: bool,
         mut cb: Option<Callback>,
     ) -> Result<Option<Request>> {
+        // The common case first, with one look at the endpoint: a whole message on a
+        // connected endpoint with nothing queued, reported by no completion queue.
+        let mut tried = false;
+        if !sync && !matches!(cb, Some(Callback::Cq(_))) {
+            if let (Some(lane), Some(data)) = (self.core.ready_lane(ep), buf.as_bytes()) {
+                let p = &mut self.p.tag;
+                if tag::send::eager_in_call(&mut self.tls, &mut self.core, p, lane, tag, data)? {
+                    if let Some(cb) = cb {
+                        cb.done_in_call(|_| {});
+                    }
+                    return Ok(None);
+                }
+                tried = true;
+            }
+        }
         self.core.check(ep)?;
         self.core.stamp(&mut cb, CqOp::TagSend)?;
         let imm = Imm {
@@ -39,6 +55,7 @@ impl Worker {
             tag,
             sync,
             cb,
+            tried,
         )?;
         posted(&mut self.tls, &mut self.core, ep.0, post, false, imm)
     }
@@ -72,6 +89,16 @@ impl Worker {
         mask: u64,
         cb: Option<Callback>,
     ) -> Result<RecvPosted> {
+        // A whole small message already here, for an exact tag: taken where it lies, with
+        // no receive posted (a completion queue's entry goes the full way).
+        if mask == FULL_MASK && !buf.is_owned() && !matches!(cb, Some(Callback::Cq(_))) {
+            if let Some((status, info)) = tag::recv_small_now(&mut self.p.tag, &buf, tag) {
+                if let Some(cb) = cb {
+                    cb.done_in_call(|_| {});
+                }
+                return Ok(RecvPosted::Done(status, info));
+            }
+        }
         self.recv_post(buf, tag, mask, cb, true)
     }
 
