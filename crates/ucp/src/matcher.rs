@@ -657,10 +657,16 @@ impl<R, U> Matcher<R, U> {
     /// The part of [`Matcher::post`] with the full mask that finds a message: the oldest
     /// unexpected message with exactly `tag` (the one such a receive would take) is shown
     /// to `take`, which may consume it where it lies; if `take` returns true the message
-    /// is removed (its payload dropped), as if a receive had taken it. No receive is
+    /// is removed and its payload handed to `done` (which may know, from what `take`
+    /// saw, that nothing is left to drop), as if a receive had taken it. No receive is
     /// queued either way: a caller that gets false posts its receive as usual.
     #[inline(always)]
-    pub fn take_exact(&mut self, tag: Tag, take: impl FnOnce(&mut U) -> bool) -> bool {
+    pub fn take_exact(
+        &mut self,
+        tag: Tag,
+        take: impl FnOnce(&mut U) -> bool,
+        done: impl FnOnce(U),
+    ) -> bool {
         if self.arrivals.live() == 0 {
             return false;
         }
@@ -674,7 +680,9 @@ impl<R, U> Matcher<R, U> {
         if !take(u) {
             return false;
         }
-        b.msgs.pop_front();
+        if let Some((_, u)) = b.msgs.pop_front() {
+            done(u);
+        }
         let emptied = b.is_empty();
         self.arrivals.remove(seq);
         if emptied {
@@ -1137,6 +1145,12 @@ mod tests {
         },
         /// `drain_posted` in the middle of the traffic.
         Drain,
+        /// `take_exact`, its `take` accepting payloads of one parity only (so that it also
+        /// declines).
+        TakeExact {
+            tag: usize,
+            odd: bool,
+        },
     }
 
     /// Tags that differ in low bits, high bits and both, so that the partial masks below
@@ -1190,11 +1204,12 @@ mod tests {
             2 => tag.clone().prop_map(|tag| Op::Arrive { tag }),
             2 => tag.clone().prop_map(|tag| Op::ArriveSplit { tag }),
             1 => (tag.clone(), mask.clone()).prop_map(|(tag, mask)| Op::Probe { tag, mask }),
-            2 => (tag, mask).prop_map(|(tag, mask)| Op::ProbeRemove { tag, mask }),
+            2 => (tag.clone(), mask).prop_map(|(tag, mask)| Op::ProbeRemove { tag, mask }),
             2 => any::<Index>().prop_map(Op::Cancel),
             2 => any::<Index>().prop_map(Op::Take),
             2 => any::<Index>().prop_map(Op::Update),
             1 => Just(Op::Drain),
+            2 => (tag, any::<bool>()).prop_map(|(tag, odd)| Op::TakeExact { tag, odd }),
         ];
         prop::collection::vec(op, 0..max_len)
     }
@@ -1284,6 +1299,30 @@ mod tests {
                     let want: Vec<(RecvId, u32)> =
                         posted.drain(..).map(|(id, _, _, r)| (id, r)).collect();
                     prop_assert_eq!(m.drain_posted(), want);
+                }
+                Op::TakeExact { tag, odd } => {
+                    let tag = tag_of(tag);
+                    let accept = |u: u32| (u % 2 == 1) == odd;
+                    // The oldest message with exactly this tag, taken only if accepted.
+                    let want = unexp
+                        .iter()
+                        .position(|&(_, t, _)| t == tag)
+                        .filter(|&i| accept(unexp[i].2))
+                        .map(|i| unexp.remove(i).2);
+                    let (mut seen, mut dropped) = (None, None);
+                    let took = m.take_exact(
+                        tag,
+                        |u| {
+                            seen = Some(*u);
+                            accept(*u)
+                        },
+                        |u| dropped = Some(u),
+                    );
+                    prop_assert_eq!(took, want.is_some());
+                    prop_assert_eq!(dropped, want);
+                    if took {
+                        prop_assert_eq!(seen, want);
+                    }
                 }
                 Op::Probe { tag, mask } => {
                     let (tag, mask) = (tag_of(tag), MASKS[mask]);
