@@ -835,6 +835,36 @@ pub(crate) struct Op {
     pub cq: *const ucp::Cq,
 }
 
+/// The element size of a plain `_nbx` operation's contiguous datatype, when `param`
+/// names at most a callback, its user data and a contiguous datatype (what Open MPI's
+/// and `ucx_perftest`'s hot paths pass). `None` for anything else (a request of the
+/// caller's, flags, receive information, a completion queue, another datatype): the
+/// general path reads those.
+///
+/// # Safety
+/// `param` must be null or a readable `ucp_request_param_t` (as long as its mask says).
+#[inline(always)]
+pub(crate) unsafe fn plain_elem(param: *const ucp_request_param_t) -> Option<usize> {
+    if param.is_null() {
+        return None;
+    }
+    // SAFETY: the caller's parameter struct; the mask is always present.
+    let mask = unsafe { (*param).op_attr_mask };
+    const PLAIN: u32 =
+        UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE;
+    if mask & !PLAIN != 0 {
+        return None;
+    }
+    let dt = if mask & UCP_OP_ATTR_FIELD_DATATYPE != 0 {
+        // SAFETY: its mask bit is set.
+        unsafe { (*param).datatype }
+    } else {
+        DT_BYTES
+    };
+    (dt & UCP_DATATYPE_CLASS_MASK == UCP_DATATYPE_CONTIG)
+        .then_some((dt >> UCP_DATATYPE_SHIFT) as usize)
+}
+
 /// `ucp_dt_make_contig(1)`, the default datatype.
 pub(crate) const DT_BYTES: u64 = 1 << UCP_DATATYPE_SHIFT;
 
@@ -1108,6 +1138,27 @@ impl Wk {
         };
         self.unlock(g);
         Ok(r)
+    }
+
+    /// The hot calls' way into a worker without a lock (thread modes single and
+    /// serialized, no progress thread) that no call of this thread is inside: runs `f`
+    /// on it, then collects completions. `None` when the worker has a lock or is busy (a
+    /// call from inside a callback), and `f` was not called: the general path, which
+    /// handles both, takes over.
+    #[inline(always)]
+    pub(crate) fn enter_plain<T>(&self, f: impl FnOnce(&mut Worker, &mut Side) -> T) -> Option<T> {
+        if self.lock.is_some() || self.busy.get() {
+            return None;
+        }
+        self.busy.set(true);
+        let _busy = Unbusy(&self.busy);
+        // SAFETY: as in `with`: the busy flag makes this the only reference to the
+        // worker's inner state until `_busy` drops, and a worker without a lock is used by
+        // one thread at a time (the contract of its thread mode).
+        let inner = unsafe { &mut *self.inner.get() };
+        let r = f(&mut inner.w, &mut inner.side);
+        self.collect(&mut inner.w, &mut inner.side);
+        Some(r)
     }
 
     /// [`Wk::with`] for a call that returns a `Result` itself (the busy worker's error

@@ -77,7 +77,7 @@ pub(crate) fn void(name: &str, f: impl FnOnce() -> Result<()>) {
 /// does not carry the logging's stack frame.
 #[cold]
 #[inline(never)]
-fn failed(name: &str, s: Status) {
+pub(crate) fn failed(name: &str, s: Status) {
     tracing::debug!("{name}: {s}");
 }
 

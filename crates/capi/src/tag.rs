@@ -167,10 +167,93 @@ pub unsafe extern "C" fn ucp_tag_send_nbx(
 ) -> ucs_status_ptr_t {
     guard::status_ptr("ucp_tag_send_nbx", || {
         // SAFETY: forwarded contract.
-        let op = unsafe { Op::nbx(param, CbKind::SendNbx)? };
+        if let Some(p) = unsafe { send_plain(ep, buffer, count, tag, param) } {
+            return Ok(p);
+        }
         // SAFETY: forwarded contract.
-        unsafe { send(ep, buffer, count, tag, false, op) }
+        unsafe { send_nbx_general(ep, buffer, count, tag, param) }
     })
+}
+
+/// `ucp_tag_send_nbx` when [`send_plain`] does not apply.
+///
+/// # Safety
+/// As `ucp_tag_send_nbx`'s.
+#[inline(never)]
+unsafe fn send_nbx_general(
+    ep: *mut Handle<EpH>,
+    buffer: *const c_void,
+    count: usize,
+    tag: ucp_tag_t,
+    param: *const ucp_request_param_t,
+) -> Result<ucs_status_ptr_t> {
+    // SAFETY: forwarded contract.
+    let op = unsafe { Op::nbx(param, CbKind::SendNbx)? };
+    // SAFETY: forwarded contract.
+    unsafe { send(ep, buffer, count, tag, false, op) }
+}
+
+/// The hot path of `ucp_tag_send_nbx`: plain parameters ([`core::plain_elem`]), a live
+/// endpoint, a worker without a lock. The send starts with no request; most complete in
+/// the call and return NULL, as UCX's do (no callback). One that does not reads the rest
+/// of its parameters and gets its request in [`send_settle`]. `None` (nothing started):
+/// the general path applies, and reports whatever made this one decline.
+///
+/// # Safety
+/// As `ucp_tag_send_nbx`'s.
+#[inline(always)]
+unsafe fn send_plain(
+    ep: *mut Handle<EpH>,
+    buffer: *const c_void,
+    count: usize,
+    tag: ucp_tag_t,
+    param: *const ucp_request_param_t,
+) -> Option<ucs_status_ptr_t> {
+    // SAFETY: forwarded contract.
+    let elem = unsafe { core::plain_elem(param)? };
+    // SAFETY: the caller's endpoint handle.
+    let (e, wk) = unsafe { ep_get(ep).ok()? };
+    let len = count.checked_mul(elem)?;
+    if len > 0 && buffer.is_null() {
+        return None;
+    }
+    // SAFETY: the caller's contiguous buffer of `len` bytes (not null unless empty),
+    // valid until the operation completes (the UCP API's contract).
+    let buf = unsafe { ucp::Buf::contig(buffer.cast_mut().cast(), len) };
+    let rep = e.ep;
+    let p = wk.enter_plain(
+        #[inline(always)]
+        |w, side| match w.tag_send_nb(rep, buf, tag, false, None) {
+            Ok(None) => std::ptr::null_mut(),
+            out => send_settle(wk, w, side, param, out),
+        },
+    )?;
+    if wk.has_ready() {
+        dispatch_requests(wk);
+    }
+    Some(p)
+}
+
+/// A plain send that did not complete in the call (or failed): its request, made as the
+/// general path makes it, or its error as a status pointer.
+#[inline(never)]
+fn send_settle(
+    wk: &Wk,
+    w: &mut ucp::Worker,
+    side: &mut core::Side,
+    param: *const ucp_request_param_t,
+    out: Result<Option<ucp::Request>>,
+) -> ucs_status_ptr_t {
+    // SAFETY: the caller's parameter struct, read by `plain_elem` already.
+    let r = unsafe { Op::nbx(param, CbKind::SendNbx) }
+        .and_then(|op| wk.settle(w, side, &op, 0, out.map(Outcome::of), RecvOut::None));
+    match r {
+        Ok(p) => p,
+        Err(s) => {
+            guard::failed("ucp_tag_send_nbx", s);
+            guard::status_to_ptr(s)
+        }
+    }
 }
 
 #[no_mangle]
@@ -327,10 +410,129 @@ pub unsafe extern "C" fn ucp_tag_recv_nbx(
 ) -> ucs_status_ptr_t {
     guard::status_ptr("ucp_tag_recv_nbx", || {
         // SAFETY: forwarded contract.
-        let op = unsafe { Op::nbx(param, CbKind::TagRecvNbx)? };
+        if let Some(p) = unsafe { recv_plain(worker, buffer, count, tag, tag_mask, param) } {
+            return Ok(p);
+        }
         // SAFETY: forwarded contract.
-        unsafe { recv(worker, buffer, count, tag, tag_mask, op) }
+        unsafe { recv_nbx_general(worker, buffer, count, tag, tag_mask, param) }
     })
+}
+
+/// `ucp_tag_recv_nbx` when [`recv_plain`] does not apply.
+///
+/// # Safety
+/// As `ucp_tag_recv_nbx`'s.
+#[inline(never)]
+unsafe fn recv_nbx_general(
+    worker: *mut Handle<Wk>,
+    buffer: *mut c_void,
+    count: usize,
+    tag: ucp_tag_t,
+    tag_mask: ucp_tag_t,
+    param: *const ucp_request_param_t,
+) -> Result<ucs_status_ptr_t> {
+    // SAFETY: forwarded contract.
+    let op = unsafe { Op::nbx(param, CbKind::TagRecvNbx)? };
+    // SAFETY: forwarded contract.
+    unsafe { recv(worker, buffer, count, tag, tag_mask, op) }
+}
+
+/// The hot path of `ucp_tag_recv_nbx` for a receive without a callback: plain parameters
+/// ([`core::plain_elem`]), a worker without a lock. A whole message that is already here
+/// is received in the call and NULL returned (or the truncation's status), as UCX does;
+/// a receive that must wait gets its request in [`recv_settle`], as the general path
+/// makes it. `None` (nothing started): the general path applies. A receive with a
+/// callback waits in the matcher by word (the general path's `start_word_recv`).
+///
+/// # Safety
+/// As `ucp_tag_recv_nbx`'s.
+#[inline(always)]
+unsafe fn recv_plain(
+    worker: *mut Handle<Wk>,
+    buffer: *mut c_void,
+    count: usize,
+    tag: ucp_tag_t,
+    tag_mask: ucp_tag_t,
+    param: *const ucp_request_param_t,
+) -> Option<ucs_status_ptr_t> {
+    // SAFETY: forwarded contract.
+    let elem = unsafe { core::plain_elem(param)? };
+    // SAFETY: the caller's worker handle.
+    let wk = unsafe { core::get(worker).ok()? };
+    let len = count.checked_mul(elem)?;
+    if len > 0 && buffer.is_null() {
+        return None;
+    }
+    // SAFETY: the caller's contiguous buffer of `len` bytes (not null unless empty),
+    // valid until the operation completes (the UCP API's contract).
+    let buf = unsafe { ucp::Buf::contig(buffer.cast(), len) };
+    // SAFETY: `plain_elem` read the mask of this readable struct.
+    if unsafe { (*param).op_attr_mask } & UCP_OP_ATTR_FIELD_CALLBACK != 0 {
+        // A receive with a callback usually waits for its message (MPI posts them
+        // first): it waits in the matcher by word, with no Rust request, as in the
+        // general path.
+        // SAFETY: forwarded contract.
+        let op = unsafe { Op::nbx(param, CbKind::TagRecvNbx).ok()? };
+        let r = wk.enter_plain(
+            #[inline(always)]
+            |w, side| {
+                wk.start_word_recv(
+                    w,
+                    side,
+                    &op,
+                    #[inline(always)]
+                    |w, word| w.tag_recv_word(buf, tag, tag_mask, word),
+                )
+            },
+        )?;
+        if wk.has_ready() {
+            dispatch_requests(wk);
+        }
+        return Some(match r {
+            Ok(p) => p,
+            Err(s) => {
+                guard::failed("ucp_tag_recv_nbx", s);
+                guard::status_to_ptr(s)
+            }
+        });
+    }
+    let p = wk.enter_plain(
+        #[inline(always)]
+        |w, side| match w.tag_recv_nbx(buf, tag, tag_mask, None) {
+            Ok(RecvPosted::Done(Status::Ok, _)) => std::ptr::null_mut(),
+            out => recv_settle(wk, w, side, param, out),
+        },
+    )?;
+    if wk.has_ready() {
+        dispatch_requests(wk);
+    }
+    Some(p)
+}
+
+/// A plain receive that did not complete in the call whole (or failed, or was
+/// truncated): its request, made as the general path makes it, or its status pointer.
+#[inline(never)]
+fn recv_settle(
+    wk: &Wk,
+    w: &mut ucp::Worker,
+    side: &mut core::Side,
+    param: *const ucp_request_param_t,
+    out: Result<RecvPosted>,
+) -> ucs_status_ptr_t {
+    let out = out.map(|p| match p {
+        RecvPosted::Done(s, info) => Outcome::Done(s, info),
+        RecvPosted::Pending(r) => Outcome::Req(r),
+    });
+    // SAFETY: the caller's parameter struct, read by `plain_elem` already.
+    let r = unsafe { Op::nbx(param, CbKind::TagRecvNbx) }
+        .and_then(|op| wk.settle(w, side, &op, F_RECV, out, RecvOut::Tag));
+    match r {
+        Ok(p) => p,
+        Err(s) => {
+            guard::failed("ucp_tag_recv_nbx", s);
+            guard::status_to_ptr(s)
+        }
+    }
 }
 
 /// Handles of probed messages: a token (see `Side::token`) mapped to the Rust message.
