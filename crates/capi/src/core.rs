@@ -835,16 +835,36 @@ pub(crate) struct Op {
     pub cq: *const ucp::Cq,
 }
 
-/// The element size of a plain `_nbx` operation's contiguous datatype, when `param`
-/// names at most a callback, its user data and a contiguous datatype (what Open MPI's
-/// and `ucx_perftest`'s hot paths pass). `None` for anything else (a request of the
-/// caller's, flags, receive information, a completion queue, another datatype): the
-/// general path reads those.
+/// The buffer of a plain `_nbx` operation: `param` names at most a callback, its user data
+/// and a contiguous datatype (what Open MPI's and `ucx_perftest`'s hot paths pass), and
+/// `buffer` holds `count` elements of it (not null unless empty). `None` for anything
+/// else (a request of the caller's, flags, receive information, a completion queue,
+/// another datatype, a bad buffer): the general path reads those, and reports errors.
 ///
 /// # Safety
-/// `param` must be null or a readable `ucp_request_param_t` (as long as its mask says).
+/// `param` must be null or a readable `ucp_request_param_t` (as long as its mask says);
+/// the buffer must stay valid until the operation completes (the UCP API's contract).
 #[inline(always)]
-pub(crate) unsafe fn plain_elem(param: *const ucp_request_param_t) -> Option<usize> {
+pub(crate) unsafe fn plain_buf(
+    param: *const ucp_request_param_t,
+    buffer: *const c_void,
+    count: usize,
+) -> Option<ucp::Buf> {
+    // SAFETY: forwarded contract.
+    let len = count.checked_mul(unsafe { plain_elem(param)? })?;
+    if len > 0 && buffer.is_null() {
+        return None;
+    }
+    // SAFETY: the caller's contiguous buffer of `len` bytes, not null unless empty.
+    Some(unsafe { ucp::Buf::contig(buffer.cast_mut().cast(), len) })
+}
+
+/// The element size of a plain operation's contiguous datatype (see [`plain_buf`]).
+///
+/// # Safety
+/// As [`plain_buf`]'s for `param`.
+#[inline(always)]
+unsafe fn plain_elem(param: *const ucp_request_param_t) -> Option<usize> {
     if param.is_null() {
         return None;
     }

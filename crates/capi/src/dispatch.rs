@@ -58,6 +58,17 @@ pub(crate) fn run_try<T>(
     r
 }
 
+/// [`run`] for the plain hot paths ([`Wk::enter_plain`]): `None` when the worker has a
+/// lock or is busy, and `f` was not called.
+#[inline(always)]
+pub(crate) fn run_plain<T>(wk: &Wk, f: impl FnOnce(&mut Worker, &mut Side) -> T) -> Option<T> {
+    let r = wk.enter_plain(f)?;
+    if wk.has_ready() {
+        dispatch_requests(wk);
+    }
+    Some(r)
+}
+
 /// True when queued events wait for their handlers and this thread may run them.
 #[inline(always)]
 pub(crate) fn events_due(wk: &Wk) -> bool {

@@ -77,7 +77,20 @@ pub(crate) fn void(name: &str, f: impl FnOnce() -> Result<()>) {
 /// does not carry the logging's stack frame.
 #[cold]
 #[inline(never)]
-pub(crate) fn failed(name: &str, s: Status) {
+/// The C value of a status pointer's `Result` worked out off the guard's own path (the
+/// plain hot paths' slow ends): the pointer, or the error as a status pointer (logged as
+/// the guard logs it).
+pub(crate) fn to_ptr(name: &str, r: Result<ucs_status_ptr_t>) -> ucs_status_ptr_t {
+    match r {
+        Ok(p) => p,
+        Err(s) => {
+            failed(name, s);
+            status_to_ptr(s)
+        }
+    }
+}
+
+fn failed(name: &str, s: Status) {
     tracing::debug!("{name}: {s}");
 }
 

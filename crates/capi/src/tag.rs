@@ -8,7 +8,7 @@
 //! of the caller's (`UCP_OP_ATTR_FIELD_REQUEST`) is marked completed either way.
 
 use crate::core::{self, ep_get, CbKind, EpH, Op, Outcome, RecvOut, Wk, F_RECV};
-use crate::dispatch::{dispatch_requests, run, run_try};
+use crate::dispatch::{dispatch_requests, run, run_plain, run_try};
 use crate::dt::{self, Dir};
 use crate::ffi::*;
 use crate::guard;
@@ -193,7 +193,7 @@ unsafe fn send_nbx_general(
     unsafe { send(ep, buffer, count, tag, false, op) }
 }
 
-/// The hot path of `ucp_tag_send_nbx`: plain parameters ([`core::plain_elem`]), a live
+/// The hot path of `ucp_tag_send_nbx`: plain parameters ([`core::plain_buf`]), a live
 /// endpoint, a worker without a lock. The send starts with no request; most complete in
 /// the call and return NULL, as UCX's do (no callback). One that does not reads the rest
 /// of its parameters and gets its request in [`send_settle`]. `None` (nothing started):
@@ -210,28 +210,18 @@ unsafe fn send_plain(
     param: *const ucp_request_param_t,
 ) -> Option<ucs_status_ptr_t> {
     // SAFETY: forwarded contract.
-    let elem = unsafe { core::plain_elem(param)? };
+    let buf = unsafe { core::plain_buf(param, buffer, count)? };
     // SAFETY: the caller's endpoint handle.
     let (e, wk) = unsafe { ep_get(ep).ok()? };
-    let len = count.checked_mul(elem)?;
-    if len > 0 && buffer.is_null() {
-        return None;
-    }
-    // SAFETY: the caller's contiguous buffer of `len` bytes (not null unless empty),
-    // valid until the operation completes (the UCP API's contract).
-    let buf = unsafe { ucp::Buf::contig(buffer.cast_mut().cast(), len) };
     let rep = e.ep;
-    let p = wk.enter_plain(
+    run_plain(
+        wk,
         #[inline(always)]
         |w, side| match w.tag_send_nb(rep, buf, tag, false, None) {
             Ok(None) => std::ptr::null_mut(),
             out => send_settle(wk, w, side, param, out),
         },
-    )?;
-    if wk.has_ready() {
-        dispatch_requests(wk);
-    }
-    Some(p)
+    )
 }
 
 /// A plain send that did not complete in the call (or failed): its request, made as the
@@ -244,16 +234,10 @@ fn send_settle(
     param: *const ucp_request_param_t,
     out: Result<Option<ucp::Request>>,
 ) -> ucs_status_ptr_t {
-    // SAFETY: the caller's parameter struct, read by `plain_elem` already.
+    // SAFETY: the caller's parameter struct, read by `plain_buf` already.
     let r = unsafe { Op::nbx(param, CbKind::SendNbx) }
         .and_then(|op| wk.settle(w, side, &op, 0, out.map(Outcome::of), RecvOut::None));
-    match r {
-        Ok(p) => p,
-        Err(s) => {
-            guard::failed("ucp_tag_send_nbx", s);
-            guard::status_to_ptr(s)
-        }
-    }
+    guard::to_ptr("ucp_tag_send_nbx", r)
 }
 
 #[no_mangle]
@@ -438,7 +422,7 @@ unsafe fn recv_nbx_general(
 }
 
 /// The hot path of `ucp_tag_recv_nbx` for a receive without a callback: plain parameters
-/// ([`core::plain_elem`]), a worker without a lock. A whole message that is already here
+/// ([`core::plain_buf`]), a worker without a lock. A whole message that is already here
 /// is received in the call and NULL returned (or the truncation's status), as UCX does;
 /// a receive that must wait gets its request in [`recv_settle`], as the general path
 /// makes it. `None` (nothing started): the general path applies. A receive with a
@@ -456,24 +440,18 @@ unsafe fn recv_plain(
     param: *const ucp_request_param_t,
 ) -> Option<ucs_status_ptr_t> {
     // SAFETY: forwarded contract.
-    let elem = unsafe { core::plain_elem(param)? };
+    let buf = unsafe { core::plain_buf(param, buffer, count)? };
     // SAFETY: the caller's worker handle.
     let wk = unsafe { core::get(worker).ok()? };
-    let len = count.checked_mul(elem)?;
-    if len > 0 && buffer.is_null() {
-        return None;
-    }
-    // SAFETY: the caller's contiguous buffer of `len` bytes (not null unless empty),
-    // valid until the operation completes (the UCP API's contract).
-    let buf = unsafe { ucp::Buf::contig(buffer.cast(), len) };
-    // SAFETY: `plain_elem` read the mask of this readable struct.
+    // SAFETY: `plain_buf` read the mask of this readable struct.
     if unsafe { (*param).op_attr_mask } & UCP_OP_ATTR_FIELD_CALLBACK != 0 {
         // A receive with a callback usually waits for its message (MPI posts them
         // first): it waits in the matcher by word, with no Rust request, as in the
         // general path.
         // SAFETY: forwarded contract.
         let op = unsafe { Op::nbx(param, CbKind::TagRecvNbx).ok()? };
-        let r = wk.enter_plain(
+        let r = run_plain(
+            wk,
             #[inline(always)]
             |w, side| {
                 wk.start_word_recv(
@@ -485,28 +463,16 @@ unsafe fn recv_plain(
                 )
             },
         )?;
-        if wk.has_ready() {
-            dispatch_requests(wk);
-        }
-        return Some(match r {
-            Ok(p) => p,
-            Err(s) => {
-                guard::failed("ucp_tag_recv_nbx", s);
-                guard::status_to_ptr(s)
-            }
-        });
+        return Some(guard::to_ptr("ucp_tag_recv_nbx", r));
     }
-    let p = wk.enter_plain(
+    run_plain(
+        wk,
         #[inline(always)]
         |w, side| match w.tag_recv_nbx(buf, tag, tag_mask, None) {
             Ok(RecvPosted::Done(Status::Ok, _)) => std::ptr::null_mut(),
             out => recv_settle(wk, w, side, param, out),
         },
-    )?;
-    if wk.has_ready() {
-        dispatch_requests(wk);
-    }
-    Some(p)
+    )
 }
 
 /// A plain receive that did not complete in the call whole (or failed, or was
@@ -523,16 +489,10 @@ fn recv_settle(
         RecvPosted::Done(s, info) => Outcome::Done(s, info),
         RecvPosted::Pending(r) => Outcome::Req(r),
     });
-    // SAFETY: the caller's parameter struct, read by `plain_elem` already.
+    // SAFETY: the caller's parameter struct, read by `plain_buf` already.
     let r = unsafe { Op::nbx(param, CbKind::TagRecvNbx) }
         .and_then(|op| wk.settle(w, side, &op, F_RECV, out, RecvOut::Tag));
-    match r {
-        Ok(p) => p,
-        Err(s) => {
-            guard::failed("ucp_tag_recv_nbx", s);
-            guard::status_to_ptr(s)
-        }
-    }
+    guard::to_ptr("ucp_tag_recv_nbx", r)
 }
 
 /// Handles of probed messages: a token (see `Side::token`) mapped to the Rust message.
