@@ -44,13 +44,7 @@ pub(crate) fn status_ptr(
     f: impl FnOnce() -> Result<ucs_status_ptr_t>,
 ) -> ucs_status_ptr_t {
     // As in `status`: only the plain pointer crosses `catch_unwind`.
-    let guarded = || match f() {
-        Ok(p) => p,
-        Err(s) => {
-            failed(name, s);
-            status_to_ptr(s)
-        }
-    };
+    let guarded = || to_ptr(name, f());
     match catch_unwind(AssertUnwindSafe(guarded)) {
         Ok(p) => p,
         Err(_) => {
@@ -73,13 +67,10 @@ pub(crate) fn void(name: &str, f: impl FnOnce() -> Result<()>) {
     }
 }
 
-/// Logs a call that failed with `s`. Out of line, so that the guarded call's own code
-/// does not carry the logging's stack frame.
-#[cold]
-#[inline(never)]
-/// The C value of a status pointer's `Result` worked out off the guard's own path (the
-/// plain hot paths' slow ends): the pointer, or the error as a status pointer (logged as
-/// the guard logs it).
+/// The C value of a status pointer's `Result`: the pointer, or the error as a status
+/// pointer (logged). [`status_ptr`] uses it inside its guard, and the plain hot paths on
+/// their slow ends.
+#[inline(always)]
 pub(crate) fn to_ptr(name: &str, r: Result<ucs_status_ptr_t>) -> ucs_status_ptr_t {
     match r {
         Ok(p) => p,
@@ -90,6 +81,10 @@ pub(crate) fn to_ptr(name: &str, r: Result<ucs_status_ptr_t>) -> ucs_status_ptr_
     }
 }
 
+/// Logs a call that failed with `s`. Out of line, so that the guarded call's own code
+/// does not carry the logging's stack frame.
+#[cold]
+#[inline(never)]
 fn failed(name: &str, s: Status) {
     tracing::debug!("{name}: {s}");
 }

@@ -66,6 +66,24 @@ impl Callback {
         }
     }
 
+    /// True for the callbacks an operation completed in the call can drop with
+    /// [`Callback::drop_uncalled`]: none, a closure, a word (a completion queue wants
+    /// its entry, which the full path makes).
+    #[inline(always)]
+    pub(crate) fn droppable(cb: &Option<Callback>) -> bool {
+        !matches!(cb, Some(Callback::Cq(_)))
+    }
+
+    /// The callback of an operation that completed in the call and is
+    /// [`Callback::droppable`]: dropped uncalled, as UCX calls no callback then.
+    #[inline(always)]
+    pub(crate) fn drop_uncalled(cb: Option<Callback>) {
+        debug_assert!(Callback::droppable(&cb), "a queue's entry would be lost");
+        if let Some(cb) = cb {
+            cb.done_in_call(|_| {});
+        }
+    }
+
     /// Completion reported into `cq` with the context `user`.
     pub fn cq(cq: &super::cq::Cq, user: u64) -> Callback {
         Callback::Cq(super::cq::CqTarget {

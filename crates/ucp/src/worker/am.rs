@@ -42,14 +42,12 @@ impl Worker {
         // the call on a connected endpoint with nothing queued, reported by no queue.
         let mut tried = false;
         let both = flags.eager && flags.rndv;
-        if !both && !matches!(cb, Some(Callback::Cq(_))) {
+        if !both && Callback::droppable(&cb) {
             if let Some(lane) = self.core.ready_lane(ep) {
                 let proto = am_proto(&self.tls[lane.tl].th, header.len(), &data, flags)?;
                 let (tls, core, st) = (&mut self.tls, &mut self.core, &mut self.p.am);
                 if am::send_in_call(tls, core, st, lane, proto, id, header, &data, flags)? {
-                    if let Some(cb) = cb {
-                        cb.done_in_call(|_| {});
-                    }
+                    Callback::drop_uncalled(cb);
                     return Ok(None);
                 }
                 tried = true;

@@ -18,14 +18,12 @@ impl Worker {
         // The common case first, with one look at the endpoint: bytes that go in the call
         // on a connected endpoint with nothing queued, reported by no queue.
         let mut tried = None;
-        if !matches!(cb, Some(Callback::Cq(_))) {
+        if Callback::droppable(&cb) {
             if let (Some(lane), Some(all)) = (self.core.ready_lane(ep), buf.as_bytes()) {
                 let (tls, core, st) = (&mut self.tls, &mut self.core, &mut self.p.stream);
                 let sent = stream::send_in_call(tls, core, st, lane, all)?;
                 if sent == all.len() {
-                    if let Some(cb) = cb {
-                        cb.done_in_call(|_| {});
-                    }
+                    Callback::drop_uncalled(cb);
                     return Ok(None);
                 }
                 tried = Some(sent);

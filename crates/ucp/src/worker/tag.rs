@@ -28,13 +28,11 @@ impl Worker {
         // The common case first, with one look at the endpoint: a whole message on a
         // connected endpoint with nothing queued, reported by no completion queue.
         let mut tried = false;
-        if !sync && !matches!(cb, Some(Callback::Cq(_))) {
+        if !sync && Callback::droppable(&cb) {
             if let (Some(lane), Some(data)) = (self.core.ready_lane(ep), buf.as_bytes()) {
                 let p = &mut self.p.tag;
                 if tag::send::eager_in_call(&mut self.tls, &mut self.core, p, lane, tag, data)? {
-                    if let Some(cb) = cb {
-                        cb.done_in_call(|_| {});
-                    }
+                    Callback::drop_uncalled(cb);
                     return Ok(None);
                 }
                 tried = true;
@@ -91,11 +89,9 @@ impl Worker {
     ) -> Result<RecvPosted> {
         // A whole small message already here, for an exact tag: taken where it lies, with
         // no receive posted (a completion queue's entry goes the full way).
-        if mask == FULL_MASK && !buf.is_owned() && !matches!(cb, Some(Callback::Cq(_))) {
+        if mask == FULL_MASK && !buf.is_owned() && Callback::droppable(&cb) {
             if let Some((status, info)) = tag::recv_small_now(&mut self.p.tag, &buf, tag) {
-                if let Some(cb) = cb {
-                    cb.done_in_call(|_| {});
-                }
+                Callback::drop_uncalled(cb);
                 return Ok(RecvPosted::Done(status, info));
             }
         }
