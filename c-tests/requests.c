@@ -6,8 +6,10 @@
  * rendezvous protocol, and operations with and without a callback: rucx takes a request
  * from its pool only for an operation still in progress when the call returns, so each
  * shape takes a different path there. Receives with and without receive information
- * (without it and without a callback, rucx's plain hot path takes them), and a truncated
- * plain receive. Every byte received is checked. */
+ * (without it and without a callback, rucx's plain hot path takes them), sends with
+ * UCP_OP_ATTR_FLAG_NO_IMM_CMPL (and the hints ucx_perftest passes with it: they always
+ * return a request, whose callback runs once), and a truncated plain receive. Every byte
+ * received is checked. */
 #include "common.h"
 
 enum { SMALL = 8, LARGE = 1 << 20, ROUNDS = 50 };
@@ -96,7 +98,7 @@ static void finish(void *r, int is_recv, size_t len, ucp_tag_t tag)
 
 /* One message of `len` bytes: the receive posted first or second, the send plain or
  * synchronous, with or without callbacks. */
-static void one(size_t len, int recv_first, int sync, int with_cb, int with_info,
+static void one(size_t len, int recv_first, int sync, int with_cb, int with_info, int no_imm,
                 unsigned seed, unsigned char *sbuf, unsigned char *rbuf)
 {
     ucp_tag_t tag = 0x7700 + seed;
@@ -105,6 +107,11 @@ static void one(size_t len, int recv_first, int sync, int with_cb, int with_info
                         rp = recv_param(with_cb, with_info ? &imm : NULL);
     int sends_before = send_calls, recvs_before = recv_calls;
     void *s, *r;
+
+    if (no_imm) {
+        sp.op_attr_mask |= UCP_OP_ATTR_FLAG_NO_IMM_CMPL | UCP_OP_ATTR_FLAG_MULTI_SEND |
+                           UCP_OP_ATTR_FLAG_FAST_CMPL;
+    }
 
     fill(sbuf, len, seed);
     memset(rbuf, 0, len);
@@ -129,6 +136,7 @@ static void one(size_t len, int recv_first, int sync, int with_cb, int with_info
                   imm.length, (unsigned long long)imm.sender_tag);
         }
     }
+    CHECK(!no_imm || s != NULL, "a NO_IMM_CMPL send returned no request");
     if (sync && !recv_first) {
         /* Nobody had matched it when the send returned. */
         CHECK(s != NULL, "synchronous send completed before its receive");
@@ -220,10 +228,10 @@ int main(void)
     ucp_worker_release_address(worker, addr);
 
     for (int round = 0; round < ROUNDS; round++) {
-        for (int shape = 0; shape < 32; shape++) {
+        for (int shape = 0; shape < 64; shape++) {
             size_t len = (shape & 1) ? LARGE : SMALL;
             one(len, (shape >> 1) & 1, (shape >> 2) & 1, (shape >> 3) & 1, !((shape >> 4) & 1),
-                seed++, sbuf, rbuf);
+                (shape >> 5) & 1, seed++, sbuf, rbuf);
         }
         truncated(sbuf, rbuf, seed++);
     }

@@ -836,10 +836,11 @@ pub(crate) struct Op {
 }
 
 /// The buffer of a plain `_nbx` operation: `param` names at most a callback, its user data
-/// and a contiguous datatype (what Open MPI's and `ucx_perftest`'s hot paths pass), and
-/// `buffer` holds `count` elements of it (not null unless empty). `None` for anything
-/// else (a request of the caller's, flags, receive information, a completion queue,
-/// another datatype, a bad buffer): the general path reads those, and reports errors.
+/// and a contiguous datatype (what Open MPI's and `ucx_perftest`'s hot paths pass), plus
+/// any of the flags in `allowed` (the caller's path honours them), and `buffer` holds
+/// `count` elements of it (not null unless empty). `None` for anything else (a request of
+/// the caller's, other flags, receive information, a completion queue, another datatype,
+/// a bad buffer): the general path reads those, and reports errors.
 ///
 /// # Safety
 /// `param` must be null or a readable `ucp_request_param_t` (as long as its mask says);
@@ -849,9 +850,10 @@ pub(crate) unsafe fn plain_buf(
     param: *const ucp_request_param_t,
     buffer: *const c_void,
     count: usize,
+    allowed: u32,
 ) -> Option<ucp::Buf> {
     // SAFETY: forwarded contract.
-    let len = count.checked_mul(unsafe { plain_elem(param)? })?;
+    let len = count.checked_mul(unsafe { plain_elem(param, allowed)? })?;
     if len > 0 && buffer.is_null() {
         return None;
     }
@@ -864,7 +866,7 @@ pub(crate) unsafe fn plain_buf(
 /// # Safety
 /// As [`plain_buf`]'s for `param`.
 #[inline(always)]
-unsafe fn plain_elem(param: *const ucp_request_param_t) -> Option<usize> {
+unsafe fn plain_elem(param: *const ucp_request_param_t, allowed: u32) -> Option<usize> {
     if param.is_null() {
         return None;
     }
@@ -872,7 +874,7 @@ unsafe fn plain_elem(param: *const ucp_request_param_t) -> Option<usize> {
     let mask = unsafe { (*param).op_attr_mask };
     const PLAIN: u32 =
         UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE;
-    if mask & !PLAIN != 0 {
+    if mask & !(PLAIN | allowed) != 0 {
         return None;
     }
     let dt = if mask & UCP_OP_ATTR_FIELD_DATATYPE != 0 {
@@ -1736,9 +1738,10 @@ impl Wk {
     }
 
     /// Turns the outcome of a Rust call started with no callback (for an `op` that is
-    /// [`Wk::lazy`]) into what the C function returns. Most small operations complete in
-    /// the call, and then no request header is taken from the pool at all; one still in
-    /// progress gets its header now and is handed to the word-completion path
+    /// [`Wk::lazy`], or differs from one only by `NO_IMM_CMPL`) into what the C function
+    /// returns. Most small operations complete in the call, and then no request header is
+    /// taken from the pool at all (with `NO_IMM_CMPL`, one is, already completed); one
+    /// still in progress gets its header now and is handed to the word-completion path
     /// (`Worker::request_adopt`). Runs inside [`Wk::with`].
     #[inline(always)]
     pub(crate) fn settle(
@@ -1751,6 +1754,12 @@ impl Wk {
         recv: RecvOut,
     ) -> Result<ucs_status_ptr_t> {
         match out {
+            Ok(Outcome::Done(s, info)) if op.no_imm() => {
+                // Completed in the call, but the caller asked for a request all the same:
+                // it gets one whose callback runs before the call returns.
+                let hdr = self.begin(side, op, flags)?;
+                self.immediate(side, op, hdr, s, info, recv)
+            }
             Ok(Outcome::Done(s, info)) => {
                 // SAFETY: the caller's receive-information pointer, given with its mask bit.
                 unsafe { write_recv_info(op, recv, info) };

@@ -210,7 +210,30 @@ unsafe fn send_plain(
     param: *const ucp_request_param_t,
 ) -> Option<ucs_status_ptr_t> {
     // SAFETY: forwarded contract.
-    let buf = unsafe { core::plain_buf(param, buffer, count)? };
+    let buf = unsafe { core::plain_buf(param, buffer, count, SEND_HINTS)? };
+    // SAFETY: `plain_buf` read the mask of this readable struct.
+    if unsafe { (*param).op_attr_mask } & UCP_OP_ATTR_FLAG_NO_IMM_CMPL != 0 {
+        // SAFETY: forwarded contract.
+        unsafe { send_plain_go::<true>(ep, buf, tag, param) }
+    } else {
+        // SAFETY: forwarded contract.
+        unsafe { send_plain_go::<false>(ep, buf, tag, param) }
+    }
+}
+
+/// [`send_plain`] once the buffer is known; `NO_IMM` tells whether a send that completes
+/// in the call still returns its request (a constant, so that the common case tests
+/// nothing after the send).
+///
+/// # Safety
+/// As `ucp_tag_send_nbx`'s.
+#[inline(always)]
+unsafe fn send_plain_go<const NO_IMM: bool>(
+    ep: *mut Handle<EpH>,
+    buf: ucp::Buf,
+    tag: ucp_tag_t,
+    param: *const ucp_request_param_t,
+) -> Option<ucs_status_ptr_t> {
     // SAFETY: the caller's endpoint handle.
     let (e, wk) = unsafe { ep_get(ep).ok()? };
     let rep = e.ep;
@@ -218,11 +241,17 @@ unsafe fn send_plain(
         wk,
         #[inline(always)]
         |w, side| match w.tag_send_nb(rep, buf, tag, false, None) {
-            Ok(None) => std::ptr::null_mut(),
+            Ok(None) if !NO_IMM => std::ptr::null_mut(),
             out => send_settle(wk, w, side, param, out),
         },
     )
 }
+
+/// The flags a plain send takes: `NO_IMM_CMPL` (a send that completes in the call still
+/// returns its request, whose callback has run: [`core::Wk::settle`]) and two hints that
+/// change nothing here (`ucx_perftest`'s bandwidth tests pass all three).
+const SEND_HINTS: u32 =
+    UCP_OP_ATTR_FLAG_NO_IMM_CMPL | UCP_OP_ATTR_FLAG_FAST_CMPL | UCP_OP_ATTR_FLAG_MULTI_SEND;
 
 /// A plain send that did not complete in the call (or failed): its request, made as the
 /// general path makes it, or its error as a status pointer.
@@ -440,7 +469,7 @@ unsafe fn recv_plain(
     param: *const ucp_request_param_t,
 ) -> Option<ucs_status_ptr_t> {
     // SAFETY: forwarded contract.
-    let buf = unsafe { core::plain_buf(param, buffer, count)? };
+    let buf = unsafe { core::plain_buf(param, buffer, count, 0)? };
     // SAFETY: the caller's worker handle.
     let wk = unsafe { core::get(worker).ok()? };
     // SAFETY: `plain_buf` read the mask of this readable struct.

@@ -233,6 +233,11 @@ impl Ring {
 pub struct FifoRx {
     ring: Ring,
     head: u64,
+    /// The head as producers last saw it (`Ctl.head`): published once `head` is
+    /// `release` ahead, so that a producer waiting for room, which reads the line over
+    /// and over, does not take it away from the consumer for every element.
+    published: u64,
+    release: u64,
     max_poll: usize,
     dropped: u64,
     /// The claimed but unpublished slot at `head` and when it was first seen stuck.
@@ -268,6 +273,8 @@ impl FifoRx {
         Ok(FifoRx {
             ring,
             head: 0,
+            published: 0,
+            release: release_step(geo.fifo_size),
             max_poll: max_poll.max(1),
             dropped: 0,
             stall: None,
@@ -338,10 +345,17 @@ impl FifoRx {
             self.head = t + 1;
             n += 1;
         }
-        if n > 0 {
-            self.ring.ctl().head.v.store(self.head, Ordering::Release);
+        if self.head - self.published >= self.release {
+            self.publish_head();
         }
         n
+    }
+
+    /// Tells producers how far the consumer got.
+    #[inline]
+    fn publish_head(&mut self) {
+        self.published = self.head;
+        self.ring.ctl().head.v.store(self.head, Ordering::Release);
     }
 
     /// Frees the FIFO from a producer that died between claiming a slot and publishing
@@ -383,16 +397,27 @@ impl FifoRx {
         self.head = t + 1;
         self.dropped += 1;
         self.stall = None;
-        self.ring.ctl().head.v.store(self.head, Ordering::Release);
+        self.publish_head();
         true
     }
 
     /// Announces that the consumer is about to sleep. Returns false when an element is
-    /// already there (do not sleep; poll instead).
-    pub fn arm(&self) -> bool {
+    /// already there (do not sleep; poll instead). A sleeping consumer leaves producers
+    /// all the room it freed.
+    pub fn arm(&mut self) -> bool {
+        if self.published != self.head {
+            self.publish_head();
+        }
         let prev = self.ring.ctl().tail.v.fetch_or(ARMED, Ordering::SeqCst);
         prev & !ARMED == self.head
     }
+}
+
+/// How many elements the consumer takes before it publishes its head: a quarter of the
+/// FIFO, so producers lose at most that much room to the delay (and never all of it: a
+/// consumer that caught up leaves them at least three quarters).
+fn release_step(fifo_size: u32) -> u64 {
+    (u64::from(fifo_size) / 4).max(1)
 }
 
 /// The sending side: a mapping of a peer's FIFO.
@@ -554,35 +579,57 @@ mod tests {
     enum Op {
         Send(Vec<u8>),
         Poll,
+        Arm,
     }
 
     fn op() -> impl Strategy<Value = Op> {
         prop_oneof![
             3 => proptest::collection::vec(any::<u8>(), 0..=256).prop_map(Op::Send),
             1 => Just(Op::Poll),
+            1 => Just(Op::Arm),
         ]
     }
 
+    impl FifoRx {
+        /// Clears the sleep bit (what the next claim would do).
+        fn disarm_for_test(&self) {
+            self.ring.ctl().tail.v.fetch_and(!ARMED, Ordering::SeqCst);
+        }
+    }
+
     proptest! {
-        /// The FIFO behaves as a bounded queue: sends succeed exactly while fewer than
-        /// fifo_size elements are queued, and polls return them in order, intact.
+        /// The FIFO behaves as a bounded queue whose consumer hands slots back in steps
+        /// of a quarter: sends succeed exactly while the queued elements plus those
+        /// consumed but not yet handed back are fewer than fifo_size, and polls return
+        /// them in order, intact. Arming hands back everything consumed.
         #[test]
         fn matches_queue_model(ops in proptest::collection::vec(op(), 1..300), poll in 1usize..6) {
             let mut rx = FifoRx::create(geo(8), poll).unwrap();
             let mut tx = FifoTx::attach(rx.segment().clone()).unwrap();
             let mut model: VecDeque<Vec<u8>> = VecDeque::new();
+            // Consumed but not handed back; handed back in steps of 2 (8 / 4).
+            let mut held = 0usize;
             for o in ops {
                 match o {
                     Op::Send(d) => {
                         let ok = send(&mut tx, &d).is_some();
-                        prop_assert_eq!(ok, model.len() < 8);
+                        prop_assert_eq!(ok, model.len() + held < 8);
                         if ok { model.push_back(d); }
                     }
                     Op::Poll => {
                         let mut got = Vec::new();
                         rx.poll(|id, b| { assert_eq!(id, 3); got.push(b.to_vec()) });
                         prop_assert_eq!(got.len(), model.len().min(poll));
+                        held += got.len();
+                        if held >= 2 { held = 0; }
                         for g in got { prop_assert_eq!(Some(g), model.pop_front()); }
+                    }
+                    Op::Arm => {
+                        prop_assert_eq!(rx.arm(), model.is_empty());
+                        held = 0;
+                        // Disarm as a producer's claim would, so that later sends need
+                        // no wakeup bookkeeping here.
+                        rx.disarm_for_test();
                     }
                 }
             }
@@ -591,13 +638,12 @@ mod tests {
 
     #[test]
     fn arm_and_signal() {
-        let rx = FifoRx::create(geo(4), 4).unwrap();
+        let mut rx = FifoRx::create(geo(4), 4).unwrap();
         let mut tx = FifoTx::attach(rx.segment().clone()).unwrap();
         // Not armed: no wakeup needed.
         assert_eq!(send(&mut tx, b"a"), Some(false));
         // Data present: arming refuses.
         assert!(!rx.arm());
-        let mut rx = rx;
         assert_eq!(rx.poll(|_, _| {}), 1);
         assert!(rx.arm());
         assert_eq!(send(&mut tx, b"b"), Some(true));
