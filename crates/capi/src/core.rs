@@ -424,6 +424,20 @@ impl InFlight {
     /// `h` must be a live header on no list.
     #[inline]
     unsafe fn link(&mut self, h: *mut ReqHdr) {
+        // SAFETY: forwarded contract.
+        unsafe {
+            self.link_unflagged(h);
+            (*h).flags_or(F_LISTED);
+        }
+    }
+
+    /// [`InFlight::link`] for a header whose flags the caller is about to write, with
+    /// `F_LISTED` among them.
+    ///
+    /// # Safety
+    /// As for [`InFlight::link`].
+    #[inline(always)]
+    unsafe fn link_unflagged(&mut self, h: *mut ReqHdr) {
         // SAFETY: live headers of this worker.
         unsafe {
             (*h).prev = std::ptr::null_mut();
@@ -431,7 +445,6 @@ impl InFlight {
             if !self.head.is_null() {
                 (*self.head).prev = h;
             }
-            (*h).flags_or(F_LISTED);
         }
         self.head = h;
     }
@@ -1520,6 +1533,12 @@ impl Wk {
         if op.user_req() {
             return self.begin_user(op, flags);
         }
+        self.begin_pooled(side, flags)
+    }
+
+    /// [`Wk::begin`] for an operation without the caller's request memory.
+    #[inline(always)]
+    fn begin_pooled(&self, side: &mut Side, flags: u32) -> Result<*mut ReqHdr> {
         let hdr = match side.pool.free.pop() {
             Some(p) => p,
             None => self.fresh_block(side)?,
@@ -1585,19 +1604,36 @@ impl Wk {
     /// `hdr` must be a header started by [`Wk::begin`] for `op`, not given out yet.
     #[inline(always)]
     unsafe fn fill(&self, hdr: *mut ReqHdr, op: &Op) {
+        // SAFETY: forwarded contract.
+        unsafe { self.fill_parts(hdr, op.cb_kind, op.cb, op.user_data, 0) }
+    }
+
+    /// [`Wk::fill`] from the callback's parts, setting `extra` flags as well.
+    ///
+    /// # Safety
+    /// As for [`Wk::fill`].
+    #[inline(always)]
+    unsafe fn fill_parts(
+        &self,
+        hdr: *mut ReqHdr,
+        kind: CbKind,
+        cb: usize,
+        user_data: *mut c_void,
+        extra: u32,
+    ) {
         let (me, gen) = self.me();
         // SAFETY: by the contract.
         unsafe {
             let h = &mut *hdr;
-            let mut f = h.flags.load(Ordering::Relaxed);
-            if op.cb != 0 {
+            let mut f = h.flags.load(Ordering::Relaxed) | extra;
+            if cb != 0 {
                 f |= F_CALLBACK;
             }
-            h.cb_kind = op.cb_kind as u8;
+            h.cb_kind = kind as u8;
             h.worker = me;
             h.worker_gen = gen;
-            h.cb = op.cb;
-            h.user_data = op.user_data;
+            h.cb = cb;
+            h.user_data = user_data;
             h.status.store(i32::from(UCS_INPROGRESS), Ordering::Relaxed);
             h.flags.store(f, Ordering::Relaxed);
             h.magic.store(MAGIC_LIVE, Ordering::Release);
@@ -1865,6 +1901,52 @@ impl Wk {
                 (*hdr).flags_or(F_TICKET);
             }
             side.inflight.link(hdr);
+        }
+        Ok(ReqHdr::user(hdr))
+    }
+
+    /// [`Wk::start_word_recv`] for a plain receive with a callback (`ucp_tag_recv_nbx`'s
+    /// hot path: no request memory of the caller's, no receive information, no flags), with
+    /// the callback's parts instead of a decoded [`Op`].
+    #[inline(always)]
+    pub(crate) fn start_word_recv_plain(
+        &self,
+        w: &mut Worker,
+        side: &mut Side,
+        cb: usize,
+        user_data: *mut c_void,
+        f: impl FnOnce(&mut Worker, u64) -> Result<ucp::WordRecv>,
+    ) -> Result<ucs_status_ptr_t> {
+        let hdr = self.begin_pooled(side, F_RECV)?;
+        let ticket = match f(w, hdr as u64) {
+            Ok(ucp::WordRecv::Done(s, _)) => {
+                // Received in the call: no request, no callback (nothing asked for the
+                // receive information).
+                // SAFETY: a pooled block of this call, unused now.
+                unsafe { side.pool.put(hdr) };
+                return Ok(match s {
+                    Status::Ok => std::ptr::null_mut(),
+                    e => guard::status_to_ptr(e),
+                });
+            }
+            Ok(ucp::WordRecv::Waiting(t)) => Some(t),
+            Ok(ucp::WordRecv::Matched) => None,
+            Err(s) => {
+                // SAFETY: a pooled block of this call, unused: the call made no receive.
+                unsafe { side.pool.put(hdr) };
+                return Err(s);
+            }
+        };
+        // SAFETY: the header started for this call, on no list, given out now; its
+        // flags, `F_LISTED` included, are written once, by `fill_parts`.
+        unsafe {
+            let mut extra = F_LISTED;
+            if let Some(t) = ticket {
+                (*hdr).ticket = t.to_raw();
+                extra |= F_TICKET;
+            }
+            side.inflight.link_unflagged(hdr);
+            self.fill_parts(hdr, CbKind::TagRecvNbx, cb, user_data, extra);
         }
         Ok(ReqHdr::user(hdr))
     }

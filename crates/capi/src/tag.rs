@@ -473,20 +473,29 @@ unsafe fn recv_plain(
     // SAFETY: the caller's worker handle.
     let wk = unsafe { core::get(worker).ok()? };
     // SAFETY: `plain_buf` read the mask of this readable struct.
-    if unsafe { (*param).op_attr_mask } & UCP_OP_ATTR_FIELD_CALLBACK != 0 {
+    let mask = unsafe { (*param).op_attr_mask };
+    if mask & UCP_OP_ATTR_FIELD_CALLBACK != 0 {
         // A receive with a callback usually waits for its message (MPI posts them
         // first): it waits in the matcher by word, with no Rust request, as in the
         // general path.
-        // SAFETY: forwarded contract.
-        let op = unsafe { Op::nbx(param, CbKind::TagRecvNbx).ok()? };
+        // SAFETY: both fields are read as their mask bits say.
+        let (cb, user_data) = unsafe {
+            let ud = if mask & UCP_OP_ATTR_FIELD_USER_DATA != 0 {
+                (*param).user_data
+            } else {
+                std::ptr::null_mut()
+            };
+            ((*param).cb, ud)
+        };
         let r = run_plain(
             wk,
             #[inline(always)]
             |w, side| {
-                wk.start_word_recv(
+                wk.start_word_recv_plain(
                     w,
                     side,
-                    &op,
+                    cb,
+                    user_data,
                     #[inline(always)]
                     |w, word| w.tag_recv_word(buf, tag, tag_mask, word),
                 )
