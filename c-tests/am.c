@@ -2,8 +2,10 @@
  * ucp_worker_set_am_recv_handler, eager messages with and without a user header, data a
  * handler keeps (UCS_INPROGRESS) and releases later, rendezvous messages received with
  * ucp_am_recv_data_nbx inside and after the handler, reply endpoints, and the older
- * ucp_worker_set_am_handler / ucp_am_send_nb pair. Handlers call back into the library
- * (they run outside its progress). */
+ * ucp_worker_set_am_handler / ucp_am_send_nb pair, and a run of messages of many header
+ * and data sizes (empty data included) of which every fifth is kept and checked after all
+ * the others arrived. Handlers call back into the library (they run outside its
+ * progress). */
 #include "common.h"
 
 static ucp_context_h ctx;
@@ -11,9 +13,15 @@ static ucp_worker_h worker;
 static ucp_ep_h ep;
 
 enum { ID_EAGER = 1, ID_KEEP = 2, ID_RNDV = 3, ID_RNDV_LATER = 4, ID_REPLY = 5, ID_OLD = 6,
-       ID_ACK = 7 };
+       ID_ACK = 7, ID_MANY = 8 };
 
-static int got[8];
+/* The run of ID_MANY messages: message i has a header of 4 + i % 17 bytes (i, then bytes
+ * of seed 1000 + i) and (i * 131) % 5000 bytes of data of seed 2000 + i. */
+enum { MANY = 300, MANY_KEEP_EVERY = 5 };
+
+static int got[16];
+static void *many_kept[MANY];
+static size_t many_kept_len[MANY];
 static void *kept_data;
 static size_t kept_len;
 static void *later_desc;
@@ -98,6 +106,25 @@ static ucs_status_t handler(void *arg, const void *header, size_t header_length,
     case ID_ACK:
         CHECK(length == 8 && verify(data, 8, 30) == 0, "reply data");
         break;
+    case ID_MANY: {
+        uint32_t i;
+        CHECK(header_length >= 4, "many: header of %zu bytes", header_length);
+        memcpy(&i, header, 4);
+        CHECK(i < MANY && header_length == 4 + i % 17, "many: message %u, header %zu", i,
+              header_length);
+        CHECK(verify((const char*)header + 4, header_length - 4, 1000 + i) == 0,
+              "many: header of message %u", i);
+        CHECK(length == (i * 131) % 5000 && (length == 0 || verify(data, length, 2000 + i) == 0),
+              "many: data of message %u (%zu bytes)", i, length);
+        CHECK(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_DATA, "many: DATA flag");
+        if (i % MANY_KEEP_EVERY == 0) {
+            many_kept[i]     = data;
+            many_kept_len[i] = length;
+            got[id]++;
+            return UCS_INPROGRESS;
+        }
+        break;
+    }
     }
     got[id]++;
     return UCS_OK;
@@ -115,7 +142,7 @@ static ucs_status_t old_handler(void *arg, void *data, size_t length, ucp_ep_h r
 static void set_handlers(void)
 {
     ucp_am_handler_param_t hp;
-    for (int id = ID_EAGER; id <= ID_ACK; id++) {
+    for (int id = ID_EAGER; id <= ID_MANY; id++) {
         if (id == ID_OLD) {
             CHECK_OK(ucp_worker_set_am_handler(worker, ID_OLD, old_handler, NULL,
                                                UCP_AM_FLAG_WHOLE_MSG));
@@ -140,8 +167,15 @@ static int receiver(int fd)
     set_handlers();
     barrier(fd);
     while (got[ID_EAGER] < 1 || got[ID_KEEP] < 1 || rndv_done < 1 || got[ID_RNDV_LATER] < 1 ||
-           got[ID_REPLY] < 1 || got[ID_OLD] < 1) {
+           got[ID_REPLY] < 1 || got[ID_OLD] < 1 || got[ID_MANY] < MANY) {
         ucp_worker_progress(worker);
+    }
+    /* the kept ones of the run are intact after every later message came and went */
+    for (uint32_t i = 0; i < MANY; i += MANY_KEEP_EVERY) {
+        CHECK(many_kept_len[i] == (i * 131) % 5000 &&
+              (many_kept_len[i] == 0 || verify(many_kept[i], many_kept_len[i], 2000 + i) == 0),
+              "many: kept data of message %u", i);
+        ucp_am_data_release(worker, many_kept[i]);
     }
     /* kept eager data is still there after the handler returned */
     CHECK(kept_len == 4000 && verify(kept_data, 4000, 22) == 0, "kept data");
@@ -196,6 +230,15 @@ static int sender(int fd)
     CHECK_OK(wait_op(ucp_am_send_nbx(ep, ID_REPLY, NULL, 0, buf, 8, &p)));
     fill(buf, 3000, 40);
     CHECK_OK(wait_op(ucp_am_send_nb(ep, ID_OLD, buf, 3000, ucp_dt_make_contig(1), empty_send_cb, 0)));
+    memset(&p, 0, sizeof(p));
+    for (uint32_t i = 0; i < MANY; i++) {
+        char mh[4 + 17];
+        size_t dlen = (i * 131) % 5000;
+        memcpy(mh, &i, 4);
+        fill(mh + 4, i % 17, 1000 + i);
+        fill(buf, dlen, 2000 + i);
+        CHECK_OK(wait_op(ucp_am_send_nbx(ep, ID_MANY, mh, 4 + i % 17, buf, dlen, &p)));
+    }
     while (got[ID_ACK] < 1) {
         ucp_worker_progress(worker);
     }

@@ -21,7 +21,7 @@
 use crate::core::{
     self, ep_get, AmEvent, AmHandlerC, CbKind, EpH, Event, Op, Outcome, QueuePtr, RecvOut, Wk,
 };
-use crate::dispatch::run;
+use crate::dispatch::{run, run_plain};
 use crate::dt::{self, Dir};
 use crate::ffi::*;
 use crate::guard;
@@ -31,32 +31,50 @@ use ucp::am::{AmHandler, AmSendFlags};
 use ucp::{AmAction, AmData, AmMsg};
 use ucs::{Result, Status};
 
+/// The Rust handler behind every C handler: it copies an eager message (data, then
+/// header) into a spare buffer and lets the protocol layer drop it; a rendezvous message is kept
+/// there under its descriptor. The C handler runs from the dispatch, after progress.
 fn rust_handler(q: QueuePtr) -> AmHandler {
     Box::new(move |m: &AmMsg<'_>| {
+        // The data first: a handler that keeps it leaves the buffer cut to the data, in
+        // place (the pointer it was given stays valid).
+        let mut bytes = q.buffer();
+        let (rndv, action) = match m.data {
+            AmData::Rndv { length } => (Some((m.desc, length)), AmAction::Keep),
+            AmData::Eager(d) => {
+                bytes.extend_from_slice(d);
+                (None, AmAction::Done)
+            }
+        };
+        bytes.extend_from_slice(m.header);
         q.push(Event::Am(AmEvent {
             id: m.id,
-            header: m.header.to_vec(),
-            desc: m.desc,
+            bytes,
+            header_len: m.header.len(),
             reply_ep: m.reply_ep,
-            rndv: match m.data {
-                AmData::Rndv { length } => Some(length),
-                AmData::Eager(_) => None,
-            },
+            rndv,
         }));
-        AmAction::Keep
+        action
     })
 }
 
 fn set_handler(wk: &Wk, id: u16, h: Option<AmHandlerC>) -> Result<()> {
     let q = wk.queue();
     run(wk, |w, side| {
+        let t = &mut side.am_handlers;
+        let i = usize::from(id);
         match h {
             Some(h) => {
-                side.am_handlers.insert(id, h);
+                if t.len() <= i {
+                    t.resize(i + 1, None);
+                }
+                t[i] = Some(h);
                 w.am_set_handler(id, Some(rust_handler(q)));
             }
             None => {
-                side.am_handlers.remove(&id);
+                if let Some(slot) = t.get_mut(i) {
+                    *slot = None;
+                }
                 w.am_set_handler(id, None);
             }
         }
@@ -175,11 +193,114 @@ pub unsafe extern "C" fn ucp_am_send_nbx(
 ) -> ucs_status_ptr_t {
     guard::status_ptr("ucp_am_send_nbx", || {
         // SAFETY: forwarded contract.
-        let op = unsafe { Op::nbx(param, CbKind::SendNbx)? };
-        let flags = op.flags;
+        if let Some(p) = unsafe { send_plain(ep, id, header, header_length, buffer, count, param) }
+        {
+            return Ok(p);
+        }
         // SAFETY: forwarded contract.
-        unsafe { send(ep, id, header, header_length, buffer, count, flags, op) }
+        unsafe { send_nbx_general(ep, id, header, header_length, buffer, count, param) }
     })
+}
+
+/// `ucp_am_send_nbx` when [`send_plain`] does not apply.
+///
+/// # Safety
+/// As `ucp_am_send_nbx`'s.
+#[inline(never)]
+unsafe fn send_nbx_general(
+    ep: *mut Handle<EpH>,
+    id: c_uint,
+    header: *const c_void,
+    header_length: usize,
+    buffer: *const c_void,
+    count: usize,
+    param: *const ucp_request_param_t,
+) -> Result<ucs_status_ptr_t> {
+    // SAFETY: forwarded contract.
+    let op = unsafe { Op::nbx(param, CbKind::SendNbx)? };
+    let flags = op.flags;
+    // SAFETY: forwarded contract.
+    unsafe { send(ep, id, header, header_length, buffer, count, flags, op) }
+}
+
+/// The hot path of `ucp_am_send_nbx`, as `ucp_tag_send_nbx`'s (docs/c-abi.md, "The plain
+/// hot path"): plain parameters (no send flags among them), a valid id and header, a live
+/// endpoint, a worker without a lock. `None` (nothing started): the general path applies
+/// and reports whatever made this one decline.
+///
+/// # Safety
+/// As `ucp_am_send_nbx`'s.
+#[inline(always)]
+unsafe fn send_plain(
+    ep: *mut Handle<EpH>,
+    id: c_uint,
+    header: *const c_void,
+    header_length: usize,
+    buffer: *const c_void,
+    count: usize,
+    param: *const ucp_request_param_t,
+) -> Option<ucs_status_ptr_t> {
+    // SAFETY: forwarded contract.
+    let buf = unsafe { core::plain_buf(param, buffer, count, core::SEND_HINTS)? };
+    let id = u16::try_from(id).ok()?;
+    let hdr: &[u8] = if header_length == 0 {
+        &[]
+    } else if header.is_null() {
+        return None;
+    } else {
+        // SAFETY: the caller's header, readable for this call (the protocol layer copies
+        // what it keeps).
+        unsafe { std::slice::from_raw_parts(header.cast(), header_length) }
+    };
+    // SAFETY: `plain_buf` read the mask of this readable struct.
+    if unsafe { (*param).op_attr_mask } & UCP_OP_ATTR_FLAG_NO_IMM_CMPL != 0 {
+        // SAFETY: forwarded contract.
+        unsafe { send_plain_go::<true>(ep, id, hdr, buf, param) }
+    } else {
+        // SAFETY: forwarded contract.
+        unsafe { send_plain_go::<false>(ep, id, hdr, buf, param) }
+    }
+}
+
+/// [`send_plain`] once the buffer is known (`NO_IMM` as for the tag send's).
+///
+/// # Safety
+/// As `ucp_am_send_nbx`'s.
+#[inline(always)]
+unsafe fn send_plain_go<const NO_IMM: bool>(
+    ep: *mut Handle<EpH>,
+    id: u16,
+    hdr: &[u8],
+    buf: ucp::Buf,
+    param: *const ucp_request_param_t,
+) -> Option<ucs_status_ptr_t> {
+    // SAFETY: the caller's endpoint handle.
+    let (e, wk) = unsafe { ep_get(ep).ok()? };
+    let rep = e.ep;
+    run_plain(
+        wk,
+        #[inline(always)]
+        |w, side| match w.am_send_nb(rep, id, hdr, buf, AmSendFlags::default(), None) {
+            Ok(None) if !NO_IMM => std::ptr::null_mut(),
+            out => send_settle(wk, w, side, param, out),
+        },
+    )
+}
+
+/// A plain send that did not complete in the call, failed, or asked for its request
+/// (`NO_IMM_CMPL`): what the general path returns for it.
+#[inline(never)]
+fn send_settle(
+    wk: &Wk,
+    w: &mut ucp::Worker,
+    side: &mut core::Side,
+    param: *const ucp_request_param_t,
+    out: Result<Option<ucp::Request>>,
+) -> ucs_status_ptr_t {
+    // SAFETY: the caller's parameter struct, read by `plain_buf` already.
+    let r = unsafe { Op::nbx(param, CbKind::SendNbx) }
+        .and_then(|op| wk.settle(w, side, &op, 0, out.map(Outcome::of), RecvOut::None));
+    guard::to_ptr("ucp_am_send_nbx", r)
 }
 
 #[no_mangle]
@@ -227,10 +348,17 @@ pub unsafe extern "C" fn ucp_am_recv_data_nbx(
         // completes (the UCP API's contract for the application, which dt::buf passes on).
         let buf = unsafe { dt::buf(buffer, count, op.datatype, Dir::Recv)? };
         run(wk, |w, side| {
-            let desc = side
-                .am_kept
-                .remove(&(data_desc as usize))
-                .ok_or(Status::InvalidParam)?;
+            let key = data_desc as usize;
+            let desc = match side.am_kept.remove(&key) {
+                Some(d) => d,
+                // Eager data, from inside its handler: a copy of it is received (the
+                // handler's buffer stays until it returns).
+                None => {
+                    let c = side.take_current_am(key).ok_or(Status::InvalidParam)?;
+                    let data = c.bytes[..c.bytes.len() - c.header_len].to_vec();
+                    w.am_keep(data)
+                }
+            };
             wk.start(w, side, &op, 0, RecvOut::Length, |w, cb| {
                 w.am_recv_data_nb(desc, buf, cb).map(Outcome::Req)
             })
@@ -244,11 +372,15 @@ pub unsafe extern "C" fn ucp_am_data_release(worker: *mut Handle<Wk>, data: *mut
         // SAFETY: the caller's worker handle.
         let wk = unsafe { core::get(worker)? };
         run(wk, |w, side| {
-            let desc = side
-                .am_kept
-                .remove(&(data as usize))
-                .ok_or(Status::InvalidParam)?;
-            w.am_data_release(desc)
+            let key = data as usize;
+            match side.am_kept.remove(&key) {
+                Some(desc) => w.am_data_release(desc),
+                // Eager data, from inside its handler: not kept after it returns.
+                None => side
+                    .take_current_am(key)
+                    .map(|_| ())
+                    .ok_or(Status::InvalidParam),
+            }
         })?
     })
 }

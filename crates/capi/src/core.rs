@@ -71,6 +71,7 @@ use std::net::SocketAddr;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
 use std::sync::{Mutex, MutexGuard};
+use ucp::matcher::KeyHash;
 use ucp::{Callback, Completed, ConnReqId, ListenerId, RecvInfo, Request, Worker};
 use ucs::{Result, Status};
 
@@ -476,11 +477,14 @@ impl InFlight {
 /// An active message waiting for its C handler.
 pub(crate) struct AmEvent {
     pub id: u16,
-    pub header: Vec<u8>,
-    pub desc: ucp::AmDesc,
+    /// The user header and, for an eager message, its data after it: a buffer of the
+    /// queue's spare list ([`QueuePtr::buffer`]), so that a steady stream of messages
+    /// allocates nothing.
+    pub bytes: Vec<u8>,
+    pub header_len: usize,
     pub reply_ep: Option<ucp::Ep>,
-    /// `Some(length)` for a rendezvous message.
-    pub rndv: Option<usize>,
+    /// A rendezvous message: its descriptor (the protocol layer keeps it) and length.
+    pub rndv: Option<(ucp::AmDesc, usize)>,
 }
 
 /// Something the application hears about through a C handler, queued by a Rust handler
@@ -497,11 +501,30 @@ pub(crate) enum Event {
 pub(crate) struct EvQueue {
     /// Touched only with the worker held (from inside its progress, or by dispatch).
     events: UnsafeCell<VecDeque<Event>>,
+    /// Buffers of delivered active messages, for the next ones; the same rule.
+    spare: UnsafeCell<Vec<Vec<u8>>>,
     /// Set when `events` may be non-empty.
     pub hint: AtomicBool,
 }
 
+/// Spare message buffers kept at most, and the largest capacity kept.
+const SPARE_BUFS: usize = 16;
+const SPARE_CAP: usize = 64 << 10;
+
 impl EvQueue {
+    /// Gives a delivered message's buffer back for the next message.
+    ///
+    /// # Safety
+    /// The worker that owns the queue must be held.
+    pub(crate) unsafe fn recycle(&self, mut v: Vec<u8>) {
+        // SAFETY: by the contract, nobody else touches the list now.
+        let spare = unsafe { &mut *self.spare.get() };
+        if spare.len() < SPARE_BUFS && v.capacity() > 0 && v.capacity() <= SPARE_CAP {
+            v.clear();
+            spare.push(v);
+        }
+    }
+
     /// Takes the next event.
     ///
     /// # Safety
@@ -525,6 +548,12 @@ pub(crate) struct QueuePtr(*const EvQueue);
 unsafe impl Send for QueuePtr {}
 
 impl QueuePtr {
+    /// An empty buffer for a message (from a Rust handler, i.e. with the worker held).
+    pub(crate) fn buffer(&self) -> Vec<u8> {
+        // SAFETY: see the type; nobody else touches the list now.
+        unsafe { (*(*self.0).spare.get()).pop() }.unwrap_or_default()
+    }
+
     /// Queues an event (from a Rust handler, i.e. with the worker held).
     pub(crate) fn push(&self, e: Event) {
         // SAFETY: see the type; handlers run inside the worker's progress, so nobody else
@@ -534,6 +563,34 @@ impl QueuePtr {
             (*self.0).hint.store(true, Ordering::Release);
         }
     }
+}
+
+/// What becomes of an active message's data after its C handler.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AmKeep {
+    /// Eager data in the message's buffer: kept (handed to the protocol layer,
+    /// `Worker::am_keep`) if the handler returns `UCS_INPROGRESS`, else the buffer goes
+    /// back to the spare list.
+    Eager,
+    /// A rendezvous descriptor, registered under the handler's data pointer already:
+    /// released unless the handler returns `UCS_INPROGRESS`.
+    Rndv,
+    /// Nothing to keep (data received for an older-style handler).
+    No,
+}
+
+/// The buffer of an active message whose C handler runs now: its data (eager messages),
+/// then its user header.
+pub(crate) struct CurrentAm {
+    /// The data pointer the handler was given.
+    pub key: usize,
+    pub bytes: Vec<u8>,
+    pub header_len: usize,
+    /// True when `bytes` holds the data of an eager message.
+    pub eager: bool,
+    /// Set when the handler received or released the data from inside: the buffer is
+    /// not kept afterwards, whatever the handler returns.
+    pub taken: bool,
 }
 
 /// A registered C active-message handler.
@@ -643,14 +700,19 @@ pub(crate) struct Side {
     polled: Vec<*mut ReqHdr>,
     /// Endpoint handles by Rust endpoint (explicit ones, and reply endpoints).
     pub eps: HashMap<ucp::Ep, *mut Handle<EpH>>,
-    pub am_handlers: HashMap<u16, AmHandlerC>,
+    /// The C handler of each active-message id, indexed by id (the table grows to the
+    /// largest id registered).
+    pub am_handlers: Vec<Option<AmHandlerC>>,
     /// Active-message data kept for the application, by the pointer it was given.
-    pub am_kept: HashMap<usize, ucp::AmDesc>,
+    pub am_kept: HashMap<usize, ucp::AmDesc, KeyHash>,
+    /// The buffers of the active messages whose C handlers run now (one per thread that
+    /// dispatches), by the data pointer each handler was given.
+    pub am_current: Vec<CurrentAm>,
     next_token: usize,
     /// Stream data handed out by `ucp_stream_recv_data_nb`, by pointer.
-    pub stream_kept: HashMap<usize, Vec<u8>>,
+    pub stream_kept: HashMap<usize, Vec<u8>, KeyHash>,
     /// Messages taken by `ucp_tag_probe_nb` with remove, by handle.
-    pub msgs: HashMap<usize, ucp::Message>,
+    pub msgs: HashMap<usize, ucp::Message, KeyHash>,
     /// Listeners of this worker.
     pub listeners: HashMap<ListenerId, ListenerInfo>,
     /// Connection requests given to the application and not answered yet.
@@ -660,6 +722,27 @@ pub(crate) struct Side {
 impl Side {
     /// A unique token usable as an opaque non-null pointer (never a heap address: the low
     /// four bits are set, and heap blocks are 16-byte aligned).
+    /// Takes the buffer of the message whose handler was given `key` off the list of
+    /// handlers running now.
+    pub(crate) fn remove_current_am(&mut self, key: usize) -> Option<CurrentAm> {
+        // Usually the only one.
+        let i = self.am_current.iter().position(|c| c.key == key)?;
+        Some(self.am_current.swap_remove(i))
+    }
+
+    /// The eager message whose handler runs now with `key` and has not had its data
+    /// received or released yet: marked so (`taken`), for a receive or release from
+    /// inside the handler. Its buffer stays where it is until the handler returns (the
+    /// handler may still read the header).
+    pub(crate) fn take_current_am(&mut self, key: usize) -> Option<&CurrentAm> {
+        let c = self
+            .am_current
+            .iter_mut()
+            .find(|c| c.key == key && c.eager && !c.taken)?;
+        c.taken = true;
+        Some(c)
+    }
+
     pub(crate) fn token(&mut self) -> usize {
         self.next_token += 1;
         (self.next_token << 4) | 0xf
@@ -900,6 +983,12 @@ unsafe fn plain_elem(param: *const ucp_request_param_t, allowed: u32) -> Option<
         .then_some((dt >> UCP_DATATYPE_SHIFT) as usize)
 }
 
+/// The flags a plain send takes: `NO_IMM_CMPL` (a send that completes in the call still
+/// returns its request, whose callback has run: [`Wk::settle`]) and two hints that
+/// change nothing here (`ucx_perftest`'s bandwidth tests pass all three).
+pub(crate) const SEND_HINTS: u32 =
+    UCP_OP_ATTR_FLAG_NO_IMM_CMPL | UCP_OP_ATTR_FLAG_FAST_CMPL | UCP_OP_ATTR_FLAG_MULTI_SEND;
+
 /// `ucp_dt_make_contig(1)`, the default datatype.
 pub(crate) const DT_BYTES: u64 = 1 << UCP_DATATYPE_SHIFT;
 
@@ -1060,11 +1149,12 @@ impl Wk {
                     },
                     polled: Vec::new(),
                     eps: HashMap::new(),
-                    am_handlers: HashMap::new(),
-                    am_kept: HashMap::new(),
+                    am_handlers: Vec::new(),
+                    am_kept: HashMap::default(),
+                    am_current: Vec::new(),
                     next_token: 0,
-                    stream_kept: HashMap::new(),
-                    msgs: HashMap::new(),
+                    stream_kept: HashMap::default(),
+                    msgs: HashMap::default(),
                     listeners: HashMap::new(),
                     conn_reqs: HashMap::new(),
                 },
@@ -1072,6 +1162,7 @@ impl Wk {
             has_ready: AtomicBool::new(false),
             evq: EvQueue {
                 events: UnsafeCell::new(VecDeque::new()),
+                spare: UnsafeCell::new(Vec::new()),
                 hint: AtomicBool::new(false),
             },
             waker: p.waker,

@@ -9,8 +9,8 @@
 //! handler run unseen inside another call.
 
 use crate::core::{
-    self, ep_handle_for, mark_completed, next_ready, AmEvent, AmHandlerC, CbKind, ConnReqH, EpH,
-    Event, OnConn, ReqHdr, Side, Wk,
+    self, ep_handle_for, mark_completed, next_ready, AmEvent, AmHandlerC, AmKeep, CbKind, ConnReqH,
+    CurrentAm, EpH, Event, OnConn, ReqHdr, Side, Wk,
 };
 use crate::ffi::*;
 use crate::guard;
@@ -245,26 +245,33 @@ pub(crate) fn wait_ptr(wk: &Wk, p: ucs_status_ptr_t) -> Result<()> {
 
 // ----- active messages -------------------------------------------------------------------
 
-/// A message ready for its C handler.
+/// A message ready for its C handler. Its buffer waits in the worker's
+/// `Side::am_current` while the handler runs (see [`Side::take_current_am`]).
 struct AmReady {
     h: AmHandlerC,
-    header: Vec<u8>,
+    /// The user header (in the buffer), null when empty.
+    header: *const c_void,
+    header_len: usize,
     data: *mut c_void,
     len: usize,
     rndv: bool,
     /// Data received for an older-style handler (owned here while it runs).
     _owned: Option<Vec<u8>>,
     reply: *mut Handle<EpH>,
-    /// True when `data` is registered in the worker's kept-data table.
-    kept: bool,
+    /// What the handler may keep by returning `UCS_INPROGRESS`.
+    keep: AmKeep,
 }
 
 /// Readies a queued message for its handler (with the worker held); `None` when it has
 /// no handler or its data is gone.
 fn am_prepare(wk: &Wk, w: &mut Worker, side: &mut Side, ev: AmEvent) -> Option<AmReady> {
-    let Some(&h) = side.am_handlers.get(&ev.id) else {
+    let Some(&Some(h)) = side.am_handlers.get(usize::from(ev.id)) else {
         tracing::debug!("active message {} without a handler dropped", ev.id);
-        let _ = w.am_data_release(ev.desc);
+        if let Some((desc, _)) = ev.rndv {
+            let _ = w.am_data_release(desc);
+        }
+        // SAFETY: the worker is held (inside `with`).
+        unsafe { wk.evq.recycle(ev.bytes) };
         return None;
     };
     let reply = match ev.reply_ep {
@@ -272,57 +279,62 @@ fn am_prepare(wk: &Wk, w: &mut Worker, side: &mut Side, ev: AmEvent) -> Option<A
         None => std::ptr::null_mut(),
     };
     let old = matches!(h, AmHandlerC::Old { .. });
-    Some(match (ev.rndv, old) {
-        (Some(len), false) => {
+    let mut bytes = ev.bytes;
+    let data_len = bytes.len() - ev.header_len;
+    let header = if ev.header_len == 0 {
+        std::ptr::null()
+    } else {
+        // SAFETY: the header is the buffer's last `header_len` bytes. (No reference to
+        // the buffer is made: the handler may write through `data`, which points into it.)
+        unsafe { bytes.as_ptr().add(data_len) }.cast()
+    };
+    let (data, len, keep, owned) = match (ev.rndv, old) {
+        (Some((desc, len)), false) => {
             let t = side.token() as *mut c_void;
-            side.am_kept.insert(t as usize, ev.desc);
-            AmReady {
-                h,
-                header: ev.header,
-                data: t,
-                len,
-                rndv: true,
-                _owned: None,
-                reply,
-                kept: true,
-            }
+            side.am_kept.insert(t as usize, desc);
+            (t, len, AmKeep::Rndv, None)
         }
-        (Some(len), true) => {
+        (Some((desc, len)), true) => {
             let mut v = vec![0u8; len];
-            w.am_recv_data(ev.desc, &mut v).ok()?;
-            AmReady {
-                h,
-                header: ev.header,
-                data: v.as_mut_ptr().cast(),
-                len,
-                rndv: true,
-                _owned: Some(v),
-                reply,
-                kept: false,
+            if w.am_recv_data(desc, &mut v).is_err() {
+                // SAFETY: the worker is held (inside `with`).
+                unsafe { wk.evq.recycle(bytes) };
+                return None;
             }
+            (v.as_mut_ptr().cast(), len, AmKeep::No, Some(v))
         }
         (None, _) => {
-            let (p, len) = match w.am_data(ev.desc)? {
-                d if !d.is_empty() => (d.as_ptr().cast_mut().cast(), d.len()),
-                _ => (side.token() as *mut c_void, 0),
+            // Empty data still gets a pointer of its own, for `ucp_am_data_release`.
+            let d = if data_len > 0 {
+                bytes.as_mut_ptr().cast()
+            } else {
+                side.token() as *mut c_void
             };
-            side.am_kept.insert(p as usize, ev.desc);
-            AmReady {
-                h,
-                header: ev.header,
-                data: p,
-                len,
-                rndv: false,
-                _owned: None,
-                reply,
-                kept: true,
-            }
+            (d, data_len, AmKeep::Eager, None)
         }
+    };
+    side.am_current.push(CurrentAm {
+        key: data as usize,
+        bytes,
+        header_len: ev.header_len,
+        eager: keep == AmKeep::Eager,
+        taken: false,
+    });
+    Some(AmReady {
+        h,
+        header,
+        header_len: ev.header_len,
+        data,
+        len,
+        rndv: ev.rndv.is_some(),
+        _owned: owned,
+        reply,
+        keep,
     })
 }
 
-/// Calls the C handler of a readied message (the worker released), then releases the
-/// data unless the handler kept it.
+/// Calls the C handler of a readied message (the worker released), then keeps or
+/// releases its data as the handler's return value says.
 fn am_deliver(wk: &Wk, r: AmReady) {
     let status = match r.h {
         AmHandlerC::Recv { cb, arg } => {
@@ -338,11 +350,6 @@ fn am_deliver(wk: &Wk, r: AmReady) {
                 recv_attr: attr,
                 reply_ep: r.reply.cast(),
             };
-            let hp = if r.header.is_empty() {
-                std::ptr::null()
-            } else {
-                r.header.as_ptr().cast()
-            };
             // SAFETY: the application's handler, registered with this signature, called
             // with no worker held; the pointers stay valid during the call.
             unsafe {
@@ -357,11 +364,15 @@ fn am_deliver(wk: &Wk, r: AmReady) {
                         *const ucp_am_recv_param_t,
                     ) -> ucs_status_t,
                 >(cb);
-                f(arg, hp, r.header.len(), r.data, r.len, &param)
+                f(arg, r.header, r.header_len, r.data, r.len, &param)
             }
         }
         AmHandlerC::Old { cb, arg } => {
-            let flags = if r.kept { UCP_CB_PARAM_FLAG_DATA } else { 0 };
+            let flags = if r.keep != AmKeep::No {
+                UCP_CB_PARAM_FLAG_DATA
+            } else {
+                0
+            };
             // SAFETY: as above, for the older handler signature.
             unsafe {
                 let f = std::mem::transmute::<
@@ -378,13 +389,28 @@ fn am_deliver(wk: &Wk, r: AmReady) {
             }
         }
     };
-    if r.kept && status != UCS_INPROGRESS {
-        let _ = wk.with(|w, side| {
-            if let Some(desc) = side.am_kept.remove(&(r.data as usize)) {
+    let keeps = status == UCS_INPROGRESS;
+    let key = r.data as usize;
+    let _ = wk.with(|w, side| {
+        if let Some(mut c) = side.remove_current_am(key) {
+            if keeps && c.eager && !c.taken {
+                // The data stays where the handler saw it: the buffer is cut to it in
+                // place and kept by the protocol layer under a descriptor.
+                let data_len = c.bytes.len() - c.header_len;
+                c.bytes.truncate(data_len);
+                let desc = w.am_keep(c.bytes);
+                side.am_kept.insert(key, desc);
+            } else {
+                // SAFETY: the worker is held (inside `with`).
+                unsafe { wk.evq.recycle(c.bytes) };
+            }
+        }
+        if !keeps && r.keep == AmKeep::Rndv {
+            if let Some(desc) = side.am_kept.remove(&key) {
                 let _ = w.am_data_release(desc);
             }
-        });
-    }
+        }
+    });
 }
 
 // ----- connection requests -------------------------------------------------------------

@@ -210,7 +210,7 @@ unsafe fn send_plain(
     param: *const ucp_request_param_t,
 ) -> Option<ucs_status_ptr_t> {
     // SAFETY: forwarded contract.
-    let buf = unsafe { core::plain_buf(param, buffer, count, SEND_HINTS)? };
+    let buf = unsafe { core::plain_buf(param, buffer, count, core::SEND_HINTS)? };
     // SAFETY: `plain_buf` read the mask of this readable struct.
     if unsafe { (*param).op_attr_mask } & UCP_OP_ATTR_FLAG_NO_IMM_CMPL != 0 {
         // SAFETY: forwarded contract.
@@ -246,12 +246,6 @@ unsafe fn send_plain_go<const NO_IMM: bool>(
         },
     )
 }
-
-/// The flags a plain send takes: `NO_IMM_CMPL` (a send that completes in the call still
-/// returns its request, whose callback has run: [`core::Wk::settle`]) and two hints that
-/// change nothing here (`ucx_perftest`'s bandwidth tests pass all three).
-const SEND_HINTS: u32 =
-    UCP_OP_ATTR_FLAG_NO_IMM_CMPL | UCP_OP_ATTR_FLAG_FAST_CMPL | UCP_OP_ATTR_FLAG_MULTI_SEND;
 
 /// A plain send that did not complete in the call (or failed): its request, made as the
 /// general path makes it, or its error as a status pointer.

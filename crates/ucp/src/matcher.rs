@@ -193,12 +193,12 @@ fn fold_mul(a: u64, b: u64) -> u64 {
     (p as u64) ^ ((p >> 64) as u64)
 }
 
-/// Hasher state for the matcher's `u64` keys (tags).
+/// Hasher state for integer keys (the matcher's tags; descriptors and addresses elsewhere).
 ///
 /// SipHash would cost more than the rest of a match; the keys are single integers, so one
-/// folded multiply suffices. The seed is random per matcher so that a set of tags that
+/// folded multiply suffices. The seed is random per map so that a set of keys that
 /// happens to collide does not collide in every process.
-pub(crate) struct KeyHasher(u64);
+pub struct KeyHasher(u64);
 
 impl Hasher for KeyHasher {
     fn write(&mut self, bytes: &[u8]) {
@@ -216,19 +216,33 @@ impl Hasher for KeyHasher {
     }
 
     #[inline]
+    fn write_usize(&mut self, n: usize) {
+        self.write_u64(n as u64);
+    }
+
+    #[inline]
     fn finish(&self) -> u64 {
         self.0
     }
 }
 
-/// The seeded hash of `u64` keys (tags here; worker ids in the endpoint table).
+/// The seeded hash of integer keys (tags here; worker ids in the endpoint table; the
+/// descriptors of kept active messages; the C layer's kept-data addresses). For keys
+/// that are `u64` or `usize`; other key types are hashed correctly but slowly.
 #[derive(Clone, Copy)]
-pub(crate) struct KeyHash {
+pub struct KeyHash {
     seed: u64,
 }
 
+impl Default for KeyHash {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl KeyHash {
-    pub(crate) fn new() -> Self {
+    /// A hash with a fresh random seed.
+    pub fn new() -> Self {
         Self {
             seed: RandomState::new().hash_one(0x7461_675f_6d61_7463_u64),
         }

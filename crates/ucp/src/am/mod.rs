@@ -15,6 +15,7 @@ use crate::core::ep::{Ep, Lane, Proto};
 use crate::core::request::*;
 pub use crate::core::request::{AmDesc, AmSendFlags};
 use crate::core::{route, Core, Post, Route, Tl};
+use crate::matcher::KeyHash;
 use crate::proto::am::*;
 use crate::proto::select::am_proto;
 use crate::proto::AmId;
@@ -96,9 +97,9 @@ pub(crate) struct AmState {
     /// Handlers indexed by id (ids are small and dense in practice; the table grows to the
     /// largest id registered).
     handlers: Vec<Option<Handler>>,
-    kept: HashMap<u64, Kept>,
+    kept: HashMap<u64, Kept, KeyHash>,
     next_desc: u64,
-    partial: HashMap<(u64, u64), PartialAm>,
+    partial: HashMap<(u64, u64), PartialAm, KeyHash>,
     /// Messages (id, bytes) a progress thread received and held back, oldest first: their
     /// handlers are the application's, so they run in its next progress, before anything
     /// newer is read from the transports.
@@ -125,6 +126,15 @@ impl AmState {
             Some(Kept::Data(v)) => Some(v),
             _ => None,
         }
+    }
+
+    /// Keeps `data` as if a handler had kept an eager message with these bytes: under a
+    /// new descriptor, for `data`, `data_release` and `am_recv_data_nb`. The bytes do not
+    /// move (the vector's buffer is kept as it is).
+    pub(crate) fn keep(&mut self, data: Vec<u8>) -> AmDesc {
+        let desc = self.next_desc();
+        self.kept.insert(desc.0, Kept::Data(data));
+        desc
     }
 
     /// Releases kept data. For a kept rendezvous message that will not be received, the

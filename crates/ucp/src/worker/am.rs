@@ -100,6 +100,15 @@ impl Worker {
         self.p.am.data(desc)
     }
 
+    /// Keeps bytes a layer above copied out of an eager message's handler, as if the
+    /// handler had returned [`crate::AmAction::Keep`]: they are then available under the
+    /// returned descriptor to [`Worker::am_data`], [`Worker::am_data_release`] and
+    /// [`Worker::am_recv_data_nb`]. The buffer does not move, so a pointer into it that
+    /// the layer above handed out stays valid until the release.
+    pub fn am_keep(&mut self, data: Vec<u8>) -> AmDesc {
+        self.p.am.keep(data)
+    }
+
     /// Releases kept data. For a kept rendezvous message that will not be received, the
     /// sender is told it is done.
     pub fn am_data_release(&mut self, desc: AmDesc) -> Result<()> {
