@@ -501,15 +501,20 @@ pub(crate) enum Event {
 pub(crate) struct EvQueue {
     /// Touched only with the worker held (from inside its progress, or by dispatch).
     events: UnsafeCell<VecDeque<Event>>,
-    /// Buffers of delivered active messages, for the next ones; the same rule.
-    spare: UnsafeCell<Vec<Vec<u8>>>,
+    /// Buffers of delivered active messages, for the next ones, and their capacity in
+    /// all; the same rule.
+    spare: UnsafeCell<(Vec<Vec<u8>>, usize)>,
     /// Set when `events` may be non-empty.
     pub hint: AtomicBool,
 }
 
-/// Spare message buffers kept at most, and the largest capacity kept.
-const SPARE_BUFS: usize = 16;
-const SPARE_CAP: usize = 64 << 10;
+/// Spare message buffers kept at most, the largest capacity kept, and the most bytes of
+/// capacity kept in all: a burst of small messages queued before their handlers run
+/// (`ucx_perftest -t ucp_am_bw` queues its whole window of a thousand or more: the
+/// handlers run one per progress call) comes back whole, in at most 256 KiB per worker.
+const SPARE_BUFS: usize = 4096;
+const SPARE_CAP: usize = 8 << 10;
+const SPARE_BYTES: usize = 256 << 10;
 
 impl EvQueue {
     /// Gives a delivered message's buffer back for the next message.
@@ -518,9 +523,11 @@ impl EvQueue {
     /// The worker that owns the queue must be held.
     pub(crate) unsafe fn recycle(&self, mut v: Vec<u8>) {
         // SAFETY: by the contract, nobody else touches the list now.
-        let spare = unsafe { &mut *self.spare.get() };
-        if spare.len() < SPARE_BUFS && v.capacity() > 0 && v.capacity() <= SPARE_CAP {
+        let (spare, bytes) = unsafe { &mut *self.spare.get() };
+        let cap = v.capacity();
+        if spare.len() < SPARE_BUFS && cap > 0 && cap <= SPARE_CAP && *bytes + cap <= SPARE_BYTES {
             v.clear();
+            *bytes += cap;
             spare.push(v);
         }
     }
@@ -551,7 +558,14 @@ impl QueuePtr {
     /// An empty buffer for a message (from a Rust handler, i.e. with the worker held).
     pub(crate) fn buffer(&self) -> Vec<u8> {
         // SAFETY: see the type; nobody else touches the list now.
-        unsafe { (*(*self.0).spare.get()).pop() }.unwrap_or_default()
+        let (spare, bytes) = unsafe { &mut *(*self.0).spare.get() };
+        match spare.pop() {
+            Some(v) => {
+                *bytes -= v.capacity();
+                v
+            }
+            None => Vec::new(),
+        }
     }
 
     /// Queues an event (from a Rust handler, i.e. with the worker held).
@@ -1162,7 +1176,7 @@ impl Wk {
             has_ready: AtomicBool::new(false),
             evq: EvQueue {
                 events: UnsafeCell::new(VecDeque::new()),
-                spare: UnsafeCell::new(Vec::new()),
+                spare: UnsafeCell::new((Vec::new(), 0)),
                 hint: AtomicBool::new(false),
             },
             waker: p.waker,
