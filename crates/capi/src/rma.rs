@@ -660,24 +660,15 @@ unsafe fn fetch(
     let rep = e.ep;
     run(wk, |w, side| {
         if size == AtomicSize::B64 {
-            let hdr = wk.begin(side, &cop, 0)?;
             // SAFETY: the API's contract: the 8 bytes at `result` (checked not null above)
             // stay writable, and untouched by the application, until completion.
             let res = unsafe { Buf::contig(result.cast(), 8) };
-            let out = w
-                .atomic_fetch_nb(
-                    rep,
-                    op,
-                    size,
-                    value,
-                    compare,
-                    res,
-                    remote_addr,
-                    &k.rk,
-                    cop.callback(hdr),
-                )
-                .map(Outcome::of);
-            return wk.conclude(w, side, &cop, hdr, out, RecvOut::None);
+            // A fetch that completes in the call (the usual case over shared memory) takes
+            // no request header ([`Wk::start`]).
+            return wk.start(w, side, &cop, 0, RecvOut::None, |w, cb| {
+                w.atomic_fetch_nb(rep, op, size, value, compare, res, remote_addr, &k.rk, cb)
+                    .map(Outcome::of)
+            });
         }
         // 32 bits: stage the result in the request header and copy it to the caller's 4
         // bytes on completion (which a completion queue would not do).
@@ -795,11 +786,12 @@ pub unsafe extern "C" fn ucp_atomic_op_nbx(
             let rep = e.ep;
             cop.no_cq()?;
             return run(wk, |w, side| {
-                let hdr = wk.begin(side, &cop, 0)?;
-                let out = w
-                    .atomic_post(rep, op, size, x, remote_addr, &k.rk)
-                    .map(|()| Outcome::Done(Status::Ok, RecvInfo::default()));
-                wk.conclude(w, side, &cop, hdr, out, RecvOut::None)
+                // A post completes in the call: no request header unless the caller asked
+                // for a request ([`Wk::start`]).
+                wk.start(w, side, &cop, 0, RecvOut::None, |w, _| {
+                    w.atomic_post(rep, op, size, x, remote_addr, &k.rk)
+                        .map(|()| Outcome::Done(Status::Ok, RecvInfo::default()))
+                })
             })?;
         }
         let (v, cmp) = if op == AtomicOp::Cswap {

@@ -57,15 +57,17 @@ fn read_tsc() -> u64 {
     }
 }
 
-/// Measures the TSC against the monotonic clock over about 20 ms.
+/// Measures the TSC against the monotonic clock over about 20 ms. It sleeps rather than
+/// spins meanwhile: a few microseconds of wakeup delay are noise at that span, and the
+/// process neither burns the CPU nor runs a number of instructions that depends on how
+/// fast it runs (under callgrind, that made every count of a program that starts here
+/// vary by a hundred instructions per iteration).
 #[cfg(target_arch = "x86_64")]
 fn measure_tsc_hz() -> Option<f64> {
     let span = std::time::Duration::from_millis(20);
     let t0 = std::time::Instant::now();
     let c0 = read_tsc();
-    while t0.elapsed() < span {
-        std::hint::spin_loop();
-    }
+    std::thread::sleep(span);
     let c1 = read_tsc();
     let secs = t0.elapsed().as_secs_f64();
     let hz = c1.wrapping_sub(c0) as f64 / secs;
