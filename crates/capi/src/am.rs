@@ -282,25 +282,9 @@ unsafe fn send_plain_go<const NO_IMM: bool>(
         #[inline(always)]
         |w, side| match w.am_send_nb(rep, id, hdr, buf, AmSendFlags::default(), None) {
             Ok(None) if !NO_IMM => std::ptr::null_mut(),
-            out => send_settle(wk, w, side, param, out),
+            out => core::settle_plain_send(wk, w, side, param, out, "ucp_am_send_nbx"),
         },
     )
-}
-
-/// A plain send that did not complete in the call, failed, or asked for its request
-/// (`NO_IMM_CMPL`): what the general path returns for it.
-#[inline(never)]
-fn send_settle(
-    wk: &Wk,
-    w: &mut ucp::Worker,
-    side: &mut core::Side,
-    param: *const ucp_request_param_t,
-    out: Result<Option<ucp::Request>>,
-) -> ucs_status_ptr_t {
-    // SAFETY: the caller's parameter struct, read by `plain_buf` already.
-    let r = unsafe { Op::nbx(param, CbKind::SendNbx) }
-        .and_then(|op| wk.settle(w, side, &op, 0, out.map(Outcome::of), RecvOut::None));
-    guard::to_ptr("ucp_am_send_nbx", r)
 }
 
 #[no_mangle]

@@ -1003,6 +1003,24 @@ unsafe fn plain_elem(param: *const ucp_request_param_t, allowed: u32) -> Option<
 pub(crate) const SEND_HINTS: u32 =
     UCP_OP_ATTR_FLAG_NO_IMM_CMPL | UCP_OP_ATTR_FLAG_FAST_CMPL | UCP_OP_ATTR_FLAG_MULTI_SEND;
 
+/// A plain send (tag or active message) that did not complete in the call, failed, or
+/// asked for its request (`NO_IMM_CMPL`): its request, made as the general path makes it,
+/// or its error as a status pointer (reported under `name`).
+#[inline(never)]
+pub(crate) fn settle_plain_send(
+    wk: &Wk,
+    w: &mut Worker,
+    side: &mut Side,
+    param: *const ucp_request_param_t,
+    out: Result<Option<Request>>,
+    name: &'static str,
+) -> ucs_status_ptr_t {
+    // SAFETY: the caller's parameter struct, read by `plain_buf` already.
+    let r = unsafe { Op::nbx(param, CbKind::SendNbx) }
+        .and_then(|op| wk.settle(w, side, &op, 0, out.map(Outcome::of), RecvOut::None));
+    guard::to_ptr(name, r)
+}
+
 /// `ucp_dt_make_contig(1)`, the default datatype.
 pub(crate) const DT_BYTES: u64 = 1 << UCP_DATATYPE_SHIFT;
 

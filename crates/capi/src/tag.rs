@@ -196,7 +196,7 @@ unsafe fn send_nbx_general(
 /// The hot path of `ucp_tag_send_nbx`: plain parameters ([`core::plain_buf`]), a live
 /// endpoint, a worker without a lock. The send starts with no request; most complete in
 /// the call and return NULL, as UCX's do (no callback). One that does not reads the rest
-/// of its parameters and gets its request in [`send_settle`]. `None` (nothing started):
+/// of its parameters and gets its request in [`core::settle_plain_send`]. `None` (nothing started):
 /// the general path applies, and reports whatever made this one decline.
 ///
 /// # Safety
@@ -242,25 +242,9 @@ unsafe fn send_plain_go<const NO_IMM: bool>(
         #[inline(always)]
         |w, side| match w.tag_send_nb(rep, buf, tag, false, None) {
             Ok(None) if !NO_IMM => std::ptr::null_mut(),
-            out => send_settle(wk, w, side, param, out),
+            out => core::settle_plain_send(wk, w, side, param, out, "ucp_tag_send_nbx"),
         },
     )
-}
-
-/// A plain send that did not complete in the call (or failed): its request, made as the
-/// general path makes it, or its error as a status pointer.
-#[inline(never)]
-fn send_settle(
-    wk: &Wk,
-    w: &mut ucp::Worker,
-    side: &mut core::Side,
-    param: *const ucp_request_param_t,
-    out: Result<Option<ucp::Request>>,
-) -> ucs_status_ptr_t {
-    // SAFETY: the caller's parameter struct, read by `plain_buf` already.
-    let r = unsafe { Op::nbx(param, CbKind::SendNbx) }
-        .and_then(|op| wk.settle(w, side, &op, 0, out.map(Outcome::of), RecvOut::None));
-    guard::to_ptr("ucp_tag_send_nbx", r)
 }
 
 #[no_mangle]
