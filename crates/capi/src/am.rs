@@ -32,8 +32,9 @@ use ucp::{AmAction, AmData, AmMsg};
 use ucs::{Result, Status};
 
 /// The Rust handler behind every C handler: it copies an eager message (data, then
-/// header) into a spare buffer and lets the protocol layer drop it; a rendezvous message is kept
-/// there under its descriptor. The C handler runs from the dispatch, after progress.
+/// header) into a spare buffer and lets the protocol layer drop it; a rendezvous message
+/// is kept there under its descriptor. The C handler runs from the dispatch, after
+/// progress.
 fn rust_handler(q: QueuePtr) -> AmHandler {
     Box::new(move |m: &AmMsg<'_>| {
         // The data first: a handler that keeps it leaves the buffer cut to the data, in
