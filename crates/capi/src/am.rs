@@ -21,11 +21,12 @@
 use crate::core::{
     self, ep_get, AmEvent, AmHandlerC, CbKind, EpH, Event, Op, Outcome, QueuePtr, RecvOut, Wk,
 };
-use crate::dispatch::{run, run_plain};
+use crate::dispatch::run;
 use crate::dt::{self, Dir};
 use crate::ffi::*;
 use crate::guard;
 use crate::handle::Handle;
+use crate::plain_send;
 use std::ffi::{c_uint, c_void};
 use ucp::am::{AmHandler, AmSendFlags};
 use ucp::{AmAction, AmData, AmMsg};
@@ -224,10 +225,8 @@ unsafe fn send_nbx_general(
     unsafe { send(ep, id, header, header_length, buffer, count, flags, op) }
 }
 
-/// The hot path of `ucp_am_send_nbx`, as `ucp_tag_send_nbx`'s (docs/c-abi.md, "The plain
-/// hot path"): plain parameters (no send flags among them), a valid id and header, a live
-/// endpoint, a worker without a lock. `None` (nothing started): the general path applies
-/// and reports whatever made this one decline.
+/// The hot path of `ucp_am_send_nbx` ([`plain_send::send`]): no send flags, a valid id
+/// and header.
 ///
 /// # Safety
 /// As `ucp_am_send_nbx`'s.
@@ -241,8 +240,6 @@ unsafe fn send_plain(
     count: usize,
     param: *const ucp_request_param_t,
 ) -> Option<ucs_status_ptr_t> {
-    // SAFETY: forwarded contract.
-    let buf = unsafe { core::plain_buf(param, buffer, count, core::SEND_HINTS)? };
     let id = u16::try_from(id).ok()?;
     let hdr: &[u8] = if header_length == 0 {
         &[]
@@ -253,39 +250,18 @@ unsafe fn send_plain(
         // what it keeps).
         unsafe { std::slice::from_raw_parts(header.cast(), header_length) }
     };
-    // SAFETY: `plain_buf` read the mask of this readable struct.
-    if unsafe { (*param).op_attr_mask } & UCP_OP_ATTR_FLAG_NO_IMM_CMPL != 0 {
-        // SAFETY: forwarded contract.
-        unsafe { send_plain_go::<true>(ep, id, hdr, buf, param) }
-    } else {
-        // SAFETY: forwarded contract.
-        unsafe { send_plain_go::<false>(ep, id, hdr, buf, param) }
+    // SAFETY: forwarded contract.
+    unsafe {
+        plain_send::send(
+            ep,
+            buffer,
+            count,
+            param,
+            "ucp_am_send_nbx",
+            #[inline(always)]
+            move |w, rep, buf| w.am_send_nb(rep, id, hdr, buf, AmSendFlags::default(), None),
+        )
     }
-}
-
-/// [`send_plain`] once the buffer is known (`NO_IMM` as for the tag send's).
-///
-/// # Safety
-/// As `ucp_am_send_nbx`'s.
-#[inline(always)]
-unsafe fn send_plain_go<const NO_IMM: bool>(
-    ep: *mut Handle<EpH>,
-    id: u16,
-    hdr: &[u8],
-    buf: ucp::Buf,
-    param: *const ucp_request_param_t,
-) -> Option<ucs_status_ptr_t> {
-    // SAFETY: the caller's endpoint handle.
-    let (e, wk) = unsafe { ep_get(ep).ok()? };
-    let rep = e.ep;
-    run_plain(
-        wk,
-        #[inline(always)]
-        |w, side| match w.am_send_nb(rep, id, hdr, buf, AmSendFlags::default(), None) {
-            Ok(None) if !NO_IMM => std::ptr::null_mut(),
-            out => core::settle_plain_send(wk, w, side, param, out, "ucp_am_send_nbx"),
-        },
-    )
 }
 
 #[no_mangle]

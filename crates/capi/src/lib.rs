@@ -33,6 +33,7 @@ mod text;
 mod core;
 // The event dispatch: C callbacks of requests and C handlers of events.
 mod dispatch;
+mod plain_send;
 mod posted;
 
 // One module per API family, each with its exported functions.

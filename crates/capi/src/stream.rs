@@ -6,6 +6,7 @@ use crate::dt::{self, Dir};
 use crate::ffi::*;
 use crate::guard;
 use crate::handle::Handle;
+use crate::plain_send;
 use std::ffi::{c_uint, c_void};
 use ucp::stream::StreamRecv;
 use ucp::RecvInfo;
@@ -55,10 +56,40 @@ pub unsafe extern "C" fn ucp_stream_send_nbx(
 ) -> ucs_status_ptr_t {
     guard::status_ptr("ucp_stream_send_nbx", || {
         // SAFETY: forwarded contract.
-        let op = unsafe { Op::nbx(param, CbKind::SendNbx)? };
+        let plain = unsafe {
+            plain_send::send(
+                ep,
+                buffer,
+                count,
+                param,
+                "ucp_stream_send_nbx",
+                #[inline(always)]
+                |w, rep, buf| w.stream_send_nb(rep, buf, None),
+            )
+        };
+        if let Some(p) = plain {
+            return Ok(p);
+        }
         // SAFETY: forwarded contract.
-        unsafe { send(ep, buffer, count, op) }
+        unsafe { send_nbx_general(ep, buffer, count, param) }
     })
+}
+
+/// `ucp_stream_send_nbx` when the plain hot path ([`plain_send::send`]) does not apply.
+///
+/// # Safety
+/// As `ucp_stream_send_nbx`'s.
+#[inline(never)]
+unsafe fn send_nbx_general(
+    ep: *mut Handle<EpH>,
+    buffer: *const c_void,
+    count: usize,
+    param: *const ucp_request_param_t,
+) -> Result<ucs_status_ptr_t> {
+    // SAFETY: forwarded contract.
+    let op = unsafe { Op::nbx(param, CbKind::SendNbx)? };
+    // SAFETY: forwarded contract.
+    unsafe { send(ep, buffer, count, op) }
 }
 
 unsafe fn recv(

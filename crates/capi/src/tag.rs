@@ -13,6 +13,7 @@ use crate::dt::{self, Dir};
 use crate::ffi::*;
 use crate::guard;
 use crate::handle::Handle;
+use crate::plain_send;
 use crate::posted::{self, PostedOp};
 use std::ffi::{c_int, c_void};
 use ucp::RecvPosted;
@@ -193,11 +194,7 @@ unsafe fn send_nbx_general(
     unsafe { send(ep, buffer, count, tag, false, op) }
 }
 
-/// The hot path of `ucp_tag_send_nbx`: plain parameters ([`core::plain_buf`]), a live
-/// endpoint, a worker without a lock. The send starts with no request; most complete in
-/// the call and return NULL, as UCX's do (no callback). One that does not reads the rest
-/// of its parameters and gets its request in [`core::settle_plain_send`]. `None` (nothing started):
-/// the general path applies, and reports whatever made this one decline.
+/// The hot path of `ucp_tag_send_nbx` ([`plain_send::send`]).
 ///
 /// # Safety
 /// As `ucp_tag_send_nbx`'s.
@@ -210,41 +207,17 @@ unsafe fn send_plain(
     param: *const ucp_request_param_t,
 ) -> Option<ucs_status_ptr_t> {
     // SAFETY: forwarded contract.
-    let buf = unsafe { core::plain_buf(param, buffer, count, core::SEND_HINTS)? };
-    // SAFETY: `plain_buf` read the mask of this readable struct.
-    if unsafe { (*param).op_attr_mask } & UCP_OP_ATTR_FLAG_NO_IMM_CMPL != 0 {
-        // SAFETY: forwarded contract.
-        unsafe { send_plain_go::<true>(ep, buf, tag, param) }
-    } else {
-        // SAFETY: forwarded contract.
-        unsafe { send_plain_go::<false>(ep, buf, tag, param) }
+    unsafe {
+        plain_send::send(
+            ep,
+            buffer,
+            count,
+            param,
+            "ucp_tag_send_nbx",
+            #[inline(always)]
+            move |w, rep, buf| w.tag_send_nb(rep, buf, tag, false, None),
+        )
     }
-}
-
-/// [`send_plain`] once the buffer is known; `NO_IMM` tells whether a send that completes
-/// in the call still returns its request (a constant, so that the common case tests
-/// nothing after the send).
-///
-/// # Safety
-/// As `ucp_tag_send_nbx`'s.
-#[inline(always)]
-unsafe fn send_plain_go<const NO_IMM: bool>(
-    ep: *mut Handle<EpH>,
-    buf: ucp::Buf,
-    tag: ucp_tag_t,
-    param: *const ucp_request_param_t,
-) -> Option<ucs_status_ptr_t> {
-    // SAFETY: the caller's endpoint handle.
-    let (e, wk) = unsafe { ep_get(ep).ok()? };
-    let rep = e.ep;
-    run_plain(
-        wk,
-        #[inline(always)]
-        |w, side| match w.tag_send_nb(rep, buf, tag, false, None) {
-            Ok(None) if !NO_IMM => std::ptr::null_mut(),
-            out => core::settle_plain_send(wk, w, side, param, out, "ucp_tag_send_nbx"),
-        },
-    )
 }
 
 #[no_mangle]
