@@ -17,8 +17,10 @@
 //! `t - head < fifo_size`; the slot and its bcopy buffer are then its own. It writes the
 //! payload and the element fields and publishes by storing `seq = t`. The consumer owns
 //! `head`: it waits for `seq == head` in the element at `head`, hands the data to the
-//! handler, and advances `head`, which frees the slot for claim number `head + fifo_size`.
-//! Counters are 64-bit and never wrap in practice.
+//! handler, and advances `head`. Producers see the head the consumer last stored in
+//! `Ctl.head`, which it does once it is a quarter of the FIFO ahead and before it sleeps;
+//! that frees the slots up to it for claims up to `head + fifo_size`. Counters are 64-bit
+//! and never wrap in practice.
 //!
 //! Sleeping. The top bit of `tail` says "the consumer sleeps". The consumer sets it with an
 //! atomic or and looks at the value it replaced: if some slot was claimed since its head
