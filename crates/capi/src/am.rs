@@ -40,7 +40,11 @@ fn rust_handler(q: QueuePtr) -> AmHandler {
     Box::new(move |m: &AmMsg<'_>| {
         // The data first: a handler that keeps it leaves the buffer cut to the data, in
         // place (the pointer it was given stays valid).
-        let mut bytes = q.buffer();
+        let data_len = match m.data {
+            AmData::Eager(d) => d.len(),
+            AmData::Rndv { .. } => 0,
+        };
+        let mut bytes = q.buffer(data_len + m.header.len());
         let (rndv, action) = match m.data {
             AmData::Rndv { length } => (Some((m.desc, length)), AmAction::Keep),
             AmData::Eager(d) => {

@@ -73,7 +73,7 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use ucp::matcher::KeyHash;
 use ucp::{Callback, Completed, ConnReqId, ListenerId, RecvInfo, Request, Worker};
-use ucs::{Result, Status};
+use ucs::{BufPool, Result, Status};
 
 // ----- request headers -----------------------------------------------------------------
 
@@ -501,35 +501,28 @@ pub(crate) enum Event {
 pub(crate) struct EvQueue {
     /// Touched only with the worker held (from inside its progress, or by dispatch).
     events: UnsafeCell<VecDeque<Event>>,
-    /// Buffers of delivered active messages, for the next ones, and their capacity in
-    /// all; the same rule.
-    spare: UnsafeCell<(Vec<Vec<u8>>, usize)>,
+    /// Buffers of delivered active messages, for the next ones; the same rule.
+    bufs: UnsafeCell<BufPool>,
     /// Set when `events` may be non-empty.
     pub hint: AtomicBool,
 }
 
-/// Spare message buffers kept at most, the largest capacity kept, and the most bytes of
-/// capacity kept in all: a burst of small messages queued before their handlers run
-/// (`ucx_perftest -t ucp_am_bw` queues its whole window of a thousand or more: the
-/// handlers run one per progress call) comes back whole, in at most 256 KiB per worker.
-const SPARE_BUFS: usize = 4096;
-const SPARE_CAP: usize = 8 << 10;
-const SPARE_BYTES: usize = 256 << 10;
+/// The message buffers' pool: a burst of small messages queued before their handlers run
+/// (`ucx_perftest -t ucp_am_bw` queues its whole window of a thousand or more, and the
+/// handlers run one per progress call) comes back whole: classes up to 8 KiB, 4096
+/// buffers a class, at most 256 KiB per worker.
+fn am_bufs() -> BufPool {
+    BufPool::new(8 << 10, 4096, 256 << 10)
+}
 
 impl EvQueue {
     /// Gives a delivered message's buffer back for the next message.
     ///
     /// # Safety
     /// The worker that owns the queue must be held.
-    pub(crate) unsafe fn recycle(&self, mut v: Vec<u8>) {
-        // SAFETY: by the contract, nobody else touches the list now.
-        let (spare, bytes) = unsafe { &mut *self.spare.get() };
-        let cap = v.capacity();
-        if spare.len() < SPARE_BUFS && cap > 0 && cap <= SPARE_CAP && *bytes + cap <= SPARE_BYTES {
-            v.clear();
-            *bytes += cap;
-            spare.push(v);
-        }
+    pub(crate) unsafe fn recycle(&self, v: Vec<u8>) {
+        // SAFETY: by the contract, nobody else touches the pool now.
+        unsafe { &mut *self.bufs.get() }.give(v);
     }
 
     /// Takes the next event.
@@ -555,17 +548,11 @@ pub(crate) struct QueuePtr(*const EvQueue);
 unsafe impl Send for QueuePtr {}
 
 impl QueuePtr {
-    /// An empty buffer for a message (from a Rust handler, i.e. with the worker held).
-    pub(crate) fn buffer(&self) -> Vec<u8> {
-        // SAFETY: see the type; nobody else touches the list now.
-        let (spare, bytes) = unsafe { &mut *(*self.0).spare.get() };
-        match spare.pop() {
-            Some(v) => {
-                *bytes -= v.capacity();
-                v
-            }
-            None => Vec::new(),
-        }
+    /// An empty buffer with room for `len` bytes of a message (from a Rust handler, i.e.
+    /// with the worker held).
+    pub(crate) fn buffer(&self, len: usize) -> Vec<u8> {
+        // SAFETY: see the type; nobody else touches the pool now.
+        unsafe { &mut *(*self.0).bufs.get() }.take(len)
     }
 
     /// Queues an event (from a Rust handler, i.e. with the worker held).
@@ -1194,7 +1181,7 @@ impl Wk {
             has_ready: AtomicBool::new(false),
             evq: EvQueue {
                 events: UnsafeCell::new(VecDeque::new()),
-                spare: UnsafeCell::new((Vec::new(), 0)),
+                bufs: UnsafeCell::new(am_bufs()),
                 hint: AtomicBool::new(false),
             },
             waker: p.waker,

@@ -1,11 +1,13 @@
-//! ucs — the service layer of rucx: status codes, configuration, logging, memory pools,
-//! timers, event sets, and (in [`sys`]) the operating-system calls behind safe wrappers.
+//! ucs — the service layer of rucx: status codes, configuration, logging, object and
+//! buffer pools, timers, event sets, and (in [`sys`]) the operating-system calls behind
+//! safe wrappers.
 //!
 //! Nothing here knows about transports or protocols; every other crate builds on it.
 //! `unsafe` lives in [`sys`] only.
 
 #![deny(unsafe_code)]
 
+pub mod bufpool;
 pub mod config;
 pub mod event;
 pub mod log;
@@ -17,6 +19,7 @@ pub mod status;
 pub mod sys;
 pub mod timer;
 
+pub use bufpool::BufPool;
 pub use event::{EventSet, Events};
 pub use pool::{Pool, PoolIdx};
 pub use stats::{Counter, CounterSet};

@@ -39,7 +39,8 @@ const AM_ACK: u16 = 3;
 
 /// What a handler saw. Handlers run inside progress on the thread that reads these, so
 /// relaxed atomics suffice; they are atomics (and the queue a mutex) because a handler
-/// must be `Send`.
+/// must be `Send`. Counters on the message path go up by a load and a store
+/// ([`bump`]), not a locked read-modify-write: one thread writes them.
 #[derive(Default)]
 pub(super) struct AmRx {
     /// Messages that arrived (the handler ran).
@@ -52,6 +53,12 @@ pub(super) struct AmRx {
     value: AtomicU64,
     /// Rendezvous messages kept for the main loop: descriptor and arrival number.
     rndv: Mutex<VecDeque<(AmDesc, u64)>>,
+}
+
+/// Adds one to a counter that only the calling thread writes (see [`AmRx`]).
+#[inline]
+fn bump(c: &AtomicU64) {
+    c.store(c.load(Relaxed) + 1, Relaxed);
 }
 
 impl AmRx {
@@ -96,7 +103,7 @@ impl AmRx {
             if info.length != rb.len || (n == check_at && rb.mismatch().is_some()) {
                 self.bad.fetch_add(1, Relaxed);
             }
-            self.complete.fetch_add(1, Relaxed);
+            bump(&self.complete);
         }
     }
 
@@ -154,7 +161,7 @@ pub(super) fn install(w: &mut Worker, id: u16, len: Option<usize>, check_at: u64
                         b.copy_from_slice(v);
                         seen.value.store(u64::from_le_bytes(b), Relaxed);
                     }
-                    seen.complete.fetch_add(1, Relaxed);
+                    bump(&seen.complete);
                     AmAction::Done
                 }
                 AmData::Rndv { length } => {

@@ -109,7 +109,13 @@ impl<C: Channel> UctPeer<C> {
                 if let Some(v) = data.get(..8) {
                     let mut b = [0u8; 8];
                     b.copy_from_slice(v);
-                    seen.max_value.fetch_max(u64::from_ne_bytes(b), Relaxed);
+                    // The handler is the only writer (it runs inside the interface's
+                    // progress, on one thread), so a plain load and store keep the
+                    // maximum; a locked read-modify-write would sit on the latency path.
+                    let v = u64::from_ne_bytes(b);
+                    if v > seen.max_value.load(Relaxed) {
+                        seen.max_value.store(v, Relaxed);
+                    }
                 }
                 seen.count.store(n, Relaxed);
             }),

@@ -12,7 +12,7 @@ use crate::core::{route, Core, Post, Route, Tl};
 use crate::proto::header::STREAM_HDR;
 use crate::proto::AmId;
 use std::collections::VecDeque;
-use ucs::{Result, Status};
+use ucs::{BufPool, Result, Status};
 
 /// Outcome of a stream receive.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -35,35 +35,25 @@ pub(crate) struct StreamEp {
 }
 
 /// The stream protocol's state in a worker: one stream per endpoint index.
-#[derive(Default)]
 pub(crate) struct StreamState {
     eps: Vec<StreamEp>,
-    /// Spare chunk buffers of `CHUNK` bytes, so that bytes waiting for a receive do not
-    /// allocate in steady traffic.
-    spare: Vec<Vec<u8>>,
+    /// Buffers for received bytes waiting for a receive, so that steady traffic
+    /// neither allocates nor frees.
+    bufs: BufPool,
 }
 
-/// Capacity of pooled chunk buffers; larger pieces are allocated.
-const CHUNK: usize = 4096;
-/// Spare chunk buffers kept.
-const SPARE_MAX: usize = 32;
+impl Default for StreamState {
+    fn default() -> StreamState {
+        // Pieces up to 4 KiB pooled, 32 buffers a class, at most 128 KiB kept; a larger
+        // piece is allocated (its copy costs more than the allocation).
+        StreamState {
+            eps: Vec::new(),
+            bufs: BufPool::new(4096, 32, 128 << 10),
+        }
+    }
+}
 
 impl StreamState {
-    fn keep(&mut self, data: &[u8]) -> Vec<u8> {
-        if data.len() > CHUNK {
-            let mut v = Vec::with_capacity(data.len());
-            ucs::sys::copy::extend(&mut v, data);
-            return v;
-        }
-        let mut v = self
-            .spare
-            .pop()
-            .unwrap_or_else(|| Vec::with_capacity(CHUNK));
-        v.clear();
-        ucs::sys::copy::extend(&mut v, data);
-        v
-    }
-
     fn at(&mut self, ep: u32) -> &mut StreamEp {
         let i = ep as usize;
         if self.eps.len() <= i {
@@ -234,7 +224,7 @@ pub(crate) fn recv_nb(
 /// when it has to wait (or span pieces).
 #[inline]
 fn take_now(st: &mut StreamState, ep: u32, buf: &Buf, waitall: bool) -> Option<usize> {
-    let StreamState { eps, spare } = st;
+    let StreamState { eps, bufs } = st;
     let e = eps.get_mut(ep as usize)?;
     if !e.reqs.is_empty() {
         return None;
@@ -247,19 +237,16 @@ fn take_now(st: &mut StreamState, ep: u32, buf: &Buf, waitall: bool) -> Option<u
     let n = buf.write_at(0, &front[e.off..]);
     e.off += n;
     if e.off == front.len() {
-        consumed_front(e, spare);
+        consumed_front(e, bufs);
     }
     Some(n)
 }
 
-/// The front piece of `e`'s received bytes is used up: it goes (its buffer back to the
-/// spares when it is one of them).
+/// The front piece of `e`'s received bytes is used up: its buffer goes back to the pool.
 #[inline]
-fn consumed_front(e: &mut StreamEp, spare: &mut Vec<Vec<u8>>) {
+fn consumed_front(e: &mut StreamEp, bufs: &mut BufPool) {
     if let Some(v) = e.rx.pop_front() {
-        if v.capacity() == CHUNK && spare.len() < SPARE_MAX {
-            spare.push(v);
-        }
+        bufs.give(v);
     }
     e.off = 0;
 }
@@ -359,7 +346,7 @@ fn append(core: &mut Core, st: &mut StreamState, ep: u32, mut data: &[u8]) -> Re
         core.complete(r, Status::Ok);
     }
     if !data.is_empty() {
-        let v = st.keep(data);
+        let v = st.bufs.keep(data);
         st.at(ep).rx.push_back(v);
         satisfy(core, st, ep);
     }
@@ -369,7 +356,7 @@ fn append(core: &mut Core, st: &mut StreamState, ep: u32, mut data: &[u8]) -> Re
 /// Moves received stream bytes into waiting receives, in order.
 pub(crate) fn satisfy(core: &mut Core, st: &mut StreamState, ep: u32) {
     st.at(ep);
-    let StreamState { eps, spare } = st;
+    let StreamState { eps, bufs } = st;
     let e = &mut eps[ep as usize];
     loop {
         let Some(&r) = e.reqs.front() else {
@@ -398,7 +385,7 @@ pub(crate) fn satisfy(core: &mut Core, st: &mut StreamState, ep: u32) {
             rs.received += n;
             e.off += n;
             if e.off == front.len() {
-                consumed_front(e, spare);
+                consumed_front(e, bufs);
             }
         }
         let done = rs.received == want || (!rs.waitall && rs.received > 0);

@@ -17,7 +17,7 @@ use crate::core::Core;
 use crate::matcher::{Matcher, MsgId, RecvId};
 use crate::rndv::RndvState;
 use std::collections::{HashMap, VecDeque};
-use ucs::{Result, Status};
+use ucs::{BufPool, Result, Status};
 
 /// A message taken out of the matcher by a probe with remove, waiting for
 /// [`crate::Worker::tag_msg_recv_nb`].
@@ -89,7 +89,7 @@ impl Unexp {
             };
         }
         Unexp::Eager {
-            data: st.keep(p),
+            data: st.bufs.keep(p),
             sync,
         }
     }
@@ -136,46 +136,16 @@ pub(crate) struct TagState {
     pub next_probed: u64,
     /// Synchronous sends matched here, to acknowledge: (sender, its request).
     pub acks: VecDeque<(u64, u64)>,
-    /// Spare buffers for unexpected payloads, by size class (`CLASSES`), so that a
-    /// steady stream of unexpected messages does not allocate.
-    spare: [Vec<Vec<u8>>; CLASSES.len()],
+    /// Buffers for unexpected payloads too long to be inline, so that a steady stream of
+    /// unexpected messages neither allocates nor frees.
+    pub bufs: BufPool,
 }
 
-/// Capacities of the pooled buffers of unexpected payloads; larger ones are allocated.
-const CLASSES: [usize; 3] = [256, 4096, 16384];
-/// Spare buffers kept per class.
-const SPARE_MAX: usize = 32;
-
-impl TagState {
-    /// A buffer holding `data`, from the pool when a class fits it.
-    #[inline]
-    pub(crate) fn keep(&mut self, data: &[u8]) -> Vec<u8> {
-        match CLASSES.iter().position(|&c| data.len() <= c) {
-            Some(k) => {
-                let mut v = self.spare[k]
-                    .pop()
-                    .unwrap_or_else(|| Vec::with_capacity(CLASSES[k]));
-                v.clear();
-                ucs::sys::copy::extend(&mut v, data);
-                v
-            }
-            None => {
-                let mut v = Vec::with_capacity(data.len());
-                ucs::sys::copy::extend(&mut v, data);
-                v
-            }
-        }
-    }
-
-    /// Gives a buffer made by `keep` back to the pool.
-    #[inline]
-    pub(crate) fn recycle(&mut self, v: Vec<u8>) {
-        if let Some(k) = CLASSES.iter().position(|&c| c == v.capacity()) {
-            if self.spare[k].len() < SPARE_MAX {
-                self.spare[k].push(v);
-            }
-        }
-    }
+/// The unexpected payloads' pool: classes up to 16 KiB (beyond that a message is rare
+/// and large enough that its allocation is not what it costs), 32 buffers a class, at
+/// most 1 MiB kept.
+fn tag_bufs() -> BufPool {
+    BufPool::new(16 << 10, 32, 1 << 20)
 }
 
 impl Default for TagState {
@@ -186,7 +156,7 @@ impl Default for TagState {
             probed: HashMap::new(),
             next_probed: 1,
             acks: VecDeque::new(),
-            spare: Default::default(),
+            bufs: tag_bufs(),
         }
     }
 }
@@ -404,7 +374,7 @@ fn take_eager(
         sender_tag: mtag,
         length: data.len(),
     };
-    st.recycle(data);
+    st.bufs.give(data);
     if let Some(ack) = sync {
         st.acks.push_back(ack);
     }

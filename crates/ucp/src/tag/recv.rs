@@ -187,7 +187,7 @@ pub(crate) fn consume_unexp(
         Unexp::Small { len, bytes } => core.recv_whole(r, tag, &bytes.0[..usize::from(len)]),
         Unexp::Eager { data, sync } => {
             core.recv_whole(r, tag, &data);
-            st.recycle(data);
+            st.bufs.give(data);
             if let Some(ack) = sync {
                 st.acks.push_back(ack);
             }

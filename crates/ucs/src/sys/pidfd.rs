@@ -22,9 +22,21 @@ pub fn open(pid: u32) -> Result<OwnedFd> {
 }
 
 /// Duplicates descriptor `fd` of process `pid` into this process.
+/// For this process itself it is a plain `dup`: the same result without a process
+/// descriptor (which tools such as valgrind 3.19 do not support).
 pub fn fd_of_process(pid: u32, fd: i32) -> Result<OwnedFd> {
     if fd < 0 {
         return Err(Status::InvalidAddr);
+    }
+    if pid == current_pid() {
+        // SAFETY: the descriptor is only borrowed for the `dup` call, which the kernel
+        // checks: a number that is not open fails with EBADF. This is what
+        // `pidfd_getfd` on our own process would do with it.
+        let own = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd as RawFd) };
+        return rustix::io::fcntl_dupfd_cloexec(own, 0).map_err(|e| {
+            tracing::debug!("dup of own descriptor {fd} failed: {e}");
+            Status::Unreachable
+        });
     }
     let pidfd = open(pid)?;
     pidfd_getfd(&pidfd, fd as RawFd, PidfdGetfdFlags::empty()).map_err(|e| {

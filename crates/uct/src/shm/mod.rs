@@ -23,11 +23,12 @@ use ucs::{Result, Status};
 const SHORT_HDR: usize = 8;
 
 /// An endpoint: a mapping of the peer's FIFO, its wakeup descriptor, and a process
-/// descriptor that tells when the peer died.
+/// descriptor that tells when the peer died (none for an endpoint to this process's own
+/// interface, whose peer cannot die alone).
 pub struct ShmEp {
     tx: FifoTx,
     wake: EventFd,
-    peer: std::os::fd::OwnedFd,
+    peer: Option<std::os::fd::OwnedFd>,
     failed: Option<Status>,
 }
 
@@ -134,23 +135,31 @@ impl ShmIface {
         };
         let tx = FifoTx::attach(seg)?;
         let wake = EventFd::from_owned(pidfd::fd_of_process(a.seg.pid, a.event_fd)?);
-        let peer = pidfd::open(a.seg.pid)?;
+        let peer = if a.seg.pid == pidfd::current_pid() {
+            None
+        } else {
+            Some(pidfd::open(a.seg.pid)?)
+        };
         let ep = self.eps.insert(ShmEp {
             tx,
             wake,
             peer,
             failed: None,
         })?;
-        if let Ok(e) = self.eps.get(ep) {
-            self.peers
-                .add(&e.peer, ucs::Events::READABLE, u64::from(ep.0))?;
+        if let Ok(ShmEp { peer: Some(p), .. }) = self.eps.get(ep) {
+            if let Err(e) = self.peers.add(p, ucs::Events::READABLE, u64::from(ep.0)) {
+                let _ = self.eps.remove(ep);
+                return Err(e);
+            }
         }
         Ok(ep)
     }
 
     pub fn ep_destroy(&mut self, ep: EpId) -> Result<()> {
         let e = self.eps.remove(ep)?;
-        let _ = self.peers.remove(&e.peer);
+        if let Some(p) = &e.peer {
+            let _ = self.peers.remove(p);
+        }
         Ok(())
     }
 
@@ -177,7 +186,9 @@ impl ShmIface {
         let _ = self.peers.wait(0, |tok, _| dead.push(EpId(tok as u32)));
         for ep in dead {
             if let Ok(e) = self.eps.get_mut(ep) {
-                let _ = self.peers.remove(&e.peer);
+                if let Some(p) = &e.peer {
+                    let _ = self.peers.remove(p);
+                }
                 if e.failed.is_none() {
                     e.failed = Some(Status::ConnectionReset);
                     self.out_events.push(crate::tcp::IfaceEvent::EpFailed(
