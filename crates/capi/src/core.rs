@@ -636,8 +636,11 @@ unsafe impl Send for EpH {}
 pub(crate) unsafe fn ep_get<'a>(p: *mut Handle<EpH>) -> Result<(&'a EpH, &'a Wk)> {
     // SAFETY: forwarded contract.
     let e = unsafe { Handle::get(p)? };
-    // SAFETY: handles are never freed; the generation catches a destroyed worker.
-    let wk = unsafe { Handle::get_gen(e.wk, e.wgen)? };
+    // SAFETY: an endpoint handle is live exactly while it is in its worker's endpoint
+    // table (`Side::eps`: inserted when made, removed only where it is destroyed), and
+    // destroying a worker destroys every handle in that table; so the worker of a live
+    // endpoint handle is live, and checking the endpoint's handle checked both.
+    let wk = unsafe { Handle::get_live(e.wk, e.wgen)? };
     Ok((e, wk))
 }
 

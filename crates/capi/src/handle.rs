@@ -120,6 +120,25 @@ impl<T: Kind> Handle<T> {
         }
     }
 
+    /// The value of a handle known to be live by an invariant of its owner rather than
+    /// by checking the caller's pointer (the worker of a live endpoint, [`crate::core::ep_get`]).
+    ///
+    /// # Safety
+    /// `p` must point to a live handle of this kind, of generation `gen` (checked in
+    /// debug builds only), which is not destroyed while the reference is used.
+    #[inline(always)]
+    pub(crate) unsafe fn get_live<'a>(p: *const Handle<T>, gen: u64) -> Result<&'a T> {
+        // SAFETY: by the contract, `p` is a live cell of this kind.
+        let h = unsafe { &*p };
+        debug_assert_eq!(h.gen.load(Ordering::Relaxed), gen, "a stale handle");
+        let _ = gen;
+        // SAFETY: as above; only `destroy` replaces the value, which the contract excludes.
+        match unsafe { &*h.val.get() } {
+            Some(v) => Ok(v),
+            None => Err(Status::InvalidParam),
+        }
+    }
+
     /// Like [`Handle::get`], and also checks the generation.
     ///
     /// # Safety

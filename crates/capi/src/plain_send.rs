@@ -65,7 +65,7 @@ unsafe fn go<const NO_IMM: bool>(
     run_plain(
         wk,
         #[inline(always)]
-        |w, side| match start(w, rep, buf) {
+        move |w, side| match start(w, rep, buf) {
             Ok(None) if !NO_IMM => std::ptr::null_mut(),
             out => core::settle_plain_send(wk, w, side, param, out, name),
         },

@@ -166,7 +166,7 @@ pub unsafe extern "C" fn ucp_tag_send_nbx(
     tag: ucp_tag_t,
     param: *const ucp_request_param_t,
 ) -> ucs_status_ptr_t {
-    guard::status_ptr("ucp_tag_send_nbx", || {
+    guard::status_ptr("ucp_tag_send_nbx", move || {
         // SAFETY: forwarded contract.
         if let Some(p) = unsafe { send_plain(ep, buffer, count, tag, param) } {
             return Ok(p);
@@ -372,7 +372,7 @@ pub unsafe extern "C" fn ucp_tag_recv_nbx(
     tag_mask: ucp_tag_t,
     param: *const ucp_request_param_t,
 ) -> ucs_status_ptr_t {
-    guard::status_ptr("ucp_tag_recv_nbx", || {
+    guard::status_ptr("ucp_tag_recv_nbx", move || {
         // SAFETY: forwarded contract.
         if let Some(p) = unsafe { recv_plain(worker, buffer, count, tag, tag_mask, param) } {
             return Ok(p);
@@ -441,14 +441,14 @@ unsafe fn recv_plain(
         let r = run_plain(
             wk,
             #[inline(always)]
-            |w, side| {
+            move |w, side| {
                 wk.start_word_recv_plain(
                     w,
                     side,
                     cb,
                     user_data,
                     #[inline(always)]
-                    |w, word| w.tag_recv_word(buf, tag, tag_mask, word),
+                    move |w, word| w.tag_recv_word(buf, tag, tag_mask, word),
                 )
             },
         )?;
@@ -457,7 +457,7 @@ unsafe fn recv_plain(
     run_plain(
         wk,
         #[inline(always)]
-        |w, side| match w.tag_recv_nbx(buf, tag, tag_mask, None) {
+        move |w, side| match w.tag_recv_nbx(buf, tag, tag_mask, None) {
             Ok(RecvPosted::Done(Status::Ok, _)) => std::ptr::null_mut(),
             out => recv_settle(wk, w, side, param, out),
         },
