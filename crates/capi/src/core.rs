@@ -509,8 +509,8 @@ pub(crate) struct EvQueue {
 
 /// The message buffers' pool: a burst of small messages queued before their handlers run
 /// (`ucx_perftest -t ucp_am_bw` queues its whole window of a thousand or more, and the
-/// handlers run one per progress call) comes back whole: classes up to 8 KiB, 4096
-/// buffers a class, at most 256 KiB per worker.
+/// handlers run one per progress call) comes back whole: buffers up to 8 KiB, at most
+/// 4096 of them and 256 KiB per worker in all.
 fn am_bufs() -> BufPool {
     BufPool::new(8 << 10, 4096, 256 << 10)
 }
@@ -859,6 +859,35 @@ struct Posted {
     op: PostedOp,
 }
 
+/// The worker inside a hot call ([`Wk::plain_entry`]). Dropping it clears the busy flag
+/// (also when a panic unwinds through the call); [`PlainEntry::leave`] first collects the
+/// completions, as [`Wk::with`] does after its closure.
+pub(crate) struct PlainEntry<'a> {
+    wk: &'a Wk,
+    inner: &'a mut Inner,
+}
+
+impl PlainEntry<'_> {
+    /// The Rust worker and the C side's state, for the call.
+    #[inline(always)]
+    pub(crate) fn parts(&mut self) -> (&mut Worker, &mut Side) {
+        (&mut self.inner.w, &mut self.inner.side)
+    }
+
+    /// Ends the call: completions move to the ready list, and the worker is free again.
+    #[inline(always)]
+    pub(crate) fn leave(self) {
+        self.wk.collect(&mut self.inner.w, &mut self.inner.side);
+    }
+}
+
+impl Drop for PlainEntry<'_> {
+    #[inline(always)]
+    fn drop(&mut self) {
+        self.wk.busy.set(false);
+    }
+}
+
 struct Unbusy<'a>(&'a Cell<bool>);
 
 impl Drop for Unbusy<'_> {
@@ -953,7 +982,7 @@ pub(crate) unsafe fn plain_buf(
     allowed: u32,
 ) -> Option<ucp::Buf> {
     // SAFETY: forwarded contract.
-    let len = count.checked_mul(unsafe { plain_elem(param, allowed)? })?;
+    let len = unsafe { plain_len(param, count, allowed)? };
     if len > 0 && buffer.is_null() {
         return None;
     }
@@ -961,12 +990,17 @@ pub(crate) unsafe fn plain_buf(
     Some(unsafe { ucp::Buf::contig(buffer.cast_mut().cast(), len) })
 }
 
-/// The element size of a plain operation's contiguous datatype (see [`plain_buf`]).
+/// The byte length of a plain operation's `count` elements of its contiguous datatype
+/// (see [`plain_buf`]); bytes when no datatype is given, without a multiplication.
 ///
 /// # Safety
 /// As [`plain_buf`]'s for `param`.
 #[inline(always)]
-unsafe fn plain_elem(param: *const ucp_request_param_t, allowed: u32) -> Option<usize> {
+unsafe fn plain_len(
+    param: *const ucp_request_param_t,
+    count: usize,
+    allowed: u32,
+) -> Option<usize> {
     if param.is_null() {
         return None;
     }
@@ -977,14 +1011,15 @@ unsafe fn plain_elem(param: *const ucp_request_param_t, allowed: u32) -> Option<
     if mask & !(PLAIN | allowed) != 0 {
         return None;
     }
-    let dt = if mask & UCP_OP_ATTR_FIELD_DATATYPE != 0 {
-        // SAFETY: its mask bit is set.
-        unsafe { (*param).datatype }
-    } else {
-        DT_BYTES
-    };
-    (dt & UCP_DATATYPE_CLASS_MASK == UCP_DATATYPE_CONTIG)
-        .then_some((dt >> UCP_DATATYPE_SHIFT) as usize)
+    if mask & UCP_OP_ATTR_FIELD_DATATYPE == 0 {
+        return Some(count);
+    }
+    // SAFETY: its mask bit is set.
+    let dt = unsafe { (*param).datatype };
+    if dt & UCP_DATATYPE_CLASS_MASK != UCP_DATATYPE_CONTIG {
+        return None;
+    }
+    count.checked_mul((dt >> UCP_DATATYPE_SHIFT) as usize)
 }
 
 /// The flags a plain send takes: `NO_IMM_CMPL` (a send that completes in the call still
@@ -1289,24 +1324,24 @@ impl Wk {
     }
 
     /// The hot calls' way into a worker without a lock (thread modes single and
-    /// serialized, no progress thread) that no call of this thread is inside: runs `f`
-    /// on it, then collects completions. `None` when the worker has a lock or is busy (a
-    /// call from inside a callback), and `f` was not called: the general path, which
-    /// handles both, takes over.
+    /// serialized, no progress thread) that no call of this thread is inside. `None` when
+    /// the worker has a lock or is busy (a call from inside a callback): the general
+    /// path, which handles both, takes over. A value rather than a closure, so that the
+    /// hot call is straight-line code (a closure's captures ended up in memory, built
+    /// before the call whichever way it went). The call ends with [`PlainEntry::leave`]
+    /// (`dispatch::leave_plain`).
     #[inline(always)]
-    pub(crate) fn enter_plain<T>(&self, f: impl FnOnce(&mut Worker, &mut Side) -> T) -> Option<T> {
+    pub(crate) fn plain_entry(&self) -> Option<PlainEntry<'_>> {
         if self.lock.is_some() || self.busy.get() {
             return None;
         }
         self.busy.set(true);
-        let _busy = Unbusy(&self.busy);
         // SAFETY: as in `with`: the busy flag makes this the only reference to the
-        // worker's inner state until `_busy` drops, and a worker without a lock is used by
-        // one thread at a time (the contract of its thread mode).
+        // worker's inner state until the entry is dropped (which clears it), and a worker
+        // without a lock is used by one thread at a time (the contract of its thread
+        // mode).
         let inner = unsafe { &mut *self.inner.get() };
-        let r = f(&mut inner.w, &mut inner.side);
-        self.collect(&mut inner.w, &mut inner.side);
-        Some(r)
+        Some(PlainEntry { wk: self, inner })
     }
 
     /// [`Wk::with`] for a call that returns a `Result` itself (the busy worker's error

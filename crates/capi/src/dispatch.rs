@@ -10,7 +10,7 @@
 
 use crate::core::{
     self, ep_handle_for, mark_completed, next_ready, AmEvent, AmHandlerC, AmKeep, CbKind, ConnReqH,
-    CurrentAm, EpH, Event, OnConn, ReqHdr, Side, Wk,
+    CurrentAm, EpH, Event, OnConn, PlainEntry, ReqHdr, Side, Wk,
 };
 use crate::ffi::*;
 use crate::guard;
@@ -58,15 +58,14 @@ pub(crate) fn run_try<T>(
     r
 }
 
-/// [`run`] for the plain hot paths ([`Wk::enter_plain`]): `None` when the worker has a
-/// lock or is busy, and `f` was not called.
+/// Ends a plain hot call ([`Wk::plain_entry`]): completions collected, the worker left,
+/// then the callbacks of requests that became ready, as [`run`] does after its closure.
 #[inline(always)]
-pub(crate) fn run_plain<T>(wk: &Wk, f: impl FnOnce(&mut Worker, &mut Side) -> T) -> Option<T> {
-    let r = wk.enter_plain(f)?;
+pub(crate) fn leave_plain(entry: PlainEntry<'_>, wk: &Wk) {
+    entry.leave();
     if wk.has_ready() {
         dispatch_requests(wk);
     }
-    Some(r)
 }
 
 /// True when queued events wait for their handlers and this thread may run them.

@@ -1,14 +1,14 @@
 //! The plain hot path of the `_nbx` sends (tag, active message, stream): parameters that
 //! name at most a callback, its user data, a contiguous datatype and the flags in
 //! [`core::SEND_HINTS`] ([`core::plain_buf`]), a live endpoint, a worker without a lock
-//! ([`run_plain`]). The send starts with no request; most complete in the call and return
+//! ([`crate::core::Wk::plain_entry`]). The send starts with no request; most complete in the call and return
 //! NULL, as UCX's do (no callback), or with `NO_IMM_CMPL` a request already completed
 //! whose callback runs before the call returns. One that does not complete reads the rest
 //! of its parameters and gets its request from [`core::settle_plain_send`], as the
 //! general path would make it. docs/c-abi.md, "The plain hot path".
 
 use crate::core::{self, ep_get, EpH};
-use crate::dispatch::run_plain;
+use crate::dispatch::leave_plain;
 use crate::ffi::*;
 use crate::handle::Handle;
 use std::ffi::c_void;
@@ -62,12 +62,12 @@ unsafe fn go<const NO_IMM: bool>(
     // SAFETY: the caller's endpoint handle.
     let (e, wk) = unsafe { ep_get(ep).ok()? };
     let rep = e.ep;
-    run_plain(
-        wk,
-        #[inline(always)]
-        move |w, side| match start(w, rep, buf) {
-            Ok(None) if !NO_IMM => std::ptr::null_mut(),
-            out => core::settle_plain_send(wk, w, side, param, out, name),
-        },
-    )
+    let mut entry = wk.plain_entry()?;
+    let (w, side) = entry.parts();
+    let r = match start(w, rep, buf) {
+        Ok(None) if !NO_IMM => std::ptr::null_mut(),
+        out => core::settle_plain_send(wk, w, side, param, out, name),
+    };
+    leave_plain(entry, wk);
+    Some(r)
 }

@@ -8,7 +8,7 @@
 //! of the caller's (`UCP_OP_ATTR_FIELD_REQUEST`) is marked completed either way.
 
 use crate::core::{self, ep_get, CbKind, EpH, Op, Outcome, RecvOut, Wk, F_RECV};
-use crate::dispatch::{dispatch_requests, run, run_plain, run_try};
+use crate::dispatch::{dispatch_requests, leave_plain, run, run_try};
 use crate::dt::{self, Dir};
 use crate::ffi::*;
 use crate::guard;
@@ -438,30 +438,27 @@ unsafe fn recv_plain(
             };
             ((*param).cb, ud)
         };
-        let r = run_plain(
-            wk,
+        let mut entry = wk.plain_entry()?;
+        let (w, side) = entry.parts();
+        let r = wk.start_word_recv_plain(
+            w,
+            side,
+            cb,
+            user_data,
             #[inline(always)]
-            move |w, side| {
-                wk.start_word_recv_plain(
-                    w,
-                    side,
-                    cb,
-                    user_data,
-                    #[inline(always)]
-                    move |w, word| w.tag_recv_word(buf, tag, tag_mask, word),
-                )
-            },
-        )?;
+            move |w, word| w.tag_recv_word(buf, tag, tag_mask, word),
+        );
+        leave_plain(entry, wk);
         return Some(guard::to_ptr("ucp_tag_recv_nbx", r));
     }
-    run_plain(
-        wk,
-        #[inline(always)]
-        move |w, side| match w.tag_recv_nbx(buf, tag, tag_mask, None) {
-            Ok(RecvPosted::Done(Status::Ok, _)) => std::ptr::null_mut(),
-            out => recv_settle(wk, w, side, param, out),
-        },
-    )
+    let mut entry = wk.plain_entry()?;
+    let (w, side) = entry.parts();
+    let r = match w.tag_recv_nbx(buf, tag, tag_mask, None) {
+        Ok(RecvPosted::Done(Status::Ok, _)) => std::ptr::null_mut(),
+        out => recv_settle(wk, w, side, param, out),
+    };
+    leave_plain(entry, wk);
+    Some(r)
 }
 
 /// A plain receive that did not complete in the call whole (or failed, or was

@@ -44,8 +44,8 @@ pub(crate) struct StreamState {
 
 impl Default for StreamState {
     fn default() -> StreamState {
-        // Pieces up to 4 KiB pooled, 32 buffers a class, at most 128 KiB kept; a larger
-        // piece is allocated (its copy costs more than the allocation).
+        // Pieces up to 4 KiB pooled, 32 buffers, 128 KiB at most in all; a larger piece
+        // is allocated (its copy costs more than the allocation).
         StreamState {
             eps: Vec::new(),
             bufs: BufPool::new(4096, 32, 128 << 10),

@@ -141,11 +141,11 @@ pub(crate) struct TagState {
     pub bufs: BufPool,
 }
 
-/// The unexpected payloads' pool: classes up to 16 KiB (beyond that a message is rare
-/// and large enough that its allocation is not what it costs), 32 buffers a class, at
-/// most 1 MiB kept.
+/// The unexpected payloads' pool: buffers up to 16 KiB (beyond that a message is rare
+/// and large enough that its allocation is not what it costs), 96 of them, at most 1 MiB
+/// in all.
 fn tag_bufs() -> BufPool {
-    BufPool::new(16 << 10, 32, 1 << 20)
+    BufPool::new(16 << 10, 96, 1 << 20)
 }
 
 impl Default for TagState {
