@@ -11,8 +11,11 @@ use crate::core::request::*;
 use crate::core::{route, Core, Post, Route, Tl};
 use crate::proto::header::STREAM_HDR;
 use crate::proto::AmId;
+use piece::Piece;
 use std::collections::VecDeque;
 use ucs::{BufPool, Result, Status};
+
+mod piece;
 
 /// Outcome of a stream receive.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -26,8 +29,8 @@ pub enum StreamRecv {
 /// The stream of one endpoint.
 #[derive(Default)]
 pub(crate) struct StreamEp {
-    /// Bytes received and not yet consumed, in order.
-    rx: VecDeque<Vec<u8>>,
+    /// Bytes received and not yet consumed, in order, a piece per arrived message.
+    rx: VecDeque<Piece>,
     /// Bytes already consumed from the front chunk of `rx`.
     off: usize,
     /// Receives waiting for data, in posting order.
@@ -242,11 +245,12 @@ fn take_now(st: &mut StreamState, ep: u32, buf: &Buf, waitall: bool) -> Option<u
     Some(n)
 }
 
-/// The front piece of `e`'s received bytes is used up: its buffer goes back to the pool.
+/// The front piece of `e`'s received bytes is used up (its buffer, if it has one, goes
+/// back to the pool).
 #[inline]
 fn consumed_front(e: &mut StreamEp, bufs: &mut BufPool) {
-    if let Some(v) = e.rx.pop_front() {
-        bufs.give(v);
+    if let Some(p) = e.rx.pop_front() {
+        p.release(bufs);
     }
     e.off = 0;
 }
@@ -258,7 +262,7 @@ pub(crate) fn recv_data(st: &mut StreamState, ep: u32) -> Option<Vec<u8>> {
     if !e.reqs.is_empty() {
         return None;
     }
-    let mut v = e.rx.pop_front()?;
+    let mut v = e.rx.pop_front()?.into_vec();
     if e.off > 0 {
         v.drain(..e.off);
         e.off = 0;
@@ -346,8 +350,8 @@ fn append(core: &mut Core, st: &mut StreamState, ep: u32, mut data: &[u8]) -> Re
         core.complete(r, Status::Ok);
     }
     if !data.is_empty() {
-        let v = st.bufs.keep(data);
-        st.at(ep).rx.push_back(v);
+        let p = Piece::new(&mut st.bufs, data);
+        st.at(ep).rx.push_back(p);
         satisfy(core, st, ep);
     }
     Ok(())
