@@ -875,6 +875,16 @@ mod tests {
         iface.check_peers();
         assert!(iface.take_events().is_empty(), "no peer failure reported");
         iface.ep_destroy(ep).unwrap();
+
+        // The same address with its wakeup descriptor number changed to one that is not an
+        // eventfd (a file of this process, which a wakeup would write into): refused.
+        let path = std::env::temp_dir().join(format!("rucx-shm-addr-{}", std::process::id()));
+        let file = std::fs::File::create(&path).unwrap();
+        let mut forged = crate::shm::address::ShmIfaceAddr::decode(&addr).unwrap();
+        forged.event_fd = std::os::fd::AsRawFd::as_raw_fd(&file);
+        assert_eq!(iface.ep_create(&forged.encode()), Err(Status::InvalidAddr));
+        drop(file);
+        std::fs::remove_file(&path).unwrap();
     }
 
     /// Endpoint ids of reused slots carry a generation in their high bits; the pending

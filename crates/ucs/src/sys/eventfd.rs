@@ -16,10 +16,25 @@ impl EventFd {
         Ok(EventFd { fd })
     }
 
-    /// Wraps a descriptor that is known to be an eventfd (for example one duplicated from
-    /// a peer). A descriptor of another kind makes `signal` fail, never misbehave.
+    /// Wraps a descriptor that is known to be an eventfd (a clone of one of ours).
     pub fn from_owned(fd: OwnedFd) -> EventFd {
         EventFd { fd }
+    }
+
+    /// Wraps a descriptor that an address named (duplicated from a peer, or from this
+    /// process for an address of its own), after checking that it is an eventfd:
+    /// `signal` writes to it, and an address that named some other descriptor (a file,
+    /// a socket) must not make rucx write into that. `InvalidAddr` when it is not one.
+    /// Where `/proc` cannot say, the descriptor is taken as it is.
+    pub fn from_peer(fd: OwnedFd) -> Result<EventFd> {
+        let link = format!("/proc/self/fd/{}", fd.as_raw_fd());
+        match std::fs::read_link(&link) {
+            Ok(target) if target.as_os_str() != "anon_inode:[eventfd]" => {
+                tracing::debug!("{link} is {target:?}, not an eventfd");
+                Err(Status::InvalidAddr)
+            }
+            _ => Ok(EventFd { fd }),
+        }
     }
 
     /// Adds one to the counter, waking whoever polls the descriptor.
@@ -71,5 +86,22 @@ mod tests {
         assert!(e.wait(1000).unwrap());
         assert!(e.drain());
         assert!(!e.drain());
+    }
+
+    /// A descriptor named by an address is taken only if it is an eventfd.
+    #[test]
+    fn from_peer_takes_eventfds_only() {
+        let e = EventFd::new().unwrap();
+        let dup = e.as_fd().try_clone_to_owned().unwrap();
+        let w = EventFd::from_peer(dup).unwrap();
+        w.signal().unwrap();
+        assert!(e.drain(), "the checked duplicate wakes the original");
+        let (r, _wr) = rustix::pipe::pipe().unwrap();
+        assert_eq!(EventFd::from_peer(r).err(), Some(Status::InvalidAddr));
+        let file = std::fs::File::open("/proc/self/status").unwrap();
+        assert_eq!(
+            EventFd::from_peer(OwnedFd::from(file)).err(),
+            Some(Status::InvalidAddr)
+        );
     }
 }

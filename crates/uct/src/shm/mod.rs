@@ -134,7 +134,7 @@ impl ShmIface {
             }
         };
         let tx = FifoTx::attach(seg)?;
-        let wake = EventFd::from_owned(pidfd::fd_of_process(a.seg.pid, a.event_fd)?);
+        let wake = EventFd::from_peer(pidfd::fd_of_process(a.seg.pid, a.event_fd)?)?;
         let peer = if a.seg.pid == pidfd::current_pid() {
             None
         } else {
