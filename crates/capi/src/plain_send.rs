@@ -1,11 +1,12 @@
 //! The plain hot path of the `_nbx` sends (tag, active message, stream): parameters that
 //! name at most a callback, its user data, a contiguous datatype and the flags in
 //! [`core::SEND_HINTS`] ([`core::plain_buf`]), a live endpoint, a worker without a lock
-//! ([`crate::core::Wk::plain_entry`]). The send starts with no request; most complete in the call and return
-//! NULL, as UCX's do (no callback), or with `NO_IMM_CMPL` a request already completed
-//! whose callback runs before the call returns. One that does not complete reads the rest
-//! of its parameters and gets its request from [`core::settle_plain_send`], as the
-//! general path would make it. docs/c-abi.md, "The plain hot path".
+//! ([`crate::core::Wk::plain_entry`]). The send starts with no request; most complete in
+//! the call and return NULL, as UCX's do (no callback), or with `NO_IMM_CMPL` a request
+//! already completed whose callback runs before the call returns. One that does not
+//! complete reads the rest of its parameters and gets its request from
+//! [`core::settle_plain_send`], as the general path would make it. docs/c-abi.md, "The
+//! plain hot path".
 
 use crate::core::{self, ep_get, EpH};
 use crate::dispatch::leave_plain;
