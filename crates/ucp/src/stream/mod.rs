@@ -31,7 +31,7 @@ pub enum StreamRecv {
 pub(crate) struct StreamEp {
     /// Bytes received and not yet consumed, in order, a piece per arrived message.
     rx: VecDeque<Piece>,
-    /// Bytes already consumed from the front chunk of `rx`.
+    /// Bytes already consumed from the front piece of `rx`.
     off: usize,
     /// Receives waiting for data, in posting order.
     reqs: VecDeque<Request>,
