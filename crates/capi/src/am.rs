@@ -3,7 +3,10 @@
 //! C handlers never run inside the Rust worker's progress. The Rust handler rucx installs
 //! for every id keeps the message (`AmAction::Keep`) and queues it; after progress
 //! returns, [`dispatch`] calls the C handler with:
-//! - an eager message: its data in place, `UCP_AM_RECV_ATTR_FLAG_DATA` set. If the
+//! - a small eager message (data and user header within `am_small::AM_INLINE` bytes):
+//!   its data in the event, without `UCP_AM_RECV_ATTR_FLAG_DATA`, so the handler copies
+//!   what it needs (as UCX delivers data that sits in a transport's inline slot);
+//! - a larger eager message: its data in place, `UCP_AM_RECV_ATTR_FLAG_DATA` set. If the
 //!   handler returns `UCS_INPROGRESS` the data stays valid until `ucp_am_data_release`
 //!   (or `ucp_am_recv_data_nbx`) with that data pointer; any other return value releases
 //!   it when the handler returns;
@@ -15,11 +18,13 @@
 //! - `UCP_AM_RECV_ATTR_FIELD_REPLY_EP` and an endpoint when the sender asked for replies.
 //!
 //! Handlers of the older `ucp_worker_set_am_handler` get `UCP_CB_PARAM_FLAG_DATA` for
-//! eager data (keepable the same way); a rendezvous message is received into a temporary
+//! eager data that is not small (keepable the same way); a rendezvous message is received into a temporary
 //! buffer first and handed over without that flag.
 
+use crate::am_small::SmallAm;
 use crate::core::{
-    self, ep_get, AmEvent, AmHandlerC, CbKind, EpH, Event, Op, Outcome, QueuePtr, RecvOut, Wk,
+    self, ep_get, AmBytes, AmEvent, AmHandlerC, CbKind, EpH, Event, Op, Outcome, QueuePtr, RecvOut,
+    Wk,
 };
 use crate::dispatch::run;
 use crate::dt::{self, Dir};
@@ -33,26 +38,29 @@ use ucp::{AmAction, AmData, AmMsg};
 use ucs::{Result, Status};
 
 /// The Rust handler behind every C handler: it copies an eager message (data, then
-/// header) into a spare buffer and lets the protocol layer drop it; a rendezvous message
-/// is kept there under its descriptor. The C handler runs from the dispatch, after
-/// progress.
+/// header) inline into its event when it is small ([`crate::am_small`]), else into a
+/// spare buffer, and lets the protocol layer drop it; a rendezvous message is kept there
+/// under its descriptor. The C handler runs from the dispatch, after progress.
 fn rust_handler(q: QueuePtr) -> AmHandler {
     Box::new(move |m: &AmMsg<'_>| {
-        // The data first: a handler that keeps it leaves the buffer cut to the data, in
-        // place (the pointer it was given stays valid).
-        let data_len = match m.data {
-            AmData::Eager(d) => d.len(),
-            AmData::Rndv { .. } => 0,
-        };
-        let mut bytes = q.buffer(data_len + m.header.len());
-        let (rndv, action) = match m.data {
-            AmData::Rndv { length } => (Some((m.desc, length)), AmAction::Keep),
-            AmData::Eager(d) => {
-                bytes.extend_from_slice(d);
-                (None, AmAction::Done)
+        let (bytes, rndv, action) = match m.data {
+            AmData::Eager(d) => match SmallAm::new(d, m.header) {
+                Some(s) => (AmBytes::Small(s), None, AmAction::Done),
+                None => {
+                    // The data first: a handler that keeps it leaves the buffer cut to
+                    // the data, in place (the pointer it was given stays valid).
+                    let mut b = q.buffer(d.len() + m.header.len());
+                    b.extend_from_slice(d);
+                    b.extend_from_slice(m.header);
+                    (AmBytes::Buf(b), None, AmAction::Done)
+                }
+            },
+            AmData::Rndv { length } => {
+                let mut b = q.buffer(m.header.len());
+                b.extend_from_slice(m.header);
+                (AmBytes::Buf(b), Some((m.desc, length)), AmAction::Keep)
             }
         };
-        bytes.extend_from_slice(m.header);
         q.push(Event::Am(AmEvent {
             id: m.id,
             bytes,

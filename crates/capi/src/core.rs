@@ -57,6 +57,7 @@
 //!   completion comes second returns the block to the pool. `ucp_request_release` is the
 //!   same but keeps the callback.
 
+use crate::am_small::SmallAm;
 use crate::ffi::*;
 use crate::guard;
 use crate::handle::{handle_kind, Handle};
@@ -477,14 +478,22 @@ impl InFlight {
 /// An active message waiting for its C handler.
 pub(crate) struct AmEvent {
     pub id: u16,
-    /// The user header and, for an eager message, its data after it: a buffer of the
-    /// queue's spare list ([`QueuePtr::buffer`]), so that a steady stream of messages
-    /// allocates nothing.
-    pub bytes: Vec<u8>,
+    /// Where its bytes wait.
+    pub bytes: AmBytes,
     pub header_len: usize,
     pub reply_ep: Option<ucp::Ep>,
     /// A rendezvous message: its descriptor (the protocol layer keeps it) and length.
     pub rndv: Option<(ucp::AmDesc, usize)>,
+}
+
+/// The bytes of an active message waiting for its C handler: for an eager message its
+/// data, then the user header; for a rendezvous message the user header alone.
+pub(crate) enum AmBytes {
+    /// A small eager message, inline (see [`crate::am_small`]).
+    Small(SmallAm),
+    /// A buffer of the queue's spare list ([`QueuePtr::buffer`]), so that a steady stream
+    /// of messages allocates nothing.
+    Buf(Vec<u8>),
 }
 
 /// Something the application hears about through a C handler, queued by a Rust handler

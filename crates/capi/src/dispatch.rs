@@ -8,9 +8,10 @@
 //! handler sets, then progresses and sleeps when progress found nothing, must not have the
 //! handler run unseen inside another call.
 
+use crate::am_small::SmallAm;
 use crate::core::{
-    self, ep_handle_for, mark_completed, next_ready, AmEvent, AmHandlerC, AmKeep, CbKind, ConnReqH,
-    CurrentAm, EpH, Event, OnConn, PlainEntry, ReqHdr, Side, Wk,
+    self, ep_handle_for, mark_completed, next_ready, AmBytes, AmEvent, AmHandlerC, AmKeep, CbKind,
+    ConnReqH, CurrentAm, EpH, Event, OnConn, PlainEntry, ReqHdr, Side, Wk,
 };
 use crate::ffi::*;
 use crate::guard;
@@ -177,6 +178,8 @@ unsafe fn finish(hdr: *mut ReqHdr) {
 /// endpoint failures), one at a time, with the worker released while each runs.
 fn dispatch_events(wk: &Wk) -> usize {
     let mut n = 0;
+    // A small message's bytes, moved here once from its event (see `AmAt::Small`).
+    let mut small: Option<SmallAm> = None;
     enum Ready {
         Am(AmReady),
         Conn(ConnReady),
@@ -187,7 +190,7 @@ fn dispatch_events(wk: &Wk) -> usize {
             // SAFETY: the queue is guarded by the worker, which `with` holds.
             let ev = unsafe { wk.evq.pop() }?;
             let r = match ev {
-                Event::Am(a) => am_prepare(wk, w, side, a).map(Ready::Am),
+                Event::Am(a) => am_prepare(wk, w, side, a, &mut small).map(Ready::Am),
                 Event::Conn(l, r, c) => conn_prepare(w, side, l, r, c).map(Ready::Conn),
                 Event::EpError(e, s) => err_prepare(side, e, s).map(Ready::EpError),
             };
@@ -199,7 +202,7 @@ fn dispatch_events(wk: &Wk) -> usize {
         n += 1;
         let am = matches!(r, Ready::Am(_));
         match r {
-            Ready::Am(r) => am_deliver(wk, r),
+            Ready::Am(r) => am_deliver(wk, r, &mut small),
             Ready::Conn(r) => conn_deliver(wk, r),
             Ready::EpError(r) => err_deliver(r),
         }
@@ -244,41 +247,76 @@ pub(crate) fn wait_ptr(wk: &Wk, p: ucs_status_ptr_t) -> Result<()> {
 
 // ----- active messages -------------------------------------------------------------------
 
-/// A message ready for its C handler. Its buffer waits in the worker's
-/// `Side::am_current` while the handler runs (see [`Side::take_current_am`]).
+/// A message ready for its C handler.
 struct AmReady {
     h: AmHandlerC,
-    /// The user header (in the buffer), null when empty.
-    header: *const c_void,
     header_len: usize,
-    data: *mut c_void,
+    /// The data's length (a rendezvous message's whole length).
     len: usize,
     rndv: bool,
-    /// Data received for an older-style handler (owned here while it runs).
-    _owned: Option<Vec<u8>>,
     reply: *mut Handle<EpH>,
-    /// What the handler may keep by returning `UCS_INPROGRESS`.
-    keep: AmKeep,
+    at: AmAt,
+}
+
+/// Where the bytes of a message ready for its handler are.
+enum AmAt {
+    /// A small eager message, inline: its bytes wait in the dispatch's own slot (moved
+    /// there once, not with every move of the ready message), the handler's pointers
+    /// are taken where they lie, and nothing is left to do after it.
+    Small,
+    /// A buffer that waits in the worker's `Side::am_current` while the handler runs (see
+    /// [`Side::take_current_am`]).
+    Kept {
+        /// The user header (in the buffer), null when empty.
+        header: *const c_void,
+        data: *mut c_void,
+        /// What the handler may keep by returning `UCS_INPROGRESS`.
+        keep: AmKeep,
+        /// Data received for an older-style handler (owned here while it runs).
+        _owned: Option<Vec<u8>>,
+    },
 }
 
 /// Readies a queued message for its handler (with the worker held); `None` when it has
-/// no handler or its data is gone.
-fn am_prepare(wk: &Wk, w: &mut Worker, side: &mut Side, ev: AmEvent) -> Option<AmReady> {
+/// no handler or its data is gone. A small message's bytes go to `small`.
+fn am_prepare(
+    wk: &Wk,
+    w: &mut Worker,
+    side: &mut Side,
+    ev: AmEvent,
+    small: &mut Option<SmallAm>,
+) -> Option<AmReady> {
     let Some(&Some(h)) = side.am_handlers.get(usize::from(ev.id)) else {
         tracing::debug!("active message {} without a handler dropped", ev.id);
         if let Some((desc, _)) = ev.rndv {
             let _ = w.am_data_release(desc);
         }
-        // SAFETY: the worker is held (inside `with`).
-        unsafe { wk.evq.recycle(ev.bytes) };
+        if let AmBytes::Buf(b) = ev.bytes {
+            // SAFETY: the worker is held (inside `with`).
+            unsafe { wk.evq.recycle(b) };
+        }
         return None;
     };
     let reply = match ev.reply_ep {
         Some(e) => ep_handle_for(wk, side, e),
         None => std::ptr::null_mut(),
     };
+    let mut bytes = match ev.bytes {
+        AmBytes::Small(s) => {
+            let len = s.len() - ev.header_len;
+            *small = Some(s);
+            return Some(AmReady {
+                h,
+                header_len: ev.header_len,
+                len,
+                rndv: false,
+                reply,
+                at: AmAt::Small,
+            });
+        }
+        AmBytes::Buf(b) => b,
+    };
     let old = matches!(h, AmHandlerC::Old { .. });
-    let mut bytes = ev.bytes;
     let data_len = bytes.len() - ev.header_len;
     let header = if ev.header_len == 0 {
         std::ptr::null()
@@ -321,26 +359,52 @@ fn am_prepare(wk: &Wk, w: &mut Worker, side: &mut Side, ev: AmEvent) -> Option<A
     });
     Some(AmReady {
         h,
-        header,
         header_len: ev.header_len,
-        data,
         len,
         rndv: ev.rndv.is_some(),
-        _owned: owned,
         reply,
-        keep,
+        at: AmAt::Kept {
+            header,
+            data,
+            keep,
+            _owned: owned,
+        },
     })
 }
 
 /// Calls the C handler of a readied message (the worker released), then keeps or
-/// releases its data as the handler's return value says.
-fn am_deliver(wk: &Wk, r: AmReady) {
+/// releases its data as the handler's return value says. A small message's bytes are in
+/// `small`.
+fn am_deliver(wk: &Wk, r: AmReady, small: &mut Option<SmallAm>) {
+    // The handler's pointers, and whether it may keep the data (`FLAG_DATA`).
+    let (header, data, keep) = match &r.at {
+        AmAt::Small => {
+            let Some(s) = small.as_mut() else {
+                // Cannot happen: `am_prepare` filled the slot for this message.
+                return;
+            };
+            let p = s.as_mut_ptr();
+            let header = if r.header_len == 0 {
+                std::ptr::null()
+            } else {
+                // SAFETY: data and header are the first `len + header_len` (<= AM_INLINE)
+                // bytes of the inline array, the header after the data.
+                unsafe { p.add(r.len) }.cast::<c_void>()
+            };
+            (header, p.cast::<c_void>(), AmKeep::No)
+        }
+        AmAt::Kept {
+            header, data, keep, ..
+        } => (*header, *data, *keep),
+    };
     let status = match r.h {
         AmHandlerC::Recv { cb, arg } => {
             let mut attr = if r.rndv {
                 UCP_AM_RECV_ATTR_FLAG_RNDV
-            } else {
+            } else if keep == AmKeep::Eager {
                 UCP_AM_RECV_ATTR_FLAG_DATA
+            } else {
+                0
             };
             if !r.reply.is_null() {
                 attr |= UCP_AM_RECV_ATTR_FIELD_REPLY_EP;
@@ -363,11 +427,11 @@ fn am_deliver(wk: &Wk, r: AmReady) {
                         *const ucp_am_recv_param_t,
                     ) -> ucs_status_t,
                 >(cb);
-                f(arg, r.header, r.header_len, r.data, r.len, &param)
+                f(arg, header, r.header_len, data, r.len, &param)
             }
         }
         AmHandlerC::Old { cb, arg } => {
-            let flags = if r.keep != AmKeep::No {
+            let flags = if keep != AmKeep::No {
                 UCP_CB_PARAM_FLAG_DATA
             } else {
                 0
@@ -384,12 +448,20 @@ fn am_deliver(wk: &Wk, r: AmReady) {
                         c_uint,
                     ) -> ucs_status_t,
                 >(cb);
-                f(arg, r.data, r.len, r.reply.cast(), flags)
+                f(arg, data, r.len, r.reply.cast(), flags)
             }
         }
     };
     let keeps = status == UCS_INPROGRESS;
-    let key = r.data as usize;
+    if matches!(r.at, AmAt::Small) {
+        if keeps {
+            // The API allows that return only with FLAG_DATA, which the handler was not
+            // given: its data ends here as for any other return value.
+            tracing::debug!("active message handler kept data it was not given to keep");
+        }
+        return;
+    }
+    let key = data as usize;
     let _ = wk.with(|w, side| {
         if let Some(mut c) = side.remove_current_am(key) {
             if keeps && c.eager && !c.taken {
@@ -404,7 +476,7 @@ fn am_deliver(wk: &Wk, r: AmReady) {
                 unsafe { wk.evq.recycle(c.bytes) };
             }
         }
-        if !keeps && r.keep == AmKeep::Rndv {
+        if !keeps && keep == AmKeep::Rndv {
             if let Some(desc) = side.am_kept.remove(&key) {
                 let _ = w.am_data_release(desc);
             }

@@ -25,6 +25,7 @@ mod handle;
 
 // Helpers that know no worker.
 mod address;
+mod am_small;
 mod cqh;
 mod sockaddr;
 mod text;
