@@ -161,6 +161,9 @@ impl AmState {
         d
     }
 
+    /// Runs the handler of `msg`'s id: a function in the call; a completion queue's
+    /// entry and a missing handler out of line.
+    #[inline(always)]
     fn call(&mut self, msg: &AmMsg<'_>) -> AmAction {
         match self
             .handlers
@@ -168,32 +171,36 @@ impl AmState {
             .and_then(Option::as_mut)
         {
             Some(Handler::Fn(h)) => h(msg),
-            Some(Handler::Cq(cq, user)) => {
-                let (data, rndv, length) = match msg.data {
-                    AmData::Eager(d) => (d, None, d.len()),
-                    AmData::Rndv { length } => (&[][..], Some((msg.desc, length)), length),
-                };
-                let am = cq.payload(msg.id, msg.header, data, rndv);
-                cq.push(Entry {
-                    user: *user,
-                    op: CqOp::AmArrival,
-                    status: Status::Ok,
-                    length,
-                    tag: 0,
-                    ep: msg.reply_ep,
-                    am: Some(am),
-                });
-                if rndv.is_some() {
-                    AmAction::Keep
-                } else {
-                    AmAction::Done
-                }
-            }
-            None => {
-                tracing::debug!("active message id {} has no handler; dropped", msg.id);
-                AmAction::Done
-            }
+            other => call_other(other, msg),
         }
+    }
+}
+
+/// [`AmState::call`] for an id whose handler is a completion queue, or that has none.
+#[inline(never)]
+fn call_other(h: Option<&mut Handler>, msg: &AmMsg<'_>) -> AmAction {
+    let Some(Handler::Cq(cq, user)) = h else {
+        tracing::debug!("active message id {} has no handler; dropped", msg.id);
+        return AmAction::Done;
+    };
+    let (data, rndv, length) = match msg.data {
+        AmData::Eager(d) => (d, None, d.len()),
+        AmData::Rndv { length } => (&[][..], Some((msg.desc, length)), length),
+    };
+    let am = cq.payload(msg.id, msg.header, data, rndv);
+    cq.push(Entry {
+        user: *user,
+        op: CqOp::AmArrival,
+        status: Status::Ok,
+        length,
+        tag: 0,
+        ep: msg.reply_ep,
+        am: Some(am),
+    });
+    if rndv.is_some() {
+        AmAction::Keep
+    } else {
+        AmAction::Done
     }
 }
 
@@ -294,7 +301,7 @@ pub(crate) fn send_nb(
 /// transport now); the caller queues it. The caller has checked that nothing is queued
 /// on the endpoint before it.
 #[allow(clippy::too_many_arguments)]
-#[inline]
+#[inline(always)]
 pub(crate) fn send_in_call(
     tls: &mut [Tl],
     core: &mut Core,
@@ -486,7 +493,7 @@ pub(crate) fn on_eager(core: &Core, st: &mut AmState, d: &[u8]) -> Result<()> {
 
 /// A whole eager message (decoded, or straight from a sender in this worker): its handler
 /// runs; data it keeps is copied.
-#[inline]
+#[inline(always)]
 fn deliver(core: &Core, st: &mut AmState, f: &Fields, header: &[u8], data: &[u8]) {
     let desc = st.next_desc();
     let msg = AmMsg {

@@ -54,14 +54,13 @@ pub fn tag_proto(th: &Thresholds, buf: &Buf, sync: bool) -> Proto {
 pub fn am_proto(th: &Thresholds, hdr_len: usize, data: &Buf, flags: AmSendFlags) -> Result<Proto> {
     let len = data.len();
     let fits = EAGER_HDR + hdr_len + len <= th.max_bcopy + 8;
-    // Rendezvous needs a lane that reads remote memory and a contiguous buffer; other
-    // large messages go in fragments.
-    let can_rndv = th.rma && data.contig_ptr().is_some();
-    let want_rndv = flags.rndv || (!flags.eager && (!fits || (len >= th.rndv && len > 0)));
     if flags.eager && !fits {
         return Err(Status::InvalidParam);
     }
-    if want_rndv && can_rndv {
+    let want_rndv = flags.rndv || (!flags.eager && (!fits || (len >= th.rndv && len > 0)));
+    // Rendezvous needs a lane that reads remote memory and a contiguous buffer (looked at
+    // only when wanted); other large messages go in fragments.
+    if want_rndv && th.rma && data.contig_ptr().is_some() {
         return Ok(Proto::Rndv);
     }
     if fits {
