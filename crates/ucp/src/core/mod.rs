@@ -166,7 +166,7 @@ impl Core {
     /// the endpoint connected, and nothing is queued on it before the operation. `None`
     /// sends the caller down the full path ([`Core::check`], [`route`], the queue), which
     /// also tells a stale handle from the rest.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn ready_lane(&self, ep: Ep) -> Option<Lane> {
         let i = ep.0 as usize;
         let e = self.eps.get(i)?.as_ref()?;

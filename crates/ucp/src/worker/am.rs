@@ -29,6 +29,7 @@ impl Worker {
 
     /// Sends active message `id` with `header` (copied if the send is queued) and `data`.
     /// `None`: complete.
+    #[inline(always)]
     pub fn am_send_nb(
         &mut self,
         ep: Ep,

@@ -16,7 +16,7 @@ pub(crate) const BLOCKING_TIMEOUT: Duration = Duration::from_secs(120);
 impl Worker {
     /// Sends `buf` with `tag` on `ep`. Returns `None` when the send completed in the call
     /// (the callback is then not called), else a request.
-    #[inline]
+    #[inline(always)]
     pub fn tag_send_nb(
         &mut self,
         ep: Ep,
@@ -79,7 +79,7 @@ impl Worker {
     /// information, and no request is made (UCX's `ucp_tag_recv_nbx` returning NULL with
     /// its receive information filled in). A callback is then not called; a completion
     /// queue named instead gets its entry.
-    #[inline]
+    #[inline(always)]
     pub fn tag_recv_nbx(
         &mut self,
         buf: Buf,
@@ -105,7 +105,7 @@ impl Worker {
     /// callback take this path). A whole unexpected message that matches is received in
     /// the call ([`WordRecv::Done`], nothing reported by word). Owned buffers, which go
     /// back through a request, are refused (`InvalidParam`).
-    #[inline]
+    #[inline(always)]
     pub fn tag_recv_word(&mut self, buf: Buf, tag: u64, mask: u64, word: u64) -> Result<WordRecv> {
         if buf.is_owned() {
             return Err(Status::InvalidParam);
