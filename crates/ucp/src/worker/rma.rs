@@ -22,13 +22,14 @@ impl Worker {
     }
 
     /// Writes the bytes of `src` to `addr` in the key's memory. `None`: complete.
+    #[inline(always)]
     pub fn put_nb(
         &mut self,
         ep: Ep,
         src: Buf,
         addr: u64,
         rk: &RemoteKey,
-        mut cb: Option<Callback>,
+        cb: Option<Callback>,
     ) -> Result<Option<Request>> {
         self.core.check(ep)?;
         if cb.is_none() {
@@ -38,6 +39,20 @@ impl Worker {
                 return done.map(|()| None);
             }
         }
+        self.put_nb_posted(ep, src, addr, rk, cb)
+    }
+
+    /// [`Worker::put_nb`] past its in-call path: the put as a request, or sent by
+    /// messages.
+    #[inline(never)]
+    fn put_nb_posted(
+        &mut self,
+        ep: Ep,
+        src: Buf,
+        addr: u64,
+        rk: &RemoteKey,
+        mut cb: Option<Callback>,
+    ) -> Result<Option<Request>> {
         self.core.stamp(&mut cb, CqOp::Put)?;
         let len = src.len();
         let post = rma::put_nb(&mut self.core, ep, src, addr, rk, cb)?;
@@ -195,7 +210,35 @@ impl Worker {
     /// its first `size` bytes, in native byte order; a shorter `result` is refused
     /// (`InvalidParam`). `None`: complete, the value written.
     #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
     pub fn atomic_fetch_nb(
+        &mut self,
+        ep: Ep,
+        op: AtomicOp,
+        size: AtomicSize,
+        value: u64,
+        compare: u64,
+        result: Buf,
+        addr: u64,
+        rk: &RemoteKey,
+        cb: Option<Callback>,
+    ) -> Result<Option<Request>> {
+        self.core.check(ep)?;
+        if cb.is_none() {
+            // As in put_nb: a CPU atomic through a mapping has nothing left to report.
+            if let Some(done) =
+                rma::atomic_fetch_in_call(ep, op, size, value, compare, &result, addr, rk)
+            {
+                return done.map(|()| None);
+            }
+        }
+        self.atomic_fetch_posted(ep, op, size, value, compare, result, addr, rk, cb)
+    }
+
+    /// [`Worker::atomic_fetch_nb`] past its in-call path.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(never)]
+    fn atomic_fetch_posted(
         &mut self,
         ep: Ep,
         op: AtomicOp,
@@ -207,15 +250,6 @@ impl Worker {
         rk: &RemoteKey,
         mut cb: Option<Callback>,
     ) -> Result<Option<Request>> {
-        self.core.check(ep)?;
-        if cb.is_none() {
-            // As in put_nb: a CPU atomic through a mapping has nothing left to report.
-            if let Some(done) =
-                rma::atomic_fetch_in_call(ep, op, size, value, compare, &result, addr, rk)
-            {
-                return done.map(|()| None);
-            }
-        }
         self.core.stamp(&mut cb, CqOp::Atomic)?;
         let post = rma::atomic_fetch_nb(
             &mut self.core,
