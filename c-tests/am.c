@@ -4,8 +4,8 @@
  * ucp_am_recv_data_nbx inside and after the handler, reply endpoints, and the older
  * ucp_worker_set_am_handler / ucp_am_send_nb pair, and a run of messages of many header
  * and data sizes (empty data included) of which every fifth is kept and checked after all
- * the others arrived (copied, for the small ones that come without the DATA flag). Handlers call back into the library (they run outside its
- * progress). */
+ * the others arrived (copied, for the small ones that come without the DATA flag).
+ * Handlers call back into the library (they run outside its progress). */
 #include "common.h"
 
 static ucp_context_h ctx;

@@ -18,8 +18,8 @@
 //! - `UCP_AM_RECV_ATTR_FIELD_REPLY_EP` and an endpoint when the sender asked for replies.
 //!
 //! Handlers of the older `ucp_worker_set_am_handler` get `UCP_CB_PARAM_FLAG_DATA` for
-//! eager data that is not small (keepable the same way); a rendezvous message is received into a temporary
-//! buffer first and handed over without that flag.
+//! eager data that is not small (keepable the same way); a rendezvous message is received
+//! into a temporary buffer first and handed over without that flag.
 
 use crate::am_small::SmallAm;
 use crate::core::{
