@@ -63,7 +63,7 @@ pub unsafe extern "C" fn rucx_put_signal_nbx(
         match unsafe { in_call(&a)? } {
             Some(done) => Ok(done),
             // SAFETY: as above.
-            None => unsafe { via_worker(&a) },
+            None => unsafe { via_worker(a) },
         }
     })
 }
@@ -155,12 +155,13 @@ unsafe fn in_call(a: &Args) -> Result<Option<ucs_status_ptr_t>> {
     }
 }
 
-/// The call through the worker, with a request header as every nbx call has.
+/// The call through the worker, with a request header as every nbx call has. Takes the
+/// arguments by value so that the caller writes them to memory only on this path.
 ///
 /// # Safety
 /// As for [`in_call`].
 #[inline(never)]
-unsafe fn via_worker(a: &Args) -> Result<ucs_status_ptr_t> {
+unsafe fn via_worker(a: Args) -> Result<ucs_status_ptr_t> {
     // SAFETY: the caller's parameters, read by mask.
     let cop = unsafe { Op::nbx(a.param, CbKind::SendNbx)? };
     let len = contig_len(&cop, a.count)?;

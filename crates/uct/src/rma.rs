@@ -162,6 +162,40 @@ pub fn atomic(
     }
 }
 
+/// Writes `data` to `addr` through `key` (any access reached in the call: local, mapped
+/// or CMA), then applies `op` to the 64-bit word at `word_addr` through `word_key`, which
+/// must reach its memory directly; returns the word's previous value. The word's range
+/// and alignment are checked first and the data's range before its first byte is
+/// written, so an error leaves both untouched. The atomic is SeqCst, which orders the
+/// data before it: a peer that sees the word changed and then reads the data sees the new
+/// bytes (put with remote signal).
+#[inline]
+pub fn put_then_atomic64(
+    key: &Rkey,
+    addr: u64,
+    data: &[u8],
+    word_key: &Rkey,
+    word_addr: u64,
+    op: AtomicOp,
+    value: u64,
+) -> Result<u64> {
+    if !word_key.is_direct() {
+        return Err(Status::Unsupported);
+    }
+    if word_addr % 8 != 0 {
+        return Err(Status::InvalidParam);
+    }
+    let word = word_key.ptr(word_addr, 8)?;
+    if !data.is_empty() {
+        put_one(key, addr, data)?;
+    }
+    // SAFETY: `ptr` checked that the 8 bytes lie in the key's memory, mapped while the
+    // key lives; the address is 8-byte aligned (checked above), and rucx's peers access
+    // such words only atomically.
+    let a = unsafe { AtomicU64::from_ptr(word.cast()) };
+    Ok(apply64(a, op, value, 0))
+}
+
 /// `op` on an atomic word (any width): the previous value.
 macro_rules! apply_op {
     ($a:expr, $op:expr, $v:expr, $c:expr) => {

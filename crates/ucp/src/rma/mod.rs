@@ -74,11 +74,20 @@ impl RemoteKey {
         self.uct.as_ref().filter(|_| self.amo == RmaPath::Direct)
     }
 
-    #[inline]
-    fn check(&self, ep: Ep, addr: u64, len: usize) -> Result<()> {
+    /// Checks the key was unpacked on `ep`. Enough on the in-call paths: their transport
+    /// key was decoded from the same packed key, so it has this key's range, and the
+    /// transport checks every access against it before touching memory.
+    #[inline(always)]
+    fn check_ep(&self, ep: Ep) -> Result<()> {
         if ep != self.ep {
             return Err(Status::InvalidParam);
         }
+        Ok(())
+    }
+
+    #[inline]
+    fn check(&self, ep: Ep, addr: u64, len: usize) -> Result<()> {
+        self.check_ep(ep)?;
         let end = addr.checked_add(len as u64).ok_or(Status::InvalidParam)?;
         if addr < self.base || end > self.base + self.len {
             return Err(Status::InvalidParam);
@@ -224,7 +233,7 @@ pub(crate) fn put_in_call(ep: Ep, src: &Buf, addr: u64, rk: &RemoteKey) -> Optio
 pub fn put_bytes_in_call(ep: Ep, data: &[u8], addr: u64, rk: &RemoteKey) -> Option<Result<()>> {
     let k = rk.in_call()?;
     Some(
-        rk.check(ep, addr, data.len())
+        rk.check_ep(ep)
             .and_then(|()| uct::rma::put_one(k, addr, data)),
     )
 }
@@ -326,20 +335,50 @@ pub fn put_signal_in_call(
     value: u64,
 ) -> Option<Result<()>> {
     let (k, sk) = (rk.in_call()?, signal_rk.cpu_atomics()?);
-    let sig = Signal {
-        addr: signal_addr,
-        rk: signal_rk,
+    Some(put_signal_now(
+        ep,
+        data,
+        addr,
+        rk,
+        k,
+        signal_addr,
+        signal_rk,
+        sk,
         op,
         value,
+    ))
+}
+
+/// [`put_signal_in_call`] once both keys are known to be reached in the call. The
+/// transport keys carry the same range as the keys they belong to (both are decoded from
+/// one packed key), so their checks are the range checks: each key's range is checked
+/// once, the signal word's first, and every check comes before the first byte is written.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn put_signal_now(
+    ep: Ep,
+    data: &[u8],
+    addr: u64,
+    rk: &RemoteKey,
+    k: &uct::Rkey,
+    signal_addr: u64,
+    signal_rk: &RemoteKey,
+    sk: &uct::Rkey,
+    op: SignalOp,
+    value: u64,
+) -> Result<()> {
+    rk.check_ep(ep)?;
+    signal_rk.check_ep(ep)?;
+    if data.is_empty() {
+        // No byte to write, but the address is still checked, as on every other path.
+        rk.check(ep, addr, 0)?;
+    }
+    let op = match op {
+        SignalOp::Add => AtomicOp::Add,
+        SignalOp::Set => AtomicOp::Swap,
     };
-    Some(
-        check_put_signal(ep, addr, data.len(), rk, &sig).and_then(|()| {
-            if !data.is_empty() {
-                uct::rma::put_one(k, addr, data)?;
-            }
-            apply_signal(sk, &sig)
-        }),
-    )
+    uct::rma::put_then_atomic64(k, addr, data, sk, signal_addr, op, value)?;
+    Ok(())
 }
 
 /// The checks of a put with signal, all before any byte moves: both ranges in their
@@ -522,7 +561,8 @@ pub(crate) fn atomic_fetch_in_call(
 ) -> Option<Result<()>> {
     let k = rk.cpu_atomics()?;
     let run = || {
-        rk.check(ep, addr, size.bytes())?;
+        // The range and the alignment are the transport's checks (see `check_ep`).
+        rk.check_ep(ep)?;
         if result.len() < size.bytes() {
             return Err(Status::InvalidParam);
         }
