@@ -303,7 +303,6 @@ impl Worker {
     /// with nothing to read and no sends waiting is skipped without a call into it
     /// ([`uct::Iface::needs_poll`]), and the work queues are looked at together, with the
     /// rest of the turn out of line.
-    #[inline(always)]
     pub fn progress(&mut self) -> usize {
         self.tick = self.tick.wrapping_add(1);
         if self.tick % 256 == 0 {
