@@ -270,15 +270,12 @@ pub(crate) fn send_nb(
         Route::Lane(l) => l,
         Route::Queue => {
             // Connecting: the protocol is chosen once the lane is known.
-            let mut s = SendState::new(SendKind::Am(info()), ep, data);
+            let mut s = SendState::am(info(), ep, data);
             s.select = true;
             return Ok(Post::Queue(core.new_req(ReqKind::Send(s), cb)));
         }
         Route::Fail(s) => {
-            let r = core.new_req(
-                ReqKind::Send(SendState::new(SendKind::Am(info()), ep, data)),
-                cb,
-            );
+            let r = core.new_req(ReqKind::Send(SendState::am(info(), ep, data)), cb);
             core.failed_ops.push((r, s));
             return Ok(Post::Started(r));
         }
@@ -290,7 +287,7 @@ pub(crate) fn send_nb(
     {
         return Ok(Post::Done(cb));
     }
-    let mut s = SendState::new(SendKind::Am(info()), ep, data);
+    let mut s = SendState::am(info(), ep, data);
     s.proto = proto;
     Ok(Post::Queue(core.new_req(ReqKind::Send(s), cb)))
 }
@@ -379,7 +376,7 @@ pub(crate) fn send_step(tls: &mut [Tl], core: &mut Core, lane: Lane, r: Request)
     else {
         return Ok(true);
     };
-    let SendKind::Am(am) = &s.kind else {
+    let Some(am) = &s.am else {
         return Ok(true);
     };
     let t = &mut tls[lane.tl];

@@ -144,18 +144,23 @@ pub(crate) struct AmInfo {
     pub flags: AmSendFlags,
 }
 
-/// What a send carries.
+/// Which protocol a send belongs to. A plain tag rather than an enum carrying the active
+/// message's details (those are in [`SendState::am`]): a one-byte kind lets the request
+/// stay within 128 bytes, which the pool then moves without a call to `memcpy`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum SendKind {
     Tag,
-    /// An active message: its id, user header and whether the receiver gets a reply
-    /// endpoint.
-    Am(Box<AmInfo>),
+    /// An active message ([`SendState::am`] holds its id, user header and flags).
+    Am,
     /// Bytes of the endpoint's stream.
     Stream,
 }
 
 pub(crate) struct SendState {
     pub kind: SendKind,
+    /// The active message's id, user header and whether the receiver gets a reply
+    /// endpoint: `Some` exactly when `kind` is [`SendKind::Am`].
+    pub am: Option<Box<AmInfo>>,
     pub ep: u32,
     pub buf: Buf,
     pub tag: u64,
@@ -177,11 +182,16 @@ pub(crate) struct SendState {
 }
 
 impl SendState {
-    /// A send of `buf` on `ep` that has sent nothing yet (eager bcopy until a protocol
-    /// is chosen).
+    /// A tag or stream send of `buf` on `ep` that has sent nothing yet (eager bcopy until
+    /// a protocol is chosen).
     pub(crate) fn new(kind: SendKind, ep: u32, buf: Buf) -> SendState {
+        debug_assert!(
+            kind != SendKind::Am,
+            "active messages start with SendState::am"
+        );
         SendState {
             kind,
+            am: None,
             ep,
             buf,
             tag: 0,
@@ -193,6 +203,15 @@ impl SendState {
             mem: None,
             remote_pending: false,
             early_ack: false,
+        }
+    }
+
+    /// An active message send of `buf` on `ep`, as [`SendState::new`].
+    pub(crate) fn am(info: Box<AmInfo>, ep: u32, buf: Buf) -> SendState {
+        SendState {
+            kind: SendKind::Am,
+            am: Some(info),
+            ..SendState::new(SendKind::Tag, ep, buf)
         }
     }
 }

@@ -151,7 +151,7 @@ pub(crate) fn drain_queue(tls: &mut [Tl], core: &mut Core, ep: u32) -> usize {
             Queued::Send(r) => match core.reqs.get_ref(r.0).map(|q| &q.kind) {
                 Some(ReqKind::Send(s)) => match s.kind {
                     SendKind::Tag => crate::tag::send::send_step(tls, core, lane, r),
-                    SendKind::Am(_) => crate::am::send_step(tls, core, lane, r),
+                    SendKind::Am => crate::am::send_step(tls, core, lane, r),
                     SendKind::Stream => crate::stream::send_step(tls, core, lane, r),
                 },
                 _ => Ok(true),

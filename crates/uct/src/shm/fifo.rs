@@ -235,6 +235,9 @@ impl Ring {
 pub struct FifoRx {
     ring: Ring,
     head: u64,
+    /// The element at `head` (`ring.elem(head)`), kept so that polling an empty FIFO
+    /// costs one load and one compare.
+    head_elem: *mut u8,
     /// The head as producers last saw it (`Ctl.head`): published once `head` is
     /// `release` ahead, so that a producer waiting for room, which reads the line over
     /// and over, does not take it away from the consumer for every element.
@@ -245,6 +248,13 @@ pub struct FifoRx {
     /// The claimed but unpublished slot at `head` and when it was first seen stuck.
     stall: Option<(u64, u64)>,
 }
+
+// SAFETY: `head_elem` points into the ring's segment, which the ring keeps alive; the
+// consumer's own fields are only touched through `&mut self`, and the shared ones are
+// atomics (as for `Ring`).
+unsafe impl Send for FifoRx {}
+// SAFETY: as above; `&self` methods only read the cached pointer and atomics.
+unsafe impl Sync for FifoRx {}
 
 impl FifoRx {
     /// Creates a segment with an empty FIFO of shape `geo`.
@@ -272,9 +282,11 @@ impl FifoRx {
             })
         };
         fence(Ordering::Release);
+        let head_elem = ring.elem(0);
         Ok(FifoRx {
             ring,
             head: 0,
+            head_elem,
             published: 0,
             release: release_step(geo.fifo_size),
             max_poll: max_poll.max(1),
@@ -301,7 +313,22 @@ impl FifoRx {
     /// True when the next element is published.
     #[inline]
     pub fn has_data(&self) -> bool {
-        self.ring.elem_hdr(self.head).seq.load(Ordering::Acquire) == self.head
+        self.head_hdr().seq.load(Ordering::Acquire) == self.head
+    }
+
+    /// The header of the element at `head`.
+    #[inline]
+    fn head_hdr(&self) -> &ElemHdr {
+        // SAFETY: `head_elem` is `ring.elem(head)` (kept so by `advance`): inside the
+        // segment, 64-byte aligned, an element header of atomics.
+        unsafe { &*(self.head_elem as *const ElemHdr) }
+    }
+
+    /// Moves `head` to `t`, and the cached element address with it.
+    #[inline]
+    fn advance(&mut self, t: u64) {
+        self.head = t;
+        self.head_elem = self.ring.elem(t);
     }
 
     /// Consumes up to the poll limit of published elements, calling `f(am_id, data)` for
@@ -311,7 +338,8 @@ impl FifoRx {
         let mut n = 0;
         while n < self.max_poll {
             let t = self.head;
-            let h = self.ring.elem_hdr(t);
+            let e = self.head_elem;
+            let h = self.head_hdr();
             if h.seq.load(Ordering::Acquire) != t {
                 break;
             }
@@ -320,8 +348,9 @@ impl FifoRx {
             let flags = h.flags.load(Ordering::Relaxed);
             let data = match flags {
                 FLAG_INLINE if len <= self.ring.geo.inline_capacity() => {
-                    // SAFETY: len fits the element's inline area, inside the segment.
-                    Some(unsafe { self.ring.elem(t).add(ELEM_HDR) })
+                    // SAFETY: len fits the element's inline area, inside the segment
+                    // (`e` is the element at `t`).
+                    Some(unsafe { e.add(ELEM_HDR) })
                 }
                 FLAG_BCOPY if len <= self.ring.geo.bcopy_size as usize => {
                     Some(self.ring.bcopy_buf(t))
@@ -344,7 +373,7 @@ impl FifoRx {
                     );
                 }
             }
-            self.head = t + 1;
+            self.advance(t + 1);
             n += 1;
         }
         if self.head - self.published >= self.release {
@@ -396,7 +425,7 @@ impl FifoRx {
             return false;
         }
         tracing::warn!("shm: skipping a slot its producer (owner word {owner:#x}) never published");
-        self.head = t + 1;
+        self.advance(t + 1);
         self.dropped += 1;
         self.stall = None;
         self.publish_head();
@@ -483,6 +512,12 @@ impl FifoTx {
     /// Claims the next slot, or `None` when the FIFO is full.
     #[inline]
     pub fn claim(&mut self) -> Option<Slot> {
+        self.claim_elem().map(|(t, armed, _)| Slot(t, armed))
+    }
+
+    /// [`FifoTx::claim`], also returning the claimed element's address.
+    #[inline(always)]
+    fn claim_elem(&mut self) -> Option<(u64, bool, *mut u8)> {
         let ctl = self.ring.ctl();
         let size = u64::from(self.ring.geo.fifo_size);
         let mut cur = ctl.tail.v.load(Ordering::Relaxed);
@@ -501,16 +536,44 @@ impl FifoTx {
                 .compare_exchange_weak(cur, t + 1, Ordering::Acquire, Ordering::Relaxed)
             {
                 Ok(prev) => {
+                    let e = self.ring.elem(t);
+                    // SAFETY: `elem` is inside the segment and 64-byte aligned; its header
+                    // is atomics.
+                    let h = unsafe { &*(e as *const ElemHdr) };
                     // Who holds the slot, for a consumer that finds it never published.
-                    self.ring
-                        .elem_hdr(t)
-                        .len
-                        .store(OWNER_MARK | self.pid, Ordering::Release);
-                    return Some(Slot(t, prev & ARMED != 0));
+                    h.len.store(OWNER_MARK | self.pid, Ordering::Release);
+                    return Some((t, prev & ARMED != 0, e));
                 }
                 Err(c) => cur = c,
             }
         }
+    }
+
+    /// Claims a slot and publishes in it, inline, the 8 bytes of `hdr` followed by
+    /// `payload`, with the element's address computed once: the whole of a short active
+    /// message. `Ok(None)`: the FIFO is full. `Ok(Some(true))`: the consumer was asleep
+    /// and must be woken. `InvalidParam` when the message exceeds the inline capacity.
+    #[inline]
+    pub fn push_short(&mut self, am_id: u8, hdr: u64, payload: &[u8]) -> Result<Option<bool>> {
+        let len = 8 + payload.len();
+        if len > self.ring.geo.inline_capacity() {
+            return Err(Status::InvalidParam);
+        }
+        let Some((t, armed, e)) = self.claim_elem() else {
+            return Ok(None);
+        };
+        // SAFETY: the slot is ours until published; its inline area starts ELEM_HDR bytes
+        // into the element and holds `inline_capacity` >= `len` bytes (checked above).
+        let area = unsafe { std::slice::from_raw_parts_mut(e.add(ELEM_HDR), len) };
+        area[..8].copy_from_slice(&hdr.to_ne_bytes());
+        copy_short(&mut area[8..], payload);
+        // SAFETY: as in `claim_elem`.
+        let h = unsafe { &*(e as *const ElemHdr) };
+        h.len.store(len as u32, Ordering::Relaxed);
+        h.am_id.store(am_id, Ordering::Relaxed);
+        h.flags.store(FLAG_INLINE, Ordering::Relaxed);
+        h.seq.store(t, Ordering::Release);
+        Ok(Some(armed))
     }
 
     /// The slot's inline area (`inline_capacity` bytes).
@@ -548,6 +611,27 @@ impl FifoTx {
         h.flags.store(flags, Ordering::Relaxed);
         h.seq.store(s.0, Ordering::Release);
         s.1
+    }
+}
+
+/// Copies `src` into `dst` (of the same length) without calling `memcpy` for the few bytes
+/// of a typical short message: two overlapping word copies cover 8 to 16 bytes, two
+/// 4-byte ones 4 to 7, and a byte loop the rest. Longer payloads take `memcpy`.
+#[inline(always)]
+fn copy_short(dst: &mut [u8], src: &[u8]) {
+    let n = src.len();
+    if n > 16 || dst.len() != n {
+        dst.copy_from_slice(src);
+    } else if n >= 8 {
+        dst[..8].copy_from_slice(&src[..8]);
+        dst[n - 8..].copy_from_slice(&src[n - 8..]);
+    } else if n >= 4 {
+        dst[..4].copy_from_slice(&src[..4]);
+        dst[n - 4..].copy_from_slice(&src[n - 4..]);
+    } else {
+        for (d, s) in dst.iter_mut().zip(src) {
+            *d = *s;
+        }
     }
 }
 
@@ -656,6 +740,51 @@ mod tests {
         let s = tx.claim().unwrap();
         assert!(!rx.arm(), "a claimed slot is data on its way");
         let _ = tx.publish(s, 3, FLAG_INLINE, 0);
+    }
+
+    #[test]
+    fn copy_short_copies_every_length_exactly() {
+        for n in 0..=40usize {
+            let src: Vec<u8> = (0..n).map(|i| (i * 7 + 3) as u8).collect();
+            // A window inside a larger buffer: nothing outside it may change.
+            let mut buf = vec![0xeeu8; n + 16];
+            copy_short(&mut buf[8..8 + n], &src);
+            assert_eq!(&buf[8..8 + n], &src[..], "length {n}");
+            assert!(buf[..8].iter().all(|&b| b == 0xee), "before, length {n}");
+            assert!(buf[8 + n..].iter().all(|&b| b == 0xee), "after, length {n}");
+        }
+    }
+
+    #[test]
+    fn push_short_delivers_header_and_payload_of_every_length() {
+        let mut rx = FifoRx::create(geo(4), 4).unwrap();
+        let mut tx = FifoTx::attach(rx.segment().clone()).unwrap();
+        let cap = tx.geometry().inline_capacity();
+        // Several laps of the 4-slot ring, every payload length that fits.
+        for n in 0..=cap - 8 {
+            let payload: Vec<u8> = (0..n).map(|i| (i * 13 + n) as u8).collect();
+            let hdr = 0x0102_0304_0506_0700 | n as u64;
+            assert_eq!(
+                tx.push_short(5, hdr, &payload),
+                Ok(Some(false)),
+                "length {n}"
+            );
+            let mut got = vec![];
+            assert_eq!(rx.poll(|id, b| got.push((id, b.to_vec()))), 1);
+            let mut want = hdr.to_ne_bytes().to_vec();
+            want.extend_from_slice(&payload);
+            assert_eq!(got, vec![(5, want)], "length {n}");
+        }
+        // Too long for the inline area: refused, nothing claimed.
+        let long = vec![1u8; cap - 7];
+        assert_eq!(tx.push_short(5, 0, &long), Err(Status::InvalidParam));
+        assert!(!rx.has_data());
+        // A full ring: None, and the consumer's poll frees it.
+        for _ in 0..4 {
+            assert!(tx.push_short(5, 0, b"x").unwrap().is_some());
+        }
+        assert_eq!(tx.push_short(5, 0, b"x"), Ok(None));
+        assert_eq!(rx.poll(|_, _| {}), 4);
     }
 
     #[test]

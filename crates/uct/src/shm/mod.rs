@@ -12,7 +12,7 @@ use crate::config::IfaceConfig;
 use crate::slab::Slab;
 use crate::types::*;
 use address::ShmIfaceAddr;
-use fifo::{FifoRx, FifoTx, FLAG_BCOPY, FLAG_INLINE, FLAG_SKIP};
+use fifo::{FifoRx, FifoTx, FLAG_BCOPY, FLAG_SKIP};
 use std::collections::HashMap;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::sync::{Arc, Weak};
@@ -232,13 +232,9 @@ impl ShmIface {
         if let Some(st) = e.failed {
             return Err(st);
         }
-        let Some(s) = e.tx.claim() else {
+        let Some(w) = e.tx.push_short(id, hdr, payload)? else {
             return Ok(Outcome::NoResource);
         };
-        let area = e.tx.inline_area(s);
-        area[..SHORT_HDR].copy_from_slice(&hdr.to_ne_bytes());
-        area[SHORT_HDR..SHORT_HDR + payload.len()].copy_from_slice(payload);
-        let w = e.tx.publish(s, id, FLAG_INLINE, SHORT_HDR + payload.len());
         Self::finish(e, w);
         Ok(Outcome::Done(()))
     }
