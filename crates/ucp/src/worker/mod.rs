@@ -347,7 +347,7 @@ impl Worker {
 
     /// Polls interface `i` (an index into `tls`), dispatching what arrived; returns the
     /// number of events and whether the interface reports events.
-    #[inline(never)]
+    #[inline(always)]
     fn poll_iface(&mut self, i: usize) -> (usize, bool) {
         let (core, p) = (&mut self.core, &mut self.p);
         let t = &mut self.tls[i];
