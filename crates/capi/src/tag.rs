@@ -401,12 +401,12 @@ unsafe fn recv_nbx_general(
     unsafe { recv(worker, buffer, count, tag, tag_mask, op) }
 }
 
-/// The hot path of `ucp_tag_recv_nbx` for a receive without a callback: plain parameters
-/// ([`core::plain_buf`]), a worker without a lock. A whole message that is already here
-/// is received in the call and NULL returned (or the truncation's status), as UCX does;
-/// a receive that must wait gets its request in [`recv_settle`], as the general path
-/// makes it. `None` (nothing started): the general path applies. A receive with a
-/// callback waits in the matcher by word (the general path's `start_word_recv`).
+/// The hot path of `ucp_tag_recv_nbx`: plain parameters ([`core::plain_buf`]), a worker
+/// without a lock. A whole message that is already here is received in the call and NULL
+/// returned (or the truncation's status), as UCX does. A receive that must wait, with or
+/// without a callback, waits in the matcher by word, with its C request and no Rust
+/// request (the general path's `start_word_recv`). `None` (nothing started): the general
+/// path applies.
 ///
 /// # Safety
 /// As `ucp_tag_recv_nbx`'s.
@@ -453,32 +453,27 @@ unsafe fn recv_plain(
     }
     let mut entry = wk.plain_entry()?;
     let (w, side) = entry.parts();
-    let r = match w.tag_recv_nbx(buf, tag, tag_mask, None) {
-        Ok(RecvPosted::Done(Status::Ok, _)) => std::ptr::null_mut(),
-        out => recv_settle(wk, w, side, param, out),
+    let r = match w.tag_recv_small_now(&buf, tag, tag_mask) {
+        // A whole small message already here: received in the call, as UCX does.
+        Some((Status::Ok, _)) => std::ptr::null_mut(),
+        Some((s, _)) => guard::status_to_ptr(s),
+        // Otherwise the receive waits in the matcher by word, as one with a callback does
+        // (a larger message already here is still received in the call): a C request
+        // and no Rust request, so its completion is reported once, into the C request.
+        None => guard::to_ptr(
+            "ucp_tag_recv_nbx",
+            wk.start_word_recv_plain(
+                w,
+                side,
+                0,
+                std::ptr::null_mut(),
+                #[inline(always)]
+                move |w, word| w.tag_recv_word(buf, tag, tag_mask, word),
+            ),
+        ),
     };
     leave_plain(entry, wk);
     Some(r)
-}
-
-/// A plain receive that did not complete in the call whole (or failed, or was
-/// truncated): its request, made as the general path makes it, or its status pointer.
-#[inline(never)]
-fn recv_settle(
-    wk: &Wk,
-    w: &mut ucp::Worker,
-    side: &mut core::Side,
-    param: *const ucp_request_param_t,
-    out: Result<RecvPosted>,
-) -> ucs_status_ptr_t {
-    let out = out.map(|p| match p {
-        RecvPosted::Done(s, info) => Outcome::Done(s, info),
-        RecvPosted::Pending(r) => Outcome::Req(r),
-    });
-    // SAFETY: the caller's parameter struct, read by `plain_buf` already.
-    let r = unsafe { Op::nbx(param, CbKind::TagRecvNbx) }
-        .and_then(|op| wk.settle(w, side, &op, F_RECV, out, RecvOut::Tag));
-    guard::to_ptr("ucp_tag_recv_nbx", r)
 }
 
 /// Handles of probed messages: a token (see `Side::token`) mapped to the Rust message.

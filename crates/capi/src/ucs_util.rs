@@ -254,12 +254,14 @@ pub struct StringBuffer {
 
 const _: () = assert!(std::mem::size_of::<StringBuffer>() == 24);
 
-/// `ucs_string_buffer_cstr`: the text; "" for a buffer that never got storage.
+/// `ucs_string_buffer_cstr`: the text; "" for a buffer with no text. An empty buffer's
+/// storage is not read: a fixed buffer on the stack (`UCS_STRING_BUFFER_ONSTACK`) starts
+/// as uninitialised memory, with no terminator until something is appended.
 #[no_mangle]
 pub unsafe extern "C" fn ucs_string_buffer_cstr(strb: *const StringBuffer) -> *const c_char {
     // SAFETY: the caller's string buffer.
     match unsafe { strb.as_ref() } {
-        Some(s) if !s.buffer.is_null() => s.buffer,
+        Some(s) if !s.buffer.is_null() && s.length > 0 => s.buffer,
         _ => c"".as_ptr(),
     }
 }

@@ -20,7 +20,11 @@ use std::collections::VecDeque;
 use std::os::fd::BorrowedFd;
 use ucs::{Result, Status};
 
+/// The transport behind an interface. A plain one-byte tag (`repr(u8)`) rather than one
+/// packed into a field of a variant: every call on an interface matches on it, and a byte
+/// compare is cheaper than decoding a niche.
 #[allow(clippy::enum_variant_names)]
+#[repr(u8)]
 enum Tl {
     SelfTl(SelfIface),
     Shm(ShmIface),

@@ -49,9 +49,14 @@ pub(crate) fn dispatch(core: &mut Core, p: &mut Protocols, id: u8, d: &[u8]) {
         }
         return;
     }
-    let r = match AmId::from_u8(id) {
-        Some(a) => dispatch_other(core, p, a, d),
-        None => Err(Status::InvalidParam),
+    let r = if id == AmId::AmEager.id() {
+        // Small active messages, second: their handler call is the application's.
+        crate::am::on_eager(core, &mut p.am, d)
+    } else {
+        match AmId::from_u8(id) {
+            Some(a) => dispatch_other(core, p, a, d),
+            None => Err(Status::InvalidParam),
+        }
     };
     if let Err(s) = r {
         dropped(core, id, d, s);

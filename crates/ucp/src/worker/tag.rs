@@ -98,6 +98,23 @@ impl Worker {
         self.recv_post(buf, tag, mask, cb, true)
     }
 
+    /// Receives, in the call and with nothing posted, a whole small message that is
+    /// already here for exactly `tag` (full mask): its status and information. `None` when
+    /// there is none (or `mask` is not full, or `buf` is owned); nothing changed then. The
+    /// first step of [`Worker::tag_recv_nbx`], for callers that post by word otherwise.
+    #[inline(always)]
+    pub fn tag_recv_small_now(
+        &mut self,
+        buf: &Buf,
+        tag: u64,
+        mask: u64,
+    ) -> Option<(Status, RecvInfo)> {
+        if mask != FULL_MASK || buf.is_owned() {
+            return None;
+        }
+        tag::recv_small_now(&mut self.p.tag, buf, tag)
+    }
+
     /// Posts a receive reported by `word` through [`Worker::drain_completed`], as a request
     /// started with [`Callback::Word`] and released at once would be, but with no request
     /// while it waits: the buffer and the word wait in the matcher, and a whole eager
