@@ -140,17 +140,11 @@ pub fn atomic(
     value: u64,
     compare: u64,
 ) -> Result<u64> {
-    if !rkey.is_direct() {
-        return Err(Status::Unsupported);
-    }
-    if addr % size.bytes() as u64 != 0 {
-        return Err(Status::InvalidParam);
-    }
-    let p = rkey.ptr(addr, size.bytes())?;
+    let p = word_ptr(rkey, addr, size)?;
     match size {
         AtomicSize::B64 => {
-            // SAFETY: p is 8-byte aligned (checked), inside mapped memory of the key, and
-            // only ever accessed atomically by rucx peers.
+            // SAFETY: p is 8-byte aligned and inside mapped memory of the key (`word_ptr`
+            // checked both), and only ever accessed atomically by rucx peers.
             let a = unsafe { AtomicU64::from_ptr(p.cast()) };
             Ok(apply64(a, op, value, compare))
         }
@@ -160,6 +154,20 @@ pub fn atomic(
             Ok(u64::from(apply32(a, op, value as u32, compare as u32)))
         }
     }
+}
+
+/// The local address of the atomic word at `addr`: the key must reach its memory directly
+/// (`Unsupported` otherwise), the address be aligned to the word's size and the word lie
+/// inside the key (`InvalidParam` otherwise).
+#[inline(always)]
+fn word_ptr(rkey: &Rkey, addr: u64, size: AtomicSize) -> Result<*mut u8> {
+    if !rkey.is_direct() {
+        return Err(Status::Unsupported);
+    }
+    if addr % size.bytes() as u64 != 0 {
+        return Err(Status::InvalidParam);
+    }
+    rkey.ptr(addr, size.bytes())
 }
 
 /// Writes `data` to `addr` through `key` (any access reached in the call: local, mapped
@@ -179,19 +187,13 @@ pub fn put_then_atomic64(
     op: AtomicOp,
     value: u64,
 ) -> Result<u64> {
-    if !word_key.is_direct() {
-        return Err(Status::Unsupported);
-    }
-    if word_addr % 8 != 0 {
-        return Err(Status::InvalidParam);
-    }
-    let word = word_key.ptr(word_addr, 8)?;
+    let word = word_ptr(word_key, word_addr, AtomicSize::B64)?;
     if !data.is_empty() {
         put_one(key, addr, data)?;
     }
-    // SAFETY: `ptr` checked that the 8 bytes lie in the key's memory, mapped while the
-    // key lives; the address is 8-byte aligned (checked above), and rucx's peers access
-    // such words only atomically.
+    // SAFETY: `word_ptr` checked that the 8 bytes lie in the key's memory, mapped while
+    // the key lives, and are 8-byte aligned; rucx's peers access such words only
+    // atomically.
     let a = unsafe { AtomicU64::from_ptr(word.cast()) };
     Ok(apply64(a, op, value, 0))
 }
