@@ -367,11 +367,12 @@ fn put_signal_now(
     op: SignalOp,
     value: u64,
 ) -> Result<()> {
-    rk.check_ep(ep)?;
     signal_rk.check_ep(ep)?;
     if data.is_empty() {
         // No byte to write, but the address is still checked, as on every other path.
         rk.check(ep, addr, 0)?;
+    } else {
+        rk.check_ep(ep)?;
     }
     let op = match op {
         SignalOp::Add => AtomicOp::Add,

@@ -102,6 +102,18 @@ struct ElemHdr {
     reserved: [u8; 2],
 }
 
+impl ElemHdr {
+    /// Publishes claimed slot `t`: the fields, then `seq` with release ordering, after
+    /// which the consumer may read the element and its payload.
+    #[inline(always)]
+    fn publish(&self, t: u64, am_id: u8, flags: u8, len: usize) {
+        self.len.store(len as u32, Ordering::Relaxed);
+        self.am_id.store(am_id, Ordering::Relaxed);
+        self.flags.store(flags, Ordering::Relaxed);
+        self.seq.store(t, Ordering::Release);
+    }
+}
+
 const CTL_SIZE: usize = 512;
 const _: () = {
     assert!(std::mem::size_of::<Ctl>() == CTL_SIZE);
@@ -568,11 +580,7 @@ impl FifoTx {
         area[..8].copy_from_slice(&hdr.to_ne_bytes());
         copy_short(&mut area[8..], payload);
         // SAFETY: as in `claim_elem`.
-        let h = unsafe { &*(e as *const ElemHdr) };
-        h.len.store(len as u32, Ordering::Relaxed);
-        h.am_id.store(am_id, Ordering::Relaxed);
-        h.flags.store(FLAG_INLINE, Ordering::Relaxed);
-        h.seq.store(t, Ordering::Release);
+        unsafe { &*(e as *const ElemHdr) }.publish(t, am_id, FLAG_INLINE, len);
         Ok(Some(armed))
     }
 
@@ -605,11 +613,7 @@ impl FifoTx {
     /// woken through its eventfd.
     #[inline]
     pub fn publish(&self, s: Slot, am_id: u8, flags: u8, len: usize) -> bool {
-        let h = self.ring.elem_hdr(s.0);
-        h.len.store(len as u32, Ordering::Relaxed);
-        h.am_id.store(am_id, Ordering::Relaxed);
-        h.flags.store(flags, Ordering::Relaxed);
-        h.seq.store(s.0, Ordering::Release);
+        self.ring.elem_hdr(s.0).publish(s.0, am_id, flags, len);
         s.1
     }
 }
