@@ -1870,7 +1870,7 @@ impl Wk {
                 return self.immediate(side, op, hdr, s, info, recv);
             }
             if op.force_imm() {
-                let _ = w.request_abort(r);
+                let _ = w.abort_for_good(r);
                 if self.take_own(w, side, hdr, true).is_some() {
                     let _ = w.request_free(r);
                     // SAFETY: the header of this call; its request is gone.
@@ -1987,7 +1987,7 @@ impl Wk {
             Err(e) => {
                 // No memory for the C request: stop the operation rather than let it run
                 // with nobody to tell.
-                let _ = w.request_abort(r);
+                let _ = w.abort_for_good(r);
                 let _ = w.request_free(r);
                 return Err(e);
             }

@@ -12,8 +12,8 @@
 //!   task's lifetime, or raw with the caller's promise) or the task's own scratch `Vec`,
 //!   whose heap memory does not move while the task lives;
 //! - a task never finishes, fails or is dropped with a request in flight: it waits for
-//!   completion or aborts the request first (after `request_abort` ucp touches the memory
-//!   no more);
+//!   completion or aborts the request first (after `abort_for_good` ucp touches the
+//!   memory no more: it waits out a receive the peer still writes into);
 //! - local copies and reductions build slices only between calls into ucp, which accesses
 //!   the memory only inside those calls (the worker is single-threaded), and only on
 //!   regions whose transfers of the current step have completed;
@@ -636,7 +636,7 @@ impl Task {
 
     fn finish(&mut self, w: &mut Worker) {
         if let Some(r) = self.abort.take() {
-            let _ = w.request_abort(r);
+            let _ = w.abort_for_good(r);
             let _ = w.request_free(r);
         }
     }
@@ -654,7 +654,7 @@ impl Task {
             keys.sent.remove(&a);
         }
         for (r, _, _) in self.inflight.drain(..) {
-            let _ = w.request_abort(r);
+            let _ = w.abort_for_good(r);
             let _ = w.request_free(r);
         }
         self.finish(w);

@@ -371,6 +371,91 @@ fn truncation_is_reported() {
     p.finish();
 }
 
+/// The split rendezvous (shared memory, `UCX_RUCX_RNDV_SPLIT`, 32 KiB by default): the
+/// peer writes the first part of each receive buffer while this side reads the rest.
+/// Sizes at the split threshold and at the page boundaries of the sender's part, from and
+/// into odd page offsets, whole and truncated: every byte of each receive buffer is
+/// checked, including the bytes past a truncated message, which nobody may write.
+#[test]
+fn split_rendezvous_moves_every_byte_once() {
+    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let mut p = Peer::spawn("echo", "");
+    let mut w = worker();
+    let ep = connect(&mut w, &mut p);
+    w.ep_connect(ep).unwrap();
+    let th = w.ep_thresholds(ep).unwrap().unwrap();
+    let split = ucp::config::RNDV_SPLIT_AUTO;
+    let mut sizes = vec![
+        split - 1,
+        split,
+        split + 1,
+        2 * split + 4095,
+        2 * split + 8192,
+        (1 << 20) + 3,
+        (4 << 20) + 4097,
+    ];
+    sizes.retain(|&s| s >= th.rndv);
+    assert!(
+        sizes.len() >= 5,
+        "rendezvous threshold {} above the split sizes",
+        th.rndv
+    );
+    let most = *sizes.iter().max().unwrap();
+    let mut out = vec![0u8; most + 8192];
+    let mut back = vec![0u8; most + 8192];
+    let mut tag = 9000;
+    for &len in &sizes {
+        for (so, ro) in [(0, 0), (8, 4090), (4000, 1)] {
+            tag += 1;
+            let data = pattern(len, tag);
+            at_page_offset(&mut out, so, len).copy_from_slice(&data);
+            w.tag_send(ep, at_page_offset(&mut out, so, len), tag)
+                .unwrap();
+            let dst = at_page_offset(&mut back, ro, len);
+            dst.fill(0xa5);
+            let info = w.tag_recv(dst, tag, u64::MAX).unwrap();
+            assert_eq!(info.length, len);
+            assert!(
+                dst[..] == data[..],
+                "split echo of {len} bytes (page offsets {so}/{ro}) differs"
+            );
+        }
+        // Truncated into a buffer that still splits: what fits arrives, nothing beyond.
+        tag += 1;
+        let data = pattern(len, tag);
+        w.tag_send(ep, &data, tag).unwrap();
+        let fit = (len - len / 3).max(split);
+        let mut dst = vec![0x5au8; fit + 4096];
+        let r = w.tag_recv(&mut dst[..fit], tag, u64::MAX);
+        if fit < len {
+            assert_eq!(r, Err(Status::MessageTruncated), "{len} bytes into {fit}");
+        } else {
+            assert_eq!(r.map(|i| i.length), Ok(len));
+        }
+        let got = fit.min(len);
+        assert!(
+            dst[..got] == data[..got],
+            "{len} bytes into {fit}: the part that fits"
+        );
+        assert!(
+            dst[fit..].iter().all(|&b| b == 0x5a),
+            "{len} bytes into {fit}: past the end"
+        );
+    }
+    // Every receive of a size from the threshold up split (three echoes and the
+    // truncated one), unless the environment turned splitting off.
+    let expect = if ucp::Config::from_env().unwrap().rndv_split == split {
+        sizes.iter().filter(|&&s| s >= split).count() as u64 * 4
+    } else {
+        0
+    };
+    assert_eq!(w.rndv_splits(), expect);
+    w.tag_send(ep, &[], STOP_TAG).unwrap();
+    assert_eq!(p.line(), "done");
+    p.finish();
+    assert_eq!(w.dropped(), 0);
+}
+
 #[test]
 fn cancel_posted_receive() {
     let mut w = worker();

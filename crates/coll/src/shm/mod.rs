@@ -194,7 +194,7 @@ fn finish(w: &mut Worker, req: ucp::Request, timeout: Duration) -> Result<()> {
         Ok(Status::Ok) => Ok(()),
         Ok(e) => Err(e),
         Err(e) => {
-            let _ = w.request_abort(req);
+            let _ = w.abort_for_good(req);
             let _ = w.request_free(req);
             Err(e)
         }

@@ -73,6 +73,8 @@ pub(crate) struct Core {
     pub flushes: Vec<Request>,
     pub next_msg_id: u64,
     pub dropped: u64,
+    /// Rendezvous receives whose copy was split with the sender (`rndv::split`).
+    pub splits: u64,
     /// Endpoints whose lane is tcp (bounded by the configured budget).
     pub tcp_eps: usize,
     /// Interfaces progressed on every call (live and not idle); refreshed on idle turns
@@ -104,6 +106,7 @@ impl Core {
             flushes: Vec::new(),
             next_msg_id: 1,
             dropped: 0,
+            splits: 0,
             tcp_eps: 0,
             hot: Vec::new(),
             cqs: Vec::new(),

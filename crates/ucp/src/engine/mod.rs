@@ -109,7 +109,8 @@ fn dispatch_other(core: &mut Core, p: &mut Protocols, id: AmId, d: &[u8]) -> Res
         AmId::Rts => Rts::decode(d).map(|h| recv::rts(core, &mut p.tag, &mut p.rndv, h)),
         AmId::Ats => decode_ats(d).and_then(|(sreq, _)| core.remote_done(sreq)),
         AmId::SyncAck => decode_sync_ack(d).and_then(|sreq| core.remote_done(sreq)),
-        AmId::Rtr => Rtr::decode(d).and_then(|h| p.rndv.on_rtr(core, h)),
+        AmId::Rtr => Rtr::decode(d).and_then(|h| p.rndv.on_rtr(core, h, false)),
+        AmId::RtrPart => Rtr::decode(d).and_then(|h| p.rndv.on_rtr(core, h, true)),
         AmId::RndvFin => {
             decode_rndv_fin(d).and_then(|(rreq, uuid)| p.rndv.on_rndv_fin(core, rreq, uuid))
         }
@@ -224,7 +225,9 @@ pub(crate) fn forget_failed_peers(core: &mut Core, p: &mut Protocols) {
 }
 
 /// Stops request `r`: a queued send is dropped, a receive leaves matching; both complete
-/// with `Canceled`. After this the request touches its buffer no more.
+/// with `Canceled`. After this the request touches its buffer no more. `Busy`: a receive
+/// in a split rendezvous, whose sender still writes into its buffer, cannot be stopped;
+/// it completes once the sender finished or failed.
 pub(crate) fn abort(core: &mut Core, p: &mut Protocols, r: Request) -> Result<()> {
     let q = core.reqs.get_mut(r.0).ok_or(Status::InvalidParam)?;
     if q.status.is_some() {
@@ -244,6 +247,9 @@ pub(crate) fn abort(core: &mut Core, p: &mut Protocols, r: Request) -> Result<()
                 e.queue.retain(|x| *x != Queued::Rma(r));
             }
         }
+        // The sender of a split rendezvous writes into the buffer until its fin: the
+        // receive cannot be stopped before that (it ends then, or when the sender fails).
+        ReqKind::Recv(_) if p.rndv.splitting(r) => return Err(Status::Busy),
         ReqKind::Recv(rs) => {
             crate::tag::forget_recv(&mut p.tag, rs, r);
             // Its registration goes too: late puts are refused, not written.

@@ -15,10 +15,14 @@
 //! 20  Rtr           sender request, receiver request, address,        -
 //!                   length, rkey length (u16), rkey bytes
 //! 21  RndvFin       receiver request, src uuid                         -
+//! 23  RtrPart       as Rtr: the part of the message the sender puts   -
 //!  * 0 when the send is not synchronous
 //! Rtr and RndvFin make the rendezvous where the sender puts (lanes without a one-copy
 //! read, i.e. tcp): the receiver answers an Rts whose key is a wire key with an Rtr naming
-//! its buffer, the sender puts the data there and sends RndvFin behind it.
+//! its buffer, the sender puts the data there and sends RndvFin behind it. RtrPart
+//! (shared memory, from `UCX_RUCX_RNDV_SPLIT` up) asks the sender to put only the
+//! first `length` bytes while the receiver reads the rest itself; the sender's send then
+//! completes on the Ats, which the receiver sends once it has both parts.
 //! ```
 //! Stream bytes (id 17) carry the sender's worker id (u64) in front of the bytes.
 //! Decoders check lengths and never trust a length field beyond the bytes present.

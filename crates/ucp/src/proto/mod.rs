@@ -54,6 +54,9 @@ pub enum AmId {
     RndvFin = 21,
     /// Emulated put with remote signal: its last piece, which carries the signal (`rma`).
     PutSignal = 22,
+    /// Rendezvous split over shared memory: the receiver's buffer for the first part of
+    /// the message, which the sender puts while the receiver reads the rest (`rndv`).
+    RtrPart = 23,
 }
 
 impl AmId {
@@ -90,6 +93,7 @@ impl AmId {
             20 => Rtr,
             21 => RndvFin,
             22 => PutSignal,
+            23 => RtrPart,
             _ => return None,
         })
     }
@@ -109,6 +113,6 @@ mod tests {
                 seen += 1;
             }
         }
-        assert_eq!(seen, 22);
+        assert_eq!(seen, 23);
     }
 }

@@ -9,6 +9,7 @@
 //! sender (Ats, or the puts and RndvFin) unless the sender's endpoint failed.
 
 pub(crate) mod put;
+pub(crate) mod split;
 
 use crate::core::request::{Req, ReqKind, Request};
 use crate::core::{connect, lane_owner, send_ctrl, Core, Tl};
@@ -52,6 +53,9 @@ pub(crate) enum Work {
         /// `rkey` unpacked, once a piece was tried (a piece that finds no room is retried
         /// on every progress: unpacking once is enough).
         key: Option<uct::Rkey>,
+        /// A split rendezvous's part ([`split`]): the send completes on the Ats, not
+        /// once the fin is out.
+        part: bool,
     },
 }
 
@@ -161,6 +165,27 @@ fn step(tls: &mut [Tl], core: &mut Core, st: &mut RndvState, d: Work) -> Result<
                     Ok(Some(again)) => return step(tls, core, st, again),
                     Err(s) => {
                         tracing::debug!("rendezvous receive by put failed: {s}");
+                        core.complete(req, s);
+                        return step(
+                            tls,
+                            core,
+                            st,
+                            Work::Ats {
+                                uuid,
+                                sreq,
+                                status: Status::IoError,
+                            },
+                        );
+                    }
+                }
+            }
+            if live {
+                match split::start(tls, core, st, req, uuid, sreq, len, addr, &rkey) {
+                    Ok(None) => {}
+                    // Split: the receive completes with the sender's fin.
+                    Ok(Some(retry)) => return Ok(retry),
+                    Err(s) => {
+                        tracing::debug!("split rendezvous failed: {s}");
                         core.complete(req, s);
                         return step(
                             tls,

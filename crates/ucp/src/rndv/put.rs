@@ -45,6 +45,18 @@ pub(crate) struct RndvRx {
     /// For receives that are not contiguous (owned memory): copied into the buffer at
     /// the end.
     pub bounce: Option<Buf>,
+    /// A split rendezvous ([`super::split`]): the sender puts the first `len` bytes while
+    /// this side reads the rest; `Some` once that read ended, with its outcome.
+    pub part: Option<Part>,
+}
+
+/// The receiver's own read of a split rendezvous.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Part {
+    /// Not finished yet (the RndvFin may not complete the receive).
+    Reading,
+    /// Finished with this status.
+    Read(Status),
 }
 
 /// Receiver: `req` matched an Rts of `len` bytes from request `sreq` of worker `uuid`.
@@ -109,6 +121,7 @@ pub(crate) fn start(
             truncated: want > n,
             mem,
             bounce,
+            part: None,
         },
     );
     Ok(send_rtr(tls, core, st, rreq)?.then_some(Work::Rtr { rreq }))
@@ -131,7 +144,12 @@ pub(crate) fn send_rtr(tls: &mut [Tl], core: &mut Core, st: &RndvState, rreq: u6
     };
     let ep = core.ep_of(uuid).ok_or(Status::Unreachable)?;
     let lane = connect(tls, core, ep)?;
-    let out = tls[lane.tl].iface.am_bcopy(lane.ep, AmId::Rtr.id(), |b| {
+    let id = if rx.part.is_some() {
+        AmId::RtrPart
+    } else {
+        AmId::Rtr
+    };
+    let out = tls[lane.tl].iface.am_bcopy(lane.ep, id.id(), |b| {
         if b.len() < rtr.encoded_len() {
             return usize::MAX;
         }
@@ -168,6 +186,7 @@ pub(crate) fn put_data(tls: &mut [Tl], core: &mut Core, d: Work) -> Result<Optio
         mut fin,
         mut mark,
         mut key,
+        part,
     } = d
     else {
         return Err(Status::InvalidParam);
@@ -185,6 +204,13 @@ pub(crate) fn put_data(tls: &mut [Tl], core: &mut Core, d: Work) -> Result<Optio
     let res = (|| -> Result<bool> {
         ptr.ok_or(Status::InvalidParam)?;
         let lane = connect(tls, core, ep)?;
+        // A split's key is a shared-memory key without the receiver's process id, which
+        // the endpoint names.
+        let owner = if part {
+            crate::core::lane_owner(tls, core, ep, lane)
+        } else {
+            None
+        };
         let t = &mut tls[lane.tl];
         // udp's puts are sent from the buffer whatever else is queued (nothing is copied),
         // so they need not wait for an empty send queue; its flush is the peer's
@@ -193,6 +219,7 @@ pub(crate) fn put_data(tls: &mut [Tl], core: &mut Core, d: Work) -> Result<Optio
         if off < len {
             let rk = match key.take() {
                 Some(k) => k,
+                None if part => t.md.rkey_unpack_from(&rkey, owner)?,
                 None => t.md.rkey_unpack(&rkey)?,
             };
             let rk = &*key.insert(rk);
@@ -258,7 +285,11 @@ pub(crate) fn put_data(tls: &mut [Tl], core: &mut Core, d: Work) -> Result<Optio
             fin,
             mark,
             key,
+            part,
         })),
+        // A split send completes on the receiver's Ats, which comes after the receiver
+        // saw this side's RndvFin and read its own part.
+        Ok(true) if part => Ok(None),
         Ok(true) => {
             core.complete(r, Status::Ok);
             Ok(None)
@@ -272,8 +303,9 @@ pub(crate) fn put_data(tls: &mut [Tl], core: &mut Core, d: Work) -> Result<Optio
 }
 
 impl RndvState {
-    /// Sender: the receiver is ready for the data of request `h.sreq`.
-    pub(crate) fn on_rtr(&mut self, core: &Core, h: Rtr<'_>) -> Result<()> {
+    /// Sender: the receiver is ready for the data of request `h.sreq` (with `part`: for
+    /// its first `h.len` bytes, while it reads the rest).
+    pub(crate) fn on_rtr(&mut self, core: &Core, h: Rtr<'_>, part: bool) -> Result<()> {
         let r = Request::from_u64(h.sreq);
         let fits = match core.reqs.get_ref(r.0) {
             Some(Req {
@@ -296,22 +328,29 @@ impl RndvState {
             fin: false,
             mark: None,
             key: None,
+            part,
         });
         Ok(())
     }
 
     /// Receiver: every byte of receive `rreq` was written; `uuid` is the sender.
     pub(crate) fn on_rndv_fin(&mut self, core: &mut Core, rreq: u64, uuid: u64) -> Result<()> {
-        if self.rx.get(&rreq).map(|x| x.uuid) != Some(uuid) {
+        let Some(x) = self.rx.get(&rreq) else {
+            return Err(Status::InvalidParam);
+        };
+        if x.uuid != uuid || x.part == Some(Part::Reading) {
+            // Not from this receive's sender, or a split's fin before this side's own read
+            // ended (the read runs before the Rtr's answer can be seen: a fin now is not
+            // the sender's).
             return Err(Status::InvalidParam);
         }
         let Some(rx) = self.rx.remove(&rreq) else {
             return Err(Status::InvalidParam);
         };
-        let mut status = if rx.truncated {
-            Status::MessageTruncated
-        } else {
-            Status::Ok
+        let mut status = match rx.part {
+            Some(Part::Read(s)) if s != Status::Ok => s,
+            _ if rx.truncated => Status::MessageTruncated,
+            _ => Status::Ok,
         };
         if let Some(Req {
             kind: ReqKind::Recv(rs),
@@ -325,6 +364,18 @@ impl RndvState {
                 }
             }
             core.complete(rx.req, status);
+        }
+        if rx.part.is_some() {
+            // The sender's buffer is free now: both parts are in.
+            self.work.push_back(Work::Ats {
+                uuid,
+                sreq: rx.sreq,
+                status: if matches!(status, Status::Ok | Status::MessageTruncated) {
+                    Status::Ok
+                } else {
+                    Status::IoError
+                },
+            });
         }
         Ok(())
     }

@@ -294,7 +294,7 @@ impl SharedWorker {
     fn give_up(&self, t: Ticket) -> Result<Outcome> {
         let r = self.with(|w| {
             if let Some(r) = self.inner.slots.request(&t) {
-                let _ = w.request_abort(r);
+                let _ = w.abort_for_good(r);
             }
         });
         if let Some(o) = self.inner.slots.take(&t) {

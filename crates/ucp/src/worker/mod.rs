@@ -166,6 +166,12 @@ impl Worker {
         self.core.dropped
     }
 
+    /// How many rendezvous receives of this worker had their copy split with the sender
+    /// (shared memory, from `UCX_RUCX_RNDV_SPLIT` bytes).
+    pub fn rndv_splits(&self) -> u64 {
+        self.core.splits
+    }
+
     /// The worker's address. Handing it out means peers may send at any time, so every
     /// interface that can receive from another process is progressed from now on.
     pub fn address(&mut self) -> Vec<u8> {

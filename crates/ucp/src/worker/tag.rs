@@ -208,8 +208,26 @@ impl Worker {
     /// Stops a request this call's owner no longer waits for: a queued send is dropped, a
     /// receive leaves matching; both complete with `Canceled`. After this the request
     /// touches its buffer no more.
+    ///
+    /// `Err(Busy)`: a receive whose sender is still writing into its buffer (a split
+    /// rendezvous over shared memory) cannot be stopped; it completes once the sender
+    /// finished or its endpoint failed.
     pub fn request_abort(&mut self, r: Request) -> Result<()> {
         engine::abort(&mut self.core, &mut self.p, r)
+    }
+
+    /// Aborts `r` for a blocking call that gives up on it, waiting instead while it
+    /// cannot be aborted (see [`Worker::request_abort`]): when this returns, nothing
+    /// touches the request's buffer any more.
+    pub fn abort_for_good(&mut self, r: Request) -> Result<()> {
+        loop {
+            match self.request_abort(r) {
+                Err(Status::Busy) => {
+                    let _ = self.wait_done(r, BLOCKING_TIMEOUT);
+                }
+                other => return other,
+            }
+        }
     }
 
     pub(crate) fn block_on(&mut self, r: Option<Request>) -> Result<Status> {
@@ -218,7 +236,7 @@ impl Worker {
             // Whatever ended the wait, the request must not outlive the caller's buffer
             // (the blocking calls lend it a borrowed slice): abort it before returning.
             Err(e) => {
-                let _ = self.request_abort(r);
+                let _ = self.abort_for_good(r);
                 let _ = self.request_free(r);
                 Err(e)
             }
@@ -271,7 +289,7 @@ impl Worker {
         let status = match self.wait_done(r, BLOCKING_TIMEOUT) {
             // As in block_on: the request must not outlive the caller's buffer.
             Err(e) => {
-                let _ = self.request_abort(r);
+                let _ = self.abort_for_good(r);
                 let _ = self.request_free(r);
                 return Err(e);
             }

@@ -1,0 +1,168 @@
+//! Rendezvous over shared memory with the copy split between the two sides.
+//!
+//! A rendezvous by get leaves the whole copy to the receiver while the sender's CPU waits
+//! for the Ats. From `UCX_RUCX_RNDV_SPLIT` bytes up, on a shared-memory lane, the receiver
+//! instead registers the first part of its buffer and answers the Rts with an RtrPart
+//! naming it, then reads the rest itself; the sender, on the RtrPart, writes the first
+//! part (cross-memory attach) and sends RndvFin behind it. Both copies run at once, on
+//! the two processes' CPUs. The receive completes when its own read ended and the fin
+//! came; only then does the receiver send the Ats, on which the send completes (so the
+//! sender's buffer is read by nobody once its send completed).
+//!
+//! Invariants: the receiver never completes a split receive before the sender's fin (or
+//! the sender's failure): the sender writes into the buffer until then, so an abort is
+//! refused meanwhile ([`super::RndvState::splitting`]). Owned buffers (which a request
+//! frees with itself) and non-contiguous ones are never split.
+
+use super::put::{send_rtr, Part, RndvRx};
+use super::{RndvState, Work};
+use crate::core::request::{Req, ReqKind, Request};
+use crate::core::{connect, lane_owner, Core, Tl};
+use ucs::{Result, Status};
+
+/// The first part, which the sender puts: half of `n` rounded down to whole pages, so
+/// that each side's copy starts on a page. Zero when `n` is too short to split.
+pub(crate) fn sender_part(n: usize) -> usize {
+    (n / 2) & !4095
+}
+
+/// Receiver: tries to split the rendezvous of receive `req`, which matched an Rts of
+/// `len` bytes at `addr` (key `rkey`) from request `sreq` of worker `uuid`. `Ok(None)`:
+/// it does not apply (the caller gets the data as usual). `Ok(Some(retry))`: started,
+/// with the Rtr still to be sent when `retry` is `Some`; this side's part is read.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn start(
+    tls: &mut [Tl],
+    core: &mut Core,
+    st: &mut RndvState,
+    req: Request,
+    uuid: u64,
+    sreq: u64,
+    len: u64,
+    addr: u64,
+    rkey: &[u8],
+) -> Result<Option<Option<Work>>> {
+    let min = core.cfg.rndv_split;
+    let want = usize::try_from(len).map_err(|_| Status::InvalidParam)?;
+    if want < min {
+        return Ok(None);
+    }
+    let ep = core.ep_of(uuid).ok_or(Status::Unreachable)?;
+    let lane = connect(tls, core, ep)?;
+    if tls[lane.tl].transport != uct::Transport::Shm || tls[lane.tl].iface.attr().max_put_zcopy == 0
+    {
+        return Ok(None);
+    }
+    let owner = lane_owner(tls, core, ep, lane);
+    let md = tls[lane.tl].md.clone();
+    let rk = md.rkey_unpack_from(rkey, owner)?;
+    let Some(Req {
+        kind: ReqKind::Recv(rs),
+        ..
+    }) = core.reqs.get_mut(req.0)
+    else {
+        return Err(Status::InvalidParam);
+    };
+    if rs.buf.is_owned() || rs.buf.is_generic() || rs.buf.contig_ptr().is_none() {
+        return Ok(None);
+    }
+    let n = want.min(rs.buf.len());
+    let k = sender_part(n);
+    if n < min || k == 0 {
+        return Ok(None);
+    }
+    let mem = rs.buf.mem_reg(&md, k)?;
+    let rreq = req.to_u64();
+    core.splits += 1;
+    st.rx.insert(
+        rreq,
+        RndvRx {
+            req,
+            uuid,
+            sreq,
+            len: k as u64,
+            truncated: want > n,
+            mem,
+            bounce: None,
+            part: Some(Part::Reading),
+        },
+    );
+    // The sender starts on its part first, then this side reads the rest.
+    let retry = match send_rtr(tls, core, st, rreq) {
+        Ok(r) => r,
+        Err(s) => {
+            st.rx.remove(&rreq);
+            return Err(s);
+        }
+    };
+    let got = read_rest(tls, core, lane, req, k, n, addr, &rk);
+    if let Some(x) = st.rx.get_mut(&rreq) {
+        x.part = Some(Part::Read(got));
+    }
+    Ok(Some(retry.then_some(Work::Rtr { rreq })))
+}
+
+/// Reads bytes `k..n` of the message at `addr` into the same bytes of receive `req`'s
+/// buffer; returns how that went.
+#[allow(clippy::too_many_arguments)]
+fn read_rest(
+    tls: &mut [Tl],
+    core: &mut Core,
+    lane: crate::core::ep::Lane,
+    req: Request,
+    k: usize,
+    n: usize,
+    addr: u64,
+    rk: &uct::Rkey,
+) -> Status {
+    let Some(Req {
+        kind: ReqKind::Recv(rs),
+        ..
+    }) = core.reqs.get_mut(req.0)
+    else {
+        return Status::InvalidParam;
+    };
+    // The sender writes only bytes `..k` (its RtrPart's length), so this slice is this
+    // side's alone.
+    let mut slices = rs.buf.slices_mut();
+    let Some(dst) = slices.first_mut().and_then(|s| s.get_mut(k..n)) else {
+        return Status::InvalidParam;
+    };
+    match tls[lane.tl]
+        .iface
+        .get_zcopy(lane.ep, &mut [dst], addr + k as u64, rk, 0)
+    {
+        Ok(uct::Outcome::Done(())) => Status::Ok,
+        // Shared-memory reads complete in the call; anything else is a failure here.
+        Ok(_) => Status::IoError,
+        Err(s) => s,
+    }
+}
+
+impl RndvState {
+    /// True while receive `r` is in a split rendezvous whose sender may still write into
+    /// its buffer (no fin yet): it must not complete, nor be aborted, before that.
+    pub(crate) fn splitting(&self, r: Request) -> bool {
+        self.rx
+            .get(&r.to_u64())
+            .is_some_and(|x| x.req == r && x.part.is_some())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sender_part;
+
+    #[test]
+    fn the_sender_part_is_whole_pages_and_at_most_half() {
+        assert_eq!(sender_part(0), 0);
+        assert_eq!(sender_part(8191), 0);
+        assert_eq!(sender_part(8192), 4096);
+        assert_eq!(sender_part(65536), 32768);
+        assert_eq!(sender_part(65536 + 100), 32768);
+        for n in [1usize, 4096, 10_000, 1 << 20, (1 << 20) + 12345] {
+            let k = sender_part(n);
+            assert!(k <= n / 2 && k % 4096 == 0);
+        }
+    }
+}
