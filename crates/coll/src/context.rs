@@ -269,6 +269,9 @@ impl Context {
     /// A context with explicit settings.
     pub fn with_options(mut worker: Worker, opts: Options) -> Result<Context> {
         ucs::config::register(COLL_VARS);
+        // A failed collective aborts its receives at once, whatever the peers do; a split
+        // rendezvous, which the sender writes into until its fin, could not be aborted.
+        worker.set_rndv_split(false);
         let my_addr = worker.address();
         Ok(Context {
             worker,

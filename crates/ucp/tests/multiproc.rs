@@ -101,6 +101,33 @@ fn role_late_receiver() {
     assert_eq!(stdin_line(), "bye");
 }
 
+/// Sends one message of the size given, announces it, and makes no progress until the go
+/// line; then completes the send.
+fn role_stalled_sender(args: &str) {
+    let size: usize = args.parse().unwrap();
+    let mut w = worker();
+    let ep = peer_connect(&mut w);
+    let data = pattern(size, 77);
+    // SAFETY: `data` outlives the request, which is waited for below.
+    let r = unsafe {
+        w.tag_send_nb(
+            ep,
+            Buf::contig(data.as_ptr().cast_mut(), size),
+            77,
+            false,
+            None,
+        )
+    }
+    .unwrap();
+    println!("@@ sent");
+    assert_eq!(stdin_line(), "go");
+    if let Some(r) = r {
+        assert_eq!(w.wait_request(r, TIMEOUT).unwrap(), Status::Ok);
+    }
+    println!("@@ done");
+    assert_eq!(stdin_line(), "bye");
+}
+
 #[test]
 fn peer_main() {
     let Ok(role) = std::env::var("RUCX_TEST_ROLE") else {
@@ -111,6 +138,7 @@ fn peer_main() {
         "echo" => role_echo(),
         "sender" => role_sender(&args),
         "late-receiver" => role_late_receiver(),
+        "stalled-sender" => role_stalled_sender(&args),
         r => panic!("unknown role {r}"),
     }
 }
@@ -371,6 +399,22 @@ fn truncation_is_reported() {
     p.finish();
 }
 
+/// Receives into `dst` through the nonblocking call (the blocking one never splits its
+/// rendezvous) and waits for it.
+fn recv_nb(w: &mut Worker, dst: &mut [u8], tag: u64) -> Result<ucp::RecvInfo, Status> {
+    // SAFETY: `dst` is borrowed for this whole call, and the request completes before it
+    // returns (a wait that fails panics, and the test with it).
+    let buf = unsafe { Buf::contig(dst.as_mut_ptr(), dst.len()) };
+    let r = w.tag_recv_nb(buf, tag, u64::MAX, None).unwrap();
+    let s = w.wait_done(r, TIMEOUT).unwrap();
+    let info = w.request_info(r).unwrap();
+    w.request_free(r).unwrap();
+    match s {
+        Status::Ok => Ok(info),
+        s => Err(s),
+    }
+}
+
 /// The split rendezvous (shared memory, `UCX_RUCX_RNDV_SPLIT`, 32 KiB by default): the
 /// peer writes the first part of each receive buffer while this side reads the rest.
 /// Sizes at the split threshold and at the page boundaries of the sender's part, from and
@@ -413,7 +457,7 @@ fn split_rendezvous_moves_every_byte_once() {
                 .unwrap();
             let dst = at_page_offset(&mut back, ro, len);
             dst.fill(0xa5);
-            let info = w.tag_recv(dst, tag, u64::MAX).unwrap();
+            let info = recv_nb(&mut w, dst, tag).unwrap();
             assert_eq!(info.length, len);
             assert!(
                 dst[..] == data[..],
@@ -426,7 +470,7 @@ fn split_rendezvous_moves_every_byte_once() {
         w.tag_send(ep, &data, tag).unwrap();
         let fit = (len - len / 3).max(split);
         let mut dst = vec![0x5au8; fit + 4096];
-        let r = w.tag_recv(&mut dst[..fit], tag, u64::MAX);
+        let r = recv_nb(&mut w, &mut dst[..fit], tag);
         if fit < len {
             assert_eq!(r, Err(Status::MessageTruncated), "{len} bytes into {fit}");
         } else {
@@ -450,10 +494,75 @@ fn split_rendezvous_moves_every_byte_once() {
         0
     };
     assert_eq!(w.rndv_splits(), expect);
+    // A blocking receive never splits: it aborts what it gives up on.
+    tag += 1;
+    let data = pattern(2 * split, tag);
+    w.tag_send(ep, &data, tag).unwrap();
+    let mut dst = vec![0u8; data.len()];
+    assert_eq!(
+        w.tag_recv(&mut dst, tag, u64::MAX).unwrap().length,
+        data.len()
+    );
+    assert!(dst == data);
+    assert_eq!(w.rndv_splits(), expect);
     w.tag_send(ep, &[], STOP_TAG).unwrap();
     assert_eq!(p.line(), "done");
     p.finish();
     assert_eq!(w.dropped(), 0);
+}
+
+/// A receive in a split rendezvous cannot be aborted while its sender may still write
+/// into it (`Busy`, and the receive goes on); it completes whole once the sender runs.
+#[test]
+fn a_split_receive_is_not_aborted_under_its_sender() {
+    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let size = 1 << 20;
+    let mut p = Peer::spawn("stalled-sender", &size.to_string());
+    let mut w = worker();
+    let _ep = connect(&mut w, &mut p);
+    assert_eq!(p.line(), "sent");
+    let mut dst = vec![0u8; size];
+    // SAFETY: `dst` outlives the request, which completes below before it is dropped.
+    let buf = unsafe { Buf::contig(dst.as_mut_ptr(), size) };
+    let r = w.tag_recv_nb(buf, 77, u64::MAX, None).unwrap();
+    // The announcement arrives and the split starts; the sender does not answer yet.
+    let t0 = Instant::now();
+    while w.rndv_splits() == 0 && t0.elapsed() < TIMEOUT {
+        w.progress();
+    }
+    if ucp::Config::from_env().unwrap().rndv_split > size {
+        // Splitting turned off by the environment: nothing to check here.
+        p.send("go");
+        w.wait_done(r, TIMEOUT).unwrap();
+        w.request_free(r).unwrap();
+        assert_eq!(p.line(), "done");
+        p.send("bye");
+        p.finish();
+        return;
+    }
+    assert_eq!(w.rndv_splits(), 1);
+    for _ in 0..1000 {
+        w.progress();
+    }
+    assert_eq!(
+        w.request_test(r).unwrap(),
+        None,
+        "complete before the sender's part"
+    );
+    assert_eq!(w.request_abort(r), Err(Status::Busy));
+    assert_eq!(
+        w.request_test(r).unwrap(),
+        None,
+        "the refused abort left it running"
+    );
+    p.send("go");
+    assert_eq!(w.wait_done(r, TIMEOUT).unwrap(), Status::Ok);
+    assert_eq!(w.request_info(r).unwrap().length, size);
+    w.request_free(r).unwrap();
+    assert!(dst == pattern(size, 77), "the split receive's bytes");
+    assert_eq!(p.line(), "done");
+    p.send("bye");
+    p.finish();
 }
 
 #[test]

@@ -226,6 +226,7 @@ pub(crate) fn recv_data_nb(
             received: 0,
             truncated: false,
             waitall: false,
+            no_split: false,
         }),
         cb,
     );

@@ -75,6 +75,11 @@ pub(crate) struct Core {
     pub dropped: u64,
     /// Rendezvous receives whose copy was split with the sender (`rndv::split`).
     pub splits: u64,
+    /// No rendezvous of this worker splits (`Worker::set_rndv_split`).
+    pub split_off: bool,
+    /// A blocking call is posting its receive (no split meanwhile; see
+    /// `RecvState::no_split`).
+    pub lending: bool,
     /// Endpoints whose lane is tcp (bounded by the configured budget).
     pub tcp_eps: usize,
     /// Interfaces progressed on every call (live and not idle); refreshed on idle turns
@@ -107,6 +112,8 @@ impl Core {
             next_msg_id: 1,
             dropped: 0,
             splits: 0,
+            split_off: false,
+            lending: false,
             tcp_eps: 0,
             hot: Vec::new(),
             cqs: Vec::new(),
@@ -414,6 +421,7 @@ impl Core {
             received: 0,
             truncated: false,
             waitall: false,
+            no_split: false,
         });
         let r = self.new_req(kind, None);
         if let Some(q) = self.reqs.get_mut(r.0) {

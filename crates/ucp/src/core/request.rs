@@ -225,6 +225,10 @@ pub(crate) struct RecvState {
     pub truncated: bool,
     /// Stream receive that completes only when the buffer is full.
     pub waitall: bool,
+    /// Its owner may abort it before completion (a blocking call that gives up): never
+    /// split its rendezvous (`rndv::split`), whose sender would write into it until its
+    /// fin whatever the abort.
+    pub no_split: bool,
 }
 
 pub(crate) enum ReqKind {

@@ -12,7 +12,10 @@
 //! Invariants: the receiver never completes a split receive before the sender's fin (or
 //! the sender's failure): the sender writes into the buffer until then, so an abort is
 //! refused meanwhile ([`super::RndvState::splitting`]). Owned buffers (which a request
-//! frees with itself) and non-contiguous ones are never split.
+//! frees with itself) and non-contiguous ones are never split, nor are the receives of
+//! blocking calls (which abort what they give up on: `RecvState::no_split`), nor any of
+//! a worker that turned splitting off (`Worker::set_rndv_split`: the collectives, which
+//! cancel a whole schedule when a member fails).
 
 use super::put::{send_rtr, Part, RndvRx};
 use super::{RndvState, Work};
@@ -42,6 +45,9 @@ pub(crate) fn start(
     addr: u64,
     rkey: &[u8],
 ) -> Result<Option<Option<Work>>> {
+    if core.split_off || core.lending {
+        return Ok(None);
+    }
     let min = core.cfg.rndv_split;
     let want = usize::try_from(len).map_err(|_| Status::InvalidParam)?;
     if want < min {
@@ -63,7 +69,7 @@ pub(crate) fn start(
     else {
         return Err(Status::InvalidParam);
     };
-    if rs.buf.is_owned() || rs.buf.is_generic() || rs.buf.contig_ptr().is_none() {
+    if rs.no_split || rs.buf.is_owned() || rs.buf.is_generic() || rs.buf.contig_ptr().is_none() {
         return Ok(None);
     }
     let n = want.min(rs.buf.len());

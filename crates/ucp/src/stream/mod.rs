@@ -204,6 +204,7 @@ pub(crate) fn recv_nb(
             received: 0,
             truncated: false,
             waitall,
+            no_split: false,
         }),
         cb,
     );

@@ -181,6 +181,7 @@ pub(crate) fn recv_state(buf: Buf, waitall: bool) -> ReqKind {
         received: 0,
         truncated: false,
         waitall,
+        no_split: false,
     })
 }
 

@@ -172,6 +172,32 @@ impl Worker {
         self.core.splits
     }
 
+    /// Turns the split rendezvous on or off for this worker's receives from now on (on by
+    /// default above `UCX_RUCX_RNDV_SPLIT`). A receive in a split cannot be aborted until
+    /// its sender's fin: an owner that aborts receives it gave up on, and cannot wait for
+    /// that, turns it off.
+    pub fn set_rndv_split(&mut self, on: bool) {
+        self.core.split_off = !on;
+    }
+
+    /// Runs `post` (a blocking call posting its receive) with the split rendezvous off,
+    /// and marks the receive it made so that it never splits later: the call aborts the
+    /// receive if it gives up, which a split would not allow.
+    pub(crate) fn posting_lent<T>(
+        &mut self,
+        post: impl FnOnce(&mut Worker) -> Result<T>,
+        req: impl Fn(&T) -> Option<Request>,
+    ) -> Result<T> {
+        self.core.lending = true;
+        let out = post(self);
+        self.core.lending = false;
+        let out = out?;
+        if let Some(rs) = req(&out).and_then(|r| self.core.recv_state(r)) {
+            rs.no_split = true;
+        }
+        Ok(out)
+    }
+
     /// The worker's address. Handing it out means peers may send at any time, so every
     /// interface that can receive from another process is progressed from now on.
     pub fn address(&mut self) -> Vec<u8> {
