@@ -486,14 +486,18 @@ fn split_rendezvous_moves_every_byte_once() {
             "{len} bytes into {fit}: past the end"
         );
     }
-    // Every receive of a size from the threshold up split (three echoes and the
-    // truncated one), unless the environment turned splitting off.
-    let expect = if ucp::Config::from_env().unwrap().rndv_split == split {
-        sizes.iter().filter(|&&s| s >= split).count() as u64 * 4
+    // Receives of a size from the threshold up split (three echoes and the truncated one
+    // per size), unless the environment turned splitting off; the first always does, the
+    // later ones unless the peer's part came late in three splits in a row (a slow host:
+    // see `rndv::split::judge`), so the count is bounded, not exact.
+    let most_splits = sizes.iter().filter(|&&s| s >= split).count() as u64 * 4;
+    let on = ucp::Config::from_env().unwrap().rndv_split == split;
+    let splits = w.rndv_splits();
+    if on {
+        assert!((1..=most_splits).contains(&splits), "{splits} splits");
     } else {
-        0
-    };
-    assert_eq!(w.rndv_splits(), expect);
+        assert_eq!(splits, 0);
+    }
     // A blocking receive never splits: it aborts what it gives up on.
     tag += 1;
     let data = pattern(2 * split, tag);
@@ -504,7 +508,7 @@ fn split_rendezvous_moves_every_byte_once() {
         data.len()
     );
     assert!(dst == data);
-    assert_eq!(w.rndv_splits(), expect);
+    assert_eq!(w.rndv_splits(), splits);
     w.tag_send(ep, &[], STOP_TAG).unwrap();
     assert_eq!(p.line(), "done");
     p.finish();

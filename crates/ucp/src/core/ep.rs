@@ -57,6 +57,12 @@ pub(crate) struct EpState {
     pub implicit: bool,
     /// Called once when the endpoint fails (error handling mode "peer").
     pub err_handler: Option<ErrHandler>,
+    /// Rendezvous receives from this peer that will not split (`rndv::split`): set when
+    /// the peer's part came late in several splits in a row, counted down by each
+    /// rendezvous.
+    pub split_skip: u16,
+    /// Splits in a row whose peer's part came late.
+    pub split_late: u8,
 }
 
 impl EpState {
@@ -69,6 +75,8 @@ impl EpState {
             outstanding: 0,
             implicit: false,
             err_handler: None,
+            split_skip: 0,
+            split_late: 0,
         }
     }
 }

@@ -55,8 +55,12 @@ pub(crate) struct RndvRx {
 pub(crate) enum Part {
     /// Not finished yet (the RndvFin may not complete the receive).
     Reading,
-    /// Finished with this status.
-    Read(Status),
+    /// Finished with this status, at `end`, after taking `took`.
+    Read {
+        status: Status,
+        end: std::time::Instant,
+        took: std::time::Duration,
+    },
 }
 
 /// Receiver: `req` matched an Rts of `len` bytes from request `sreq` of worker `uuid`.
@@ -348,10 +352,13 @@ impl RndvState {
             return Err(Status::InvalidParam);
         };
         let mut status = match rx.part {
-            Some(Part::Read(s)) if s != Status::Ok => s,
+            Some(Part::Read { status: s, .. }) if s != Status::Ok => s,
             _ if rx.truncated => Status::MessageTruncated,
             _ => Status::Ok,
         };
+        if let Some(Part::Read { end, took, .. }) = rx.part {
+            super::split::judge(core, uuid, end, took);
+        }
         if let Some(Req {
             kind: ReqKind::Recv(rs),
             status: None,
