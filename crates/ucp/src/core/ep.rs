@@ -63,6 +63,9 @@ pub(crate) struct EpState {
     pub split_skip: u16,
     /// Splits in a row whose peer's part came late.
     pub split_late: u8,
+    /// Whether this process and the peer may run on two CPUs at once, found at the first
+    /// rendezvous that could split: 0 not known yet, 1 yes, 2 no (no split ever).
+    pub split_cpus: u8,
 }
 
 impl EpState {
@@ -77,6 +80,7 @@ impl EpState {
             err_handler: None,
             split_skip: 0,
             split_late: 0,
+            split_cpus: 0,
         }
     }
 }

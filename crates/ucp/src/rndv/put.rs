@@ -55,11 +55,13 @@ pub(crate) struct RndvRx {
 pub(crate) enum Part {
     /// Not finished yet (the RndvFin may not complete the receive).
     Reading,
-    /// Finished with this status, at `end`, after taking `took`.
+    /// Finished with this status, at `end`, after taking `took`, when the worker had
+    /// started `seq` splits.
     Read {
         status: Status,
         end: std::time::Instant,
         took: std::time::Duration,
+        seq: u64,
     },
 }
 
@@ -356,8 +358,8 @@ impl RndvState {
             _ if rx.truncated => Status::MessageTruncated,
             _ => Status::Ok,
         };
-        if let Some(Part::Read { end, took, .. }) = rx.part {
-            super::split::judge(core, uuid, end, took);
+        if let Some(Part::Read { end, took, seq, .. }) = rx.part {
+            super::split::judge(core, uuid, end, took, seq);
         }
         if let Some(Req {
             kind: ReqKind::Recv(rs),

@@ -19,9 +19,10 @@
 //!
 //! A split pays only when the sender copies while the receiver does: when both processes
 //! share a CPU, the receiver's wait for the fin costs more than the copy it saved
-//! (measured: 64 KiB ping-pong on one CPU, 46 µs by get, 122 µs split). The receiver
-//! therefore times each split ([`judge`]) and reads whole the next rendezvous from a
-//! peer whose part came late.
+//! (measured: 64 KiB ping-pong on one CPU, 46 µs by get, 122 µs split). So a peer with
+//! which this process is pinned to one CPU is never split with, and the receiver times
+//! each split that runs alone ([`judge`]), reading whole the next rendezvous from a peer
+//! whose part came late several times in a row.
 
 use super::put::{send_rtr, Part, RndvRx};
 use super::{RndvState, Work};
@@ -72,6 +73,15 @@ pub(crate) fn start(
         return Ok(None);
     }
     let owner = lane_owner(tls, core, ep, lane);
+    let e = core.ep_mut(ep)?;
+    if e.split_cpus == 0 {
+        // Both pinned to one CPU: the sender could copy only while this side does not.
+        let one = owner.is_some_and(ucs::sys::host::confined_to_one_cpu_with);
+        e.split_cpus = if one { 2 } else { 1 };
+    }
+    if e.split_cpus == 2 {
+        return Ok(None);
+    }
     let md = tls[lane.tl].md.clone();
     let rk = md.rkey_unpack_from(rkey, owner)?;
     let Some(Req {
@@ -121,6 +131,7 @@ pub(crate) fn start(
             status,
             end,
             took: end - t0,
+            seq: core.splits,
         });
     }
     Ok(Some(retry.then_some(Work::Rtr { rreq })))
@@ -174,13 +185,18 @@ pub(crate) const LATE_IN_A_ROW: u8 = 3;
 pub(crate) const SKIP_AFTER_LATE: u16 = 256;
 
 /// Receiver, at the fin of a split from `uuid`: this side's read ended at `end` after
-/// taking `took`. A sender running beside us on another CPU finishes its part about when
-/// we finish ours; one whose fin comes later than our whole read took did not run at the
-/// same time (both processes share a CPU, or the sender was not progressing), and the
-/// split then costs a round trip and a wait for nothing. After [`LATE_IN_A_ROW`] such
-/// splits, the next [`SKIP_AFTER_LATE`] rendezvous from that peer are read whole by this
-/// side.
-pub(crate) fn judge(core: &mut Core, uuid: u64, end: Instant, took: std::time::Duration) {
+/// taking `took`, when the worker had started `seq` splits. A sender running beside us on
+/// another CPU finishes its part about when we finish ours; one whose fin comes later
+/// than our whole read took did not run at the same time (the two processes share a CPU
+/// that their affinity did not tell, or the sender was not progressing), and the split
+/// then costs a round trip and a wait for nothing. After [`LATE_IN_A_ROW`] such splits,
+/// the next [`SKIP_AFTER_LATE`] rendezvous from that peer are read whole by this side.
+/// Only a split alone in its time is judged: when others started since (a stream of
+/// large messages), the sender's fin waits behind its parts of those, whatever the CPUs.
+pub(crate) fn judge(core: &mut Core, uuid: u64, end: Instant, took: std::time::Duration, seq: u64) {
+    if core.splits != seq {
+        return;
+    }
     let late = end.elapsed() > took;
     let Some(e) = core.ep_of(uuid).and_then(|ep| core.ep_mut(ep).ok()) else {
         return;

@@ -149,3 +149,38 @@ mod tests {
         assert!(super::host_cpus() >= super::cpu_count());
     }
 }
+
+/// True when this process and process `pid` may together run on one CPU only (both
+/// pinned to the same CPU): one of them then runs only while the other does not. `false`
+/// when they may use two CPUs or more, or when `pid`'s set cannot be read.
+pub fn confined_to_one_cpu_with(pid: u32) -> bool {
+    use rustix::process::{sched_getaffinity, CpuSet, Pid};
+    let Some(peer) = i32::try_from(pid).ok().and_then(Pid::from_raw) else {
+        return false;
+    };
+    let (Ok(mine), Ok(theirs)) = (sched_getaffinity(None), sched_getaffinity(Some(peer))) else {
+        return false;
+    };
+    (0..CpuSet::MAX_CPU)
+        .filter(|&c| mine.is_set(c) || theirs.is_set(c))
+        .nth(1)
+        .is_none()
+}
+
+#[cfg(test)]
+mod affinity_tests {
+    use super::confined_to_one_cpu_with;
+
+    #[test]
+    fn a_process_on_one_cpu_is_confined_with_itself_only() {
+        use rustix::process::{sched_getaffinity, CpuSet};
+        let me = std::process::id();
+        let cpus = sched_getaffinity(None)
+            .map(|s| (0..CpuSet::MAX_CPU).filter(|&c| s.is_set(c)).count())
+            .unwrap_or(0);
+        assert_eq!(confined_to_one_cpu_with(me), cpus == 1);
+        // No such process: not known to be confined.
+        assert!(!confined_to_one_cpu_with(u32::MAX));
+        assert!(!confined_to_one_cpu_with(0));
+    }
+}
