@@ -111,9 +111,11 @@ fn dispatch_other(core: &mut Core, p: &mut Protocols, id: AmId, d: &[u8]) -> Res
         AmId::SyncAck => decode_sync_ack(d).and_then(|sreq| core.remote_done(sreq)),
         AmId::Rtr => Rtr::decode(d).and_then(|h| p.rndv.on_rtr(core, h, false)),
         AmId::RtrPart => Rtr::decode(d).and_then(|h| p.rndv.on_rtr(core, h, true)),
-        AmId::RndvFin => {
-            decode_rndv_fin(d).and_then(|(rreq, uuid)| p.rndv.on_rndv_fin(core, rreq, uuid))
-        }
+        AmId::RndvFin => decode_rndv_fin(d).and_then(|(rreq, uuid)| {
+            let part = p.rndv.on_rndv_fin(core, rreq, uuid)?;
+            crate::rndv::split::judge(core, uuid, part);
+            Ok(())
+        }),
         AmId::Wireup => crate::core::on_wireup(core, d),
         AmId::AmEager => crate::am::on_eager(core, &mut p.am, d),
         AmId::AmRts => crate::am::on_rts(core, &mut p.am, &mut p.rndv, d),

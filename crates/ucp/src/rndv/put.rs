@@ -339,8 +339,14 @@ impl RndvState {
         Ok(())
     }
 
-    /// Receiver: every byte of receive `rreq` was written; `uuid` is the sender.
-    pub(crate) fn on_rndv_fin(&mut self, core: &mut Core, rreq: u64, uuid: u64) -> Result<()> {
+    /// Receiver: every byte of receive `rreq` was written; `uuid` is the sender. Returns
+    /// the receiver's own part when the receive was a split (for `split::judge`).
+    pub(crate) fn on_rndv_fin(
+        &mut self,
+        core: &mut Core,
+        rreq: u64,
+        uuid: u64,
+    ) -> Result<Option<Part>> {
         let Some(x) = self.rx.get(&rreq) else {
             return Err(Status::InvalidParam);
         };
@@ -358,9 +364,6 @@ impl RndvState {
             _ if rx.truncated => Status::MessageTruncated,
             _ => Status::Ok,
         };
-        if let Some(Part::Read { end, took, seq, .. }) = rx.part {
-            super::split::judge(core, uuid, end, took, seq);
-        }
         if let Some(Req {
             kind: ReqKind::Recv(rs),
             status: None,
@@ -386,6 +389,6 @@ impl RndvState {
                 },
             });
         }
-        Ok(())
+        Ok(rx.part)
     }
 }

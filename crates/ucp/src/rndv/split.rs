@@ -184,8 +184,8 @@ pub(crate) const LATE_IN_A_ROW: u8 = 3;
 /// 64 KiB messages.
 pub(crate) const SKIP_AFTER_LATE: u16 = 256;
 
-/// Receiver, at the fin of a split from `uuid`: this side's read ended at `end` after
-/// taking `took`, when the worker had started `seq` splits. A sender running beside us on
+/// Receiver, at the fin of a split from `uuid` whose own part is `part` (its read ended at
+/// `end` after taking `took`, when the worker had started `seq` splits). A sender running beside us on
 /// another CPU finishes its part about when we finish ours; one whose fin comes later
 /// than our whole read took did not run at the same time (the two processes share a CPU
 /// that their affinity did not tell, or the sender was not progressing), and the split
@@ -193,7 +193,10 @@ pub(crate) const SKIP_AFTER_LATE: u16 = 256;
 /// the next [`SKIP_AFTER_LATE`] rendezvous from that peer are read whole by this side.
 /// Only a split alone in its time is judged: when others started since (a stream of
 /// large messages), the sender's fin waits behind its parts of those, whatever the CPUs.
-pub(crate) fn judge(core: &mut Core, uuid: u64, end: Instant, took: std::time::Duration, seq: u64) {
+pub(crate) fn judge(core: &mut Core, uuid: u64, part: Option<Part>) {
+    let Some(Part::Read { end, took, seq, .. }) = part else {
+        return;
+    };
     if core.splits != seq {
         return;
     }
