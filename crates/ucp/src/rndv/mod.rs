@@ -165,17 +165,7 @@ fn step(tls: &mut [Tl], core: &mut Core, st: &mut RndvState, d: Work) -> Result<
                     Ok(Some(again)) => return step(tls, core, st, again),
                     Err(s) => {
                         tracing::debug!("rendezvous receive by put failed: {s}");
-                        core.complete(req, s);
-                        return step(
-                            tls,
-                            core,
-                            st,
-                            Work::Ats {
-                                uuid,
-                                sreq,
-                                status: Status::IoError,
-                            },
-                        );
+                        return fail_recv(tls, core, st, req, uuid, sreq, s);
                     }
                 }
             }
@@ -186,17 +176,7 @@ fn step(tls: &mut [Tl], core: &mut Core, st: &mut RndvState, d: Work) -> Result<
                     Ok(Some(retry)) => return Ok(retry),
                     Err(s) => {
                         tracing::debug!("split rendezvous failed: {s}");
-                        core.complete(req, s);
-                        return step(
-                            tls,
-                            core,
-                            st,
-                            Work::Ats {
-                                uuid,
-                                sreq,
-                                status: Status::IoError,
-                            },
-                        );
+                        return fail_recv(tls, core, st, req, uuid, sreq, s);
                     }
                 }
             }
@@ -239,6 +219,30 @@ fn step(tls: &mut [Tl], core: &mut Core, st: &mut RndvState, d: Work) -> Result<
             )
         }
     }
+}
+
+/// Receive `req` of the rendezvous of send `sreq` from worker `uuid` could not start: it
+/// completes with `s`, and the sender hears that its send failed.
+fn fail_recv(
+    tls: &mut [Tl],
+    core: &mut Core,
+    st: &mut RndvState,
+    req: Request,
+    uuid: u64,
+    sreq: u64,
+    s: Status,
+) -> Result<Option<Work>> {
+    core.complete(req, s);
+    step(
+        tls,
+        core,
+        st,
+        Work::Ats {
+            uuid,
+            sreq,
+            status: Status::IoError,
+        },
+    )
 }
 
 /// Pulls a rendezvous message into the receive buffer of `req`; returns the receive's
