@@ -1042,4 +1042,76 @@ mod tests {
         let info = w.tag_recv(&mut got, 6, u64::MAX).unwrap();
         assert_eq!((info.length, &got[..4]), (4, &msg[..4]));
     }
+
+    /// `rndv::split::judge`: three late splits in a row from a peer turn its splits off
+    /// for `SKIP_AFTER_LATE` rendezvous; one on time in between starts the count again;
+    /// a split that did not run alone (others started since) is not judged.
+    #[test]
+    fn late_splits_in_a_row_turn_splitting_off_for_a_while() {
+        use crate::rndv::put::Part;
+        use crate::rndv::split::{judge, LATE_IN_A_ROW, SKIP_AFTER_LATE};
+        use std::time::{Duration, Instant};
+        let ctx = crate::Context::with_config(
+            crate::Features::TAG,
+            crate::Config {
+                transports: vec![Transport::SelfTl],
+                ..crate::Config::from_env().unwrap()
+            },
+            uct::IfaceConfig::from_env().unwrap(),
+        )
+        .unwrap();
+        let mut w = Worker::new(&ctx, crate::ThreadMode::Single).unwrap();
+        let addr = w.address();
+        let ep = w.ep_create(&addr).unwrap();
+        w.tag_send(ep, b"connect", 1).unwrap();
+        let mut got = [0u8; 7];
+        w.tag_recv(&mut got, 1, u64::MAX).unwrap();
+        let uuid = w.core.uuid;
+        let i = w
+            .core
+            .ep_of(uuid)
+            .expect("the endpoint to this worker by its id");
+        let seq = w.core.splits;
+        // The peer's fin came a second after this side's 1 ms read ended: late.
+        let late = Some(Part::Read {
+            status: Status::Ok,
+            end: Instant::now() - Duration::from_secs(1),
+            took: Duration::from_millis(1),
+            seq,
+        });
+        // It came at once after a read of a second: on time.
+        let on_time = Some(Part::Read {
+            status: Status::Ok,
+            end: Instant::now(),
+            took: Duration::from_secs(1),
+            seq,
+        });
+        let skip = |w: &Worker| w.core.ep(i).unwrap().split_skip;
+        for _ in 1..LATE_IN_A_ROW {
+            judge(&mut w.core, uuid, late);
+        }
+        judge(&mut w.core, uuid, on_time);
+        judge(&mut w.core, uuid, late);
+        assert_eq!(
+            skip(&w),
+            0,
+            "an on-time split in between restarts the count"
+        );
+        // Not alone: another split started after this one's read.
+        let mut crowded = late;
+        if let Some(Part::Read { seq, .. }) = crowded.as_mut() {
+            *seq -= 1;
+        }
+        for _ in 0..2 * LATE_IN_A_ROW {
+            judge(&mut w.core, uuid, crowded);
+        }
+        assert_eq!(skip(&w), 0, "splits that overlapped others are not judged");
+        for _ in 1..LATE_IN_A_ROW {
+            judge(&mut w.core, uuid, late);
+        }
+        assert_eq!(skip(&w), SKIP_AFTER_LATE);
+        // A fin of a receive that did not split judges nothing.
+        judge(&mut w.core, uuid, None);
+        assert_eq!(skip(&w), SKIP_AFTER_LATE);
+    }
 }
