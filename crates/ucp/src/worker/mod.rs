@@ -1097,10 +1097,11 @@ mod tests {
             0,
             "an on-time split in between restarts the count"
         );
-        // Not alone: another split started after this one's read.
+        // Not alone: the worker's count of splits moved on since this one's read (any
+        // other value than the count now).
         let mut crowded = late;
         if let Some(Part::Read { seq, .. }) = crowded.as_mut() {
-            *seq -= 1;
+            *seq += 1;
         }
         for _ in 0..2 * LATE_IN_A_ROW {
             judge(&mut w.core, uuid, crowded);
