@@ -163,9 +163,13 @@ fn read_rest(
     let Some(dst) = slices.first_mut().and_then(|s| s.get_mut(k..n)) else {
         return Status::InvalidParam;
     };
+    // The sender's address comes off the wire: a range past the end of memory is refused.
+    let Some(from) = addr.checked_add(k as u64) else {
+        return Status::InvalidParam;
+    };
     match tls[lane.tl]
         .iface
-        .get_zcopy(lane.ep, &mut [dst], addr + k as u64, rk, 0)
+        .get_zcopy(lane.ep, &mut [dst], from, rk, 0)
     {
         Ok(uct::Outcome::Done(())) => Status::Ok,
         // Shared-memory reads complete in the call; anything else is a failure here.
