@@ -63,9 +63,9 @@ pub(crate) struct EpState {
     pub split_skip: u16,
     /// Splits in a row whose peer's part came late.
     pub split_late: u8,
-    /// Whether this process and the peer may run on two CPUs at once, found at the first
-    /// rendezvous that could split: 0 not known yet, 1 yes, 2 no (no split ever).
-    pub split_cpus: u8,
+    /// Whether this process and the peer may run on two CPUs at once (else no split
+    /// ever), found at the first rendezvous that could split.
+    pub split_two_cpus: Option<bool>,
 }
 
 impl EpState {
@@ -80,7 +80,7 @@ impl EpState {
             err_handler: None,
             split_skip: 0,
             split_late: 0,
-            split_cpus: 0,
+            split_two_cpus: None,
         }
     }
 }

@@ -207,16 +207,7 @@ fn step(tls: &mut [Tl], core: &mut Core, st: &mut RndvState, d: Work) -> Result<
             } else {
                 Status::IoError
             };
-            step(
-                tls,
-                core,
-                st,
-                Work::Ats {
-                    uuid,
-                    sreq,
-                    status: ats,
-                },
-            )
+            answer(tls, core, st, uuid, sreq, ats)
         }
     }
 }
@@ -233,16 +224,20 @@ fn fail_recv(
     s: Status,
 ) -> Result<Option<Work>> {
     core.complete(req, s);
-    step(
-        tls,
-        core,
-        st,
-        Work::Ats {
-            uuid,
-            sreq,
-            status: Status::IoError,
-        },
-    )
+    answer(tls, core, st, uuid, sreq, Status::IoError)
+}
+
+/// Tells the sender `uuid` that its send `sreq` is over, with `status` (now, or later when
+/// the lane has no room).
+fn answer(
+    tls: &mut [Tl],
+    core: &mut Core,
+    st: &mut RndvState,
+    uuid: u64,
+    sreq: u64,
+    status: Status,
+) -> Result<Option<Work>> {
+    step(tls, core, st, Work::Ats { uuid, sreq, status })
 }
 
 /// Pulls a rendezvous message into the receive buffer of `req`; returns the receive's

@@ -26,7 +26,7 @@
 
 use super::put::{send_rtr, Part, RndvRx};
 use super::{RndvState, Work};
-use crate::core::request::{Req, ReqKind, Request};
+use crate::core::request::Request;
 use crate::core::{connect, lane_owner, Core, Tl};
 use std::time::Instant;
 use ucs::{Result, Status};
@@ -74,23 +74,16 @@ pub(crate) fn start(
     }
     let owner = lane_owner(tls, core, ep, lane);
     let e = core.ep_mut(ep)?;
-    if e.split_cpus == 0 {
-        // Both pinned to one CPU: the sender could copy only while this side does not.
-        let one = owner.is_some_and(ucs::sys::host::confined_to_one_cpu_with);
-        e.split_cpus = if one { 2 } else { 1 };
-    }
-    if e.split_cpus == 2 {
+    // Both pinned to one CPU: the sender could copy only while this side does not.
+    let two_cpus = *e
+        .split_two_cpus
+        .get_or_insert_with(|| !owner.is_some_and(ucs::sys::host::confined_to_one_cpu_with));
+    if !two_cpus {
         return Ok(None);
     }
     let md = tls[lane.tl].md.clone();
     let rk = md.rkey_unpack_from(rkey, owner)?;
-    let Some(Req {
-        kind: ReqKind::Recv(rs),
-        ..
-    }) = core.reqs.get_mut(req.0)
-    else {
-        return Err(Status::InvalidParam);
-    };
+    let rs = core.recv_state(req).ok_or(Status::InvalidParam)?;
     if rs.no_split || rs.buf.is_owned() || rs.buf.is_generic() || rs.buf.contig_ptr().is_none() {
         return Ok(None);
     }
@@ -150,11 +143,7 @@ fn read_rest(
     addr: u64,
     rk: &uct::Rkey,
 ) -> Status {
-    let Some(Req {
-        kind: ReqKind::Recv(rs),
-        ..
-    }) = core.reqs.get_mut(req.0)
-    else {
+    let Some(rs) = core.recv_state(req) else {
         return Status::InvalidParam;
     };
     // The sender writes only bytes `..k` (its RtrPart's length), so this slice is this

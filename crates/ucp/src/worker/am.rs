@@ -138,7 +138,7 @@ impl Worker {
         // SAFETY: `buf` is borrowed for the whole call; the request completes or is
         // aborted before returning.
         let buf = unsafe { Buf::contig(buf.as_mut_ptr(), buf.len()) };
-        let r = self.posting_lent(|w| w.am_recv_data_nb(desc, buf, None), |r| Some(*r))?;
+        let r = self.posting_lent(|w| w.am_recv_data_nb(desc, buf, None))?;
         let (s, info) = self.finish_recv(r)?;
         if s == Status::Ok {
             Ok(info.length)

@@ -183,19 +183,18 @@ impl Worker {
     /// Runs `post` (a blocking call posting its receive) with the split rendezvous off,
     /// and marks the receive it made so that it never splits later: the call aborts the
     /// receive if it gives up, which a split would not allow.
-    pub(crate) fn posting_lent<T>(
+    pub(crate) fn posting_lent(
         &mut self,
-        post: impl FnOnce(&mut Worker) -> Result<T>,
-        req: impl Fn(&T) -> Option<Request>,
-    ) -> Result<T> {
+        post: impl FnOnce(&mut Worker) -> Result<Request>,
+    ) -> Result<Request> {
         self.core.lending = true;
-        let out = post(self);
+        let r = post(self);
         self.core.lending = false;
-        let out = out?;
-        if let Some(rs) = req(&out).and_then(|r| self.core.recv_state(r)) {
+        let r = r?;
+        if let Some(rs) = self.core.recv_state(r) {
             rs.no_split = true;
         }
-        Ok(out)
+        Ok(r)
     }
 
     /// The worker's address. Handing it out means peers may send at any time, so every
@@ -1013,8 +1012,8 @@ pub(crate) struct Imm {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_flushed_endpoint_keeps_no_queue_storage() {
+    /// A worker over the self transport with an endpoint to itself.
+    fn self_worker() -> (Worker, Ep) {
         let ctx = crate::Context::with_config(
             crate::Features::TAG,
             crate::Config {
@@ -1027,6 +1026,12 @@ mod tests {
         let mut w = Worker::new(&ctx, crate::ThreadMode::Single).unwrap();
         let addr = w.address();
         let ep = w.ep_create(&addr).unwrap();
+        (w, ep)
+    }
+
+    #[test]
+    fn a_flushed_endpoint_keeps_no_queue_storage() {
+        let (mut w, ep) = self_worker();
         let msg = *b"queued behind the wireup";
         w.tag_send(ep, &msg, 5).unwrap();
         let mut got = [0u8; 24];
@@ -1051,18 +1056,7 @@ mod tests {
         use crate::rndv::put::Part;
         use crate::rndv::split::{judge, LATE_IN_A_ROW, SKIP_AFTER_LATE};
         use std::time::{Duration, Instant};
-        let ctx = crate::Context::with_config(
-            crate::Features::TAG,
-            crate::Config {
-                transports: vec![Transport::SelfTl],
-                ..crate::Config::from_env().unwrap()
-            },
-            uct::IfaceConfig::from_env().unwrap(),
-        )
-        .unwrap();
-        let mut w = Worker::new(&ctx, crate::ThreadMode::Single).unwrap();
-        let addr = w.address();
-        let ep = w.ep_create(&addr).unwrap();
+        let (mut w, ep) = self_worker();
         w.tag_send(ep, b"connect", 1).unwrap();
         let mut got = [0u8; 7];
         w.tag_recv(&mut got, 1, u64::MAX).unwrap();

@@ -277,7 +277,7 @@ impl Worker {
         // SAFETY: `buf` is borrowed mutably for this whole call, and the request either
         // completes or is aborted before this returns.
         let buf = unsafe { Buf::contig(buf.as_mut_ptr(), buf.len()) };
-        let r = self.posting_lent(|w| w.tag_recv_nb(buf, tag, mask, None), |r| Some(*r))?;
+        let r = self.posting_lent(|w| w.tag_recv_nb(buf, tag, mask, None))?;
         self.finish_recv(r).and_then(|(s, info)| match s {
             Status::Ok => Ok(info),
             s => Err(s),
