@@ -18,7 +18,7 @@
 //! this process); unpacking a segment key checks that the descriptor it obtains is the
 //! memfd named after the key's registration id and is long enough for the key.
 
-use crate::rkey::{Access, PackedRkey, Rkey, RkeyKind};
+use crate::rkey::{Access, KeyBytes, PackedRkey, Rkey, RkeyKind};
 use crate::Transport;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, Weak};
@@ -78,13 +78,16 @@ pub struct Md {
 pub struct MemHandle {
     reg: u64,
     /// Keys unpacked from this registration hold a weak reference to it: dropping the
-    /// handle makes them refuse further access.
-    _alive: Arc<()>,
+    /// handle makes them refuse further access. `None` for shared memory's registered
+    /// memory: its keys are resolved by peers (and read through CMA), never in this process.
+    _alive: Option<Arc<()>>,
     base: u64,
     len: u64,
     seg: Option<Arc<ShmSegment>>,
     kind: RkeyKind,
-    regions: Regions,
+    /// The domain's table this registration is an entry of; `None` when it is in none
+    /// (see `_alive`).
+    regions: Option<Regions>,
 }
 
 impl MemHandle {
@@ -137,14 +140,14 @@ impl MemHandle {
     /// The packed remote key without this process's id, for peers that unpack it for an
     /// endpoint to this process ([`Md::rkey_unpack_from`]); at most 16 bytes for
     /// registered memory below 4 TiB and allocations below 32 GiB (see `uct::rkey`).
-    pub fn pack_rkey_compact(&self) -> Vec<u8> {
-        self.packed_rkey(false).encode()
+    pub fn pack_rkey_compact(&self) -> KeyBytes {
+        self.packed_rkey(false).encode_inline()
     }
 }
 
 impl Drop for MemHandle {
     fn drop(&mut self) {
-        if let Ok(mut r) = self.regions.lock() {
+        if let Some(Ok(mut r)) = self.regions.as_ref().map(|r| r.lock()) {
             r.remove(&(self.base, self.reg));
         }
         if self.kind == RkeyKind::Wire {
@@ -204,12 +207,12 @@ impl Md {
         }
         Ok(MemHandle {
             reg,
-            _alive: alive,
+            _alive: Some(alive),
             base,
             len: len as u64,
             seg: Some(seg),
             kind: RkeyKind::Segment,
-            regions: self.regions.clone(),
+            regions: Some(self.regions.clone()),
         })
     }
 
@@ -234,12 +237,26 @@ impl Md {
         if addr.is_null() || base.checked_add(len as u64).is_none() {
             return Err(Status::InvalidParam);
         }
-        let alive = Arc::new(());
-        let reg = self.insert(base, len as u64, &alive)?;
         let kind = match self.transport {
             Transport::SelfTl | Transport::Shm => RkeyKind::Memory,
             Transport::Tcp | Transport::Udp | Transport::Fabric => RkeyKind::Wire,
         };
+        if self.transport == Transport::Shm {
+            // Only the peers resolve shared memory's keys to this memory (by CMA, which
+            // checks nothing here): no table entry, no liveness token. This is the
+            // registration every rendezvous over shared memory makes.
+            return Ok(MemHandle {
+                reg: new_reg_id(),
+                _alive: None,
+                base,
+                len: len as u64,
+                seg: None,
+                kind,
+                regions: None,
+            });
+        }
+        let alive = Arc::new(());
+        let reg = self.insert(base, len as u64, &alive)?;
         if kind == RkeyKind::Wire {
             WIRE_REGS
                 .lock()
@@ -248,12 +265,12 @@ impl Md {
         }
         Ok(MemHandle {
             reg,
-            _alive: alive,
+            _alive: Some(alive),
             base,
             len: len as u64,
             seg: None,
             kind,
-            regions: self.regions.clone(),
+            regions: Some(self.regions.clone()),
         })
     }
 

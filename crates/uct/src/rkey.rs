@@ -28,7 +28,7 @@
 //! Unpacking resolves the access path once ("resolve once" in DESIGN.md); an operation then
 //! only checks that its range lies inside the key and copies.
 
-use crate::wire::{Reader, Writer};
+use crate::wire::Reader;
 use std::sync::Arc;
 use ucs::sys::ShmSegment;
 use ucs::{Result, Status};
@@ -69,8 +69,80 @@ pub struct PackedRkey {
     pub fd: u32,
 }
 
+/// A packed key's bytes held inline: at most [`MAX_PACKED_LEN`], the longest valid key,
+/// so that the rendezvous messages carry keys without allocating.
+#[derive(Clone, Copy)]
+pub struct KeyBytes {
+    len: u8,
+    bytes: [u8; MAX_PACKED_LEN],
+}
+
+impl KeyBytes {
+    /// No key (a rendezvous whose receiver is asked to answer with its own).
+    pub const EMPTY: KeyBytes = KeyBytes {
+        len: 0,
+        bytes: [0; MAX_PACKED_LEN],
+    };
+
+    /// A copy of `b`; `InvalidParam` when it is longer than any valid key.
+    pub fn from_slice(b: &[u8]) -> Result<KeyBytes> {
+        let mut k = KeyBytes::EMPTY;
+        k.bytes
+            .get_mut(..b.len())
+            .ok_or(Status::InvalidParam)?
+            .copy_from_slice(b);
+        k.len = b.len() as u8;
+        Ok(k)
+    }
+
+    pub fn as_slice(&self) -> &[u8] {
+        &self.bytes[..usize::from(self.len)]
+    }
+
+    /// Appends a byte; the encoder writes at most [`MAX_PACKED_LEN`] of them.
+    fn push(&mut self, b: u8) {
+        self.bytes[usize::from(self.len)] = b;
+        self.len += 1;
+    }
+
+    /// Appends an unsigned LEB128 integer (as `wire::Writer::varint`).
+    fn varint(&mut self, mut v: u64) {
+        while v >= 0x80 {
+            self.push((v as u8) | 0x80);
+            v >>= 7;
+        }
+        self.push(v as u8);
+    }
+}
+
+impl std::ops::Deref for KeyBytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        self.as_slice()
+    }
+}
+
+impl std::fmt::Debug for KeyBytes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "KeyBytes({:02x?})", self.as_slice())
+    }
+}
+
+impl PartialEq for KeyBytes {
+    fn eq(&self, o: &KeyBytes) -> bool {
+        self.as_slice() == o.as_slice()
+    }
+}
+
+impl Eq for KeyBytes {}
+
 impl PackedRkey {
     pub fn encode(&self) -> Vec<u8> {
+        self.encode_inline().to_vec()
+    }
+
+    /// The encoding, held inline: what the rendezvous paths send, without an allocation.
+    pub fn encode_inline(&self) -> KeyBytes {
         let pid = if self.kind == RkeyKind::Wire {
             None
         } else {
@@ -78,26 +150,31 @@ impl PackedRkey {
         };
         let seg = self.kind == RkeyKind::Segment;
         let wide = !seg && WIDE.contains(&self.base);
-        let mut w = Writer::with_capacity(16);
-        w.u8(VERSION << 4
-            | if pid.is_some() { PID_FLAG } else { 0 }
-            | if wide { WIDE_FLAG } else { 0 }
-            | self.kind as u8);
+        let mut k = KeyBytes::EMPTY;
+        k.push(
+            VERSION << 4
+                | if pid.is_some() { PID_FLAG } else { 0 }
+                | if wide { WIDE_FLAG } else { 0 }
+                | self.kind as u8,
+        );
         if let Some(p) = pid {
-            w.varint(u64::from(p));
+            k.varint(u64::from(p));
         }
         if seg {
-            w.varint(self.base / SEGMENT_ALIGN);
+            k.varint(self.base / SEGMENT_ALIGN);
         } else if wide {
-            w.buf.extend_from_slice(&self.base.to_le_bytes()[..6]);
+            for &b in &self.base.to_le_bytes()[..6] {
+                k.push(b);
+            }
         } else {
-            w.varint(self.base);
+            k.varint(self.base);
         }
-        w.varint(self.len).varint(self.id);
+        k.varint(self.len);
+        k.varint(self.id);
         if self.kind == RkeyKind::Segment {
-            w.varint(u64::from(self.fd));
+            k.varint(u64::from(self.fd));
         }
-        w.buf
+        k
     }
 
     pub fn decode(buf: &[u8]) -> Result<PackedRkey> {
@@ -327,6 +404,7 @@ impl Rkey {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::wire::Writer;
     use proptest::prelude::*;
 
     fn kind() -> impl Strategy<Value = RkeyKind> {
@@ -370,6 +448,7 @@ mod tests {
             prop_assert_eq!(PackedRkey::decode(&b).unwrap(), k);
             prop_assert_eq!(PackedRkey::encoded_len(|i| b.get(i).copied().unwrap_or(0x80)), Ok(b.len()));
             prop_assert!(b.len() <= MAX_PACKED_LEN);
+            prop_assert_eq!(KeyBytes::from_slice(&b).unwrap(), k.encode_inline());
         }
 
         #[test]
@@ -381,6 +460,29 @@ mod tests {
             // Never reads past the first error or the key's end.
             let _ = PackedRkey::encoded_len(|i| bytes.get(i).copied().unwrap_or(0));
         }
+    }
+
+    #[test]
+    fn the_longest_fields_fit_inline_and_longer_bytes_are_refused() {
+        for kind in [RkeyKind::Memory, RkeyKind::Segment, RkeyKind::Wire] {
+            let k = PackedRkey {
+                kind,
+                pid: Some(u32::MAX),
+                base: u64::MAX,
+                len: u64::MAX,
+                id: u64::MAX,
+                fd: u32::MAX,
+            };
+            let b = k.encode_inline();
+            assert!(b.len() <= MAX_PACKED_LEN);
+            assert_eq!(&b[..], &k.encode()[..]);
+        }
+        assert!(KeyBytes::from_slice(&[7; MAX_PACKED_LEN]).is_ok());
+        assert_eq!(
+            KeyBytes::from_slice(&[7; MAX_PACKED_LEN + 1]),
+            Err(Status::InvalidParam)
+        );
+        assert!(KeyBytes::EMPTY.is_empty());
     }
 
     /// Keys without the owner's pid (as ucp packs them) are at most 16 bytes for

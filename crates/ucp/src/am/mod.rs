@@ -82,7 +82,7 @@ enum Kept {
         sreq: u64,
         len: u64,
         addr: u64,
-        rkey: Vec<u8>,
+        rkey: uct::rkey::KeyBytes,
     },
 }
 
@@ -532,7 +532,7 @@ pub(crate) fn on_rts(core: &Core, st: &mut AmState, rndv: &mut RndvState, d: &[u
                     sreq: rts.sreq,
                     len: rts.len,
                     addr: rts.addr,
-                    rkey: rts.rkey.to_vec(),
+                    rkey: uct::rkey::KeyBytes::from_slice(rts.rkey)?,
                 },
             );
         }

@@ -106,7 +106,7 @@ fn dispatch_other(core: &mut Core, p: &mut Protocols, id: AmId, d: &[u8]) -> Res
         AmId::EagerMiddle => {
             EagerMiddle::decode(d).and_then(|(h, data)| recv::middle(core, &mut p.tag, h, data))
         }
-        AmId::Rts => Rts::decode(d).map(|h| recv::rts(core, &mut p.tag, &mut p.rndv, h)),
+        AmId::Rts => Rts::decode(d).and_then(|h| recv::rts(core, &mut p.tag, &mut p.rndv, h)),
         AmId::Ats => decode_ats(d).and_then(|(sreq, _)| core.remote_done(sreq)),
         AmId::SyncAck => decode_sync_ack(d).and_then(|sreq| core.remote_done(sreq)),
         AmId::Rtr => Rtr::decode(d).and_then(|h| p.rndv.on_rtr(core, h, false)),

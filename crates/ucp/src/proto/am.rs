@@ -3,7 +3,7 @@
 //! ```text
 //! AmEager   id u16, flags u16, user header length u32, src uuid u64 | user header | data
 //! AmRts     the AmEager fields | sender request, length, address (u64) |
-//!           rkey length u16 | user header | rkey bytes
+//!           rkey length u16 (at most 41) | user header | rkey bytes
 //! AmFirst   the AmEager fields | message id, total length (u64) | user header | data
 //! AmMiddle  src uuid, message id, offset (u64) | data
 //! flags: bit 0 = the receiver gets an endpoint to reply on; other bits reserved (0).
@@ -107,6 +107,10 @@ impl Rts<'_> {
             r.u64().ok_or(bad)?,
         );
         let klen = r.u16().ok_or(bad)? as usize;
+        // No valid packed key is longer (the receiver holds it inline).
+        if klen > uct::rkey::MAX_PACKED_LEN {
+            return Err(bad);
+        }
         let header = r.bytes(f.hdr_len).ok_or(bad)?;
         let rkey = r.bytes(klen).ok_or(bad)?;
         if !r.is_empty() {
@@ -256,6 +260,31 @@ mod tests {
             let _ = Rts::decode(&b);
             let _ = First::decode(&b);
             let _ = Middle::decode(&b);
+        }
+    }
+
+    #[test]
+    fn an_rts_key_longer_than_any_packed_key_is_refused() {
+        let f = Fields {
+            id: 1,
+            flags: 0,
+            hdr_len: 2,
+            uuid: 3,
+        };
+        let long = [5u8; uct::rkey::MAX_PACKED_LEN + 1];
+        for n in [uct::rkey::MAX_PACKED_LEN, uct::rkey::MAX_PACKED_LEN + 1] {
+            let rts = Rts {
+                f,
+                sreq: 4,
+                len: 5,
+                addr: 6,
+                header: &[7, 8],
+                rkey: &long[..n],
+            };
+            let mut b = vec![0u8; rts.encoded_len()];
+            let m = rts.encode_into(&mut b);
+            let ok = n <= uct::rkey::MAX_PACKED_LEN;
+            assert_eq!(Rts::decode(&b[..m]).is_ok(), ok, "a {n}-byte key");
         }
     }
 }

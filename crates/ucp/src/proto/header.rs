@@ -8,12 +8,12 @@
 //!  3  EagerFirst    tag, src uuid, msg id, total length, sender req*  first fragment
 //!  4  EagerMiddle   src uuid, msg id, offset                          next fragment
 //!  5  Rts           tag, src uuid, sender req, length, address,       -
-//!                   rkey length (u16), rkey bytes
+//!                   rkey length (u16, at most 41), rkey bytes
 //!  6  Ats           sender request, status (i8)                       -
 //!  7  SyncAck       sender request                                    -
 //!  8  Wireup        src uuid                                          sender's worker address
 //! 20  Rtr           sender request, receiver request, address,        -
-//!                   length, rkey length (u16), rkey bytes
+//!                   length, rkey length (u16, at most 41), rkey bytes
 //! 21  RndvFin       receiver request, src uuid                         -
 //! 23  RtrPart       as Rtr: the part of the message the sender puts   -
 //!  * 0 when the send is not synchronous
@@ -73,6 +73,10 @@ fn decode_with_key<const N: usize>(b: &[u8]) -> Result<([u64; N], &[u8])> {
         *f = short(r.u64())?;
     }
     let klen = short(r.u16())? as usize;
+    // No valid packed key is longer; the receivers hold keys inline (`uct::rkey::KeyBytes`).
+    if klen > uct::rkey::MAX_PACKED_LEN {
+        return Err(Status::InvalidParam);
+    }
     let key = short(r.bytes(klen))?;
     if !r.is_empty() {
         return Err(Status::InvalidParam);
@@ -288,7 +292,7 @@ mod tests {
 
     proptest! {
         #[test]
-        fn round_trips(a: u64, b: u64, c: u64, d: u64, e: u64, key in proptest::collection::vec(any::<u8>(), 0..64),
+        fn round_trips(a: u64, b: u64, c: u64, d: u64, e: u64, key in proptest::collection::vec(any::<u8>(), 0..=uct::rkey::MAX_PACKED_LEN),
                        payload in proptest::collection::vec(any::<u8>(), 0..64)) {
             let mut buf = vec![0u8; 256];
             let s = EagerSync { tag: a, uuid: b, sreq: c };
@@ -353,5 +357,42 @@ mod tests {
         let n = f.encode_into(&mut buf);
         assert!(EagerFirst::decode(&buf[..n + 5]).is_err());
         assert!(EagerFirst::decode(&buf[..n + 4]).is_ok());
+    }
+
+    #[test]
+    fn keys_longer_than_any_packed_key_are_refused() {
+        let mut buf = vec![0u8; 128];
+        let max = [9u8; uct::rkey::MAX_PACKED_LEN + 1];
+        for n in [uct::rkey::MAX_PACKED_LEN, uct::rkey::MAX_PACKED_LEN + 1] {
+            let key = &max[..n];
+            let ok = n <= uct::rkey::MAX_PACKED_LEN;
+            let r = Rts {
+                tag: 1,
+                uuid: 2,
+                sreq: 3,
+                len: 4,
+                addr: 5,
+                rkey: key,
+            };
+            let m = r.encode_into(&mut buf);
+            assert_eq!(
+                Rts::decode(&buf[..m]).is_ok(),
+                ok,
+                "Rts with a {n}-byte key"
+            );
+            let t = Rtr {
+                sreq: 1,
+                rreq: 2,
+                addr: 3,
+                len: 4,
+                rkey: key,
+            };
+            let m = t.encode_into(&mut buf);
+            assert_eq!(
+                Rtr::decode(&buf[..m]).is_ok(),
+                ok,
+                "Rtr with a {n}-byte key"
+            );
+        }
     }
 }

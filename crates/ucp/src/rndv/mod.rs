@@ -17,6 +17,7 @@ use crate::proto::header::{encode_ats, ATS_LEN};
 use crate::proto::AmId;
 use std::collections::{HashMap, VecDeque};
 use ucs::{Result, Status};
+use uct::rkey::KeyBytes;
 
 /// Rendezvous work found while receiving.
 pub(crate) enum Work {
@@ -34,7 +35,7 @@ pub(crate) enum Work {
         sreq: u64,
         len: u64,
         addr: u64,
-        rkey: Vec<u8>,
+        rkey: KeyBytes,
     },
     /// Send (again) the Rtr of this rendezvous receive.
     Rtr { rreq: u64 },
@@ -46,7 +47,7 @@ pub(crate) enum Work {
         rreq: u64,
         addr: u64,
         len: usize,
-        rkey: Vec<u8>,
+        rkey: KeyBytes,
         off: usize,
         fin: bool,
         mark: Option<u64>,
@@ -77,7 +78,7 @@ impl RndvState {
         sreq: u64,
         len: u64,
         addr: u64,
-        rkey: Vec<u8>,
+        rkey: KeyBytes,
     ) {
         self.work.push_back(Work::Get {
             req,
@@ -286,6 +287,12 @@ fn get(
             Status::Ok
         }));
     }
+    if let Some(whole) = rs.buf.as_bytes_mut() {
+        // A contiguous buffer (nearly every receive): one slice, nothing allocated.
+        let n = want.min(whole.len());
+        let iface = &mut tls[lane.tl].iface;
+        return read_into(iface, lane.ep, &mut [&mut whole[..n]], addr, &rk, truncated);
+    }
     // The slices are dropped before the request completes.
     let mut slices = rs.buf.slices_mut();
     let mut iov: Vec<&mut [u8]> = Vec::with_capacity(slices.len());
@@ -297,10 +304,27 @@ fn get(
         want -= n;
         iov.push(&mut s[..n]);
     }
-    match tls[lane.tl]
-        .iface
-        .get_zcopy(lane.ep, &mut iov, addr, &rk, 0)?
-    {
+    read_into(
+        &mut tls[lane.tl].iface,
+        lane.ep,
+        &mut iov,
+        addr,
+        &rk,
+        truncated,
+    )
+}
+
+/// The one read of [`get`]: `iov` from the peer's `addr` on; the receive's status, or
+/// `None` when the lane has no room now.
+fn read_into(
+    iface: &mut uct::Iface,
+    ep: uct::EpId,
+    iov: &mut [&mut [u8]],
+    addr: u64,
+    rk: &uct::Rkey,
+    truncated: bool,
+) -> Result<Option<Status>> {
+    match iface.get_zcopy(ep, iov, addr, rk, 0)? {
         uct::Outcome::Done(()) => {}
         uct::Outcome::NoResource => return Ok(None),
         // No transport here completes a read later; one that did would need a

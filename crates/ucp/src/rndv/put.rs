@@ -28,6 +28,7 @@ use crate::core::{connect, Core, Tl};
 use crate::proto::header::{encode_rndv_fin, Rtr};
 use crate::proto::AmId;
 use ucs::{Result, Status};
+use uct::rkey::KeyBytes;
 use uct::Outcome;
 
 /// A matched rendezvous receive waiting for the sender's data.
@@ -329,7 +330,7 @@ impl RndvState {
             rreq: h.rreq,
             addr: h.addr,
             len: h.len as usize,
-            rkey: h.rkey.to_vec(),
+            rkey: KeyBytes::from_slice(h.rkey)?,
             off: 0,
             fin: false,
             mark: None,

@@ -64,7 +64,7 @@ pub(crate) struct RtsHeld {
     pub sreq: u64,
     pub len: u64,
     pub addr: u64,
-    pub rkey: Vec<u8>,
+    pub rkey: uct::rkey::KeyBytes,
 }
 
 impl Unexp {

@@ -9,6 +9,7 @@ use crate::matcher::Arrived;
 use crate::proto::header::*;
 use crate::rndv::RndvState;
 use ucs::{Result, Status};
+use uct::rkey::KeyBytes;
 
 /// A whole message (EagerOnly, or EagerSync with `sync` = (sender, its request)).
 #[inline]
@@ -142,27 +143,33 @@ fn settle_partial(st: &mut TagState, dest: FragDest) {
     }
 }
 
-/// A rendezvous announcement.
-pub(crate) fn rts(core: &mut Core, st: &mut TagState, rndv: &mut RndvState, h: Rts<'_>) {
-    let u = Unexp::Rts(Box::new(RtsHeld {
-        uuid: h.uuid,
-        sreq: h.sreq,
-        len: h.len,
-        addr: h.addr,
-        rkey: Vec::new(),
-    }));
-    match st.matcher.arrive(h.tag, (h.tag, u)) {
-        Arrived::Matched(_, posted, _) => {
+/// A rendezvous announcement. A posted receive takes it at once; only an unexpected one
+/// is kept (boxed: the unexpected queue's entries stay small).
+pub(crate) fn rts(
+    core: &mut Core,
+    st: &mut TagState,
+    rndv: &mut RndvState,
+    h: Rts<'_>,
+) -> Result<()> {
+    let rkey = KeyBytes::from_slice(h.rkey)?;
+    match st.matcher.match_posted(h.tag) {
+        Some((_, posted)) => {
             let r = posted.into_req(core);
             core.recv_set_info(r, h.tag, h.len as usize);
-            rndv.accept(r, h.uuid, h.sreq, h.len, h.addr, h.rkey.to_vec());
+            rndv.accept(r, h.uuid, h.sreq, h.len, h.addr, rkey);
         }
-        Arrived::Unexpected(m) => {
-            if let Some((_, Unexp::Rts(r))) = st.matcher.unexpected_mut(m) {
-                r.rkey.extend_from_slice(h.rkey);
-            }
+        None => {
+            let u = Unexp::Rts(Box::new(RtsHeld {
+                uuid: h.uuid,
+                sreq: h.sreq,
+                len: h.len,
+                addr: h.addr,
+                rkey,
+            }));
+            st.matcher.add_unexpected(h.tag, (h.tag, u));
         }
     }
+    Ok(())
 }
 
 /// A receive that names a completion queue completed in the call: the queue gets its

@@ -209,7 +209,7 @@ pub(crate) fn send_step(tls: &mut [Tl], core: &mut Core, lane: Lane, r: Request)
             let iface = &mut t.iface;
             let (rkey, addr) = match &s.mem {
                 Some(m) => (m.pack_rkey_compact(), m.address() as u64),
-                None if th.put => (Vec::new(), 0),
+                None if th.put => (uct::rkey::KeyBytes::EMPTY, 0),
                 None => return Err(Status::NoMemory),
             };
             let rts = Rts {
