@@ -619,8 +619,10 @@ impl<R, U> Matcher<R, U> {
     /// The first half of [`Matcher::arrive`]: takes the oldest posted receive that
     /// matches `tag`, if any. A caller that gets `None` must store the message with
     /// [`Matcher::add_unexpected`] before anything else arrives, or order breaks; the
-    /// split lets it build the unexpected payload only when it is needed.
-    #[inline]
+    /// split lets it build the unexpected payload only when it is needed. Always inline:
+    /// the eager arrival's path is most of its callers' cost (out of line it cost 33
+    /// more instructions per 8-byte message).
+    #[inline(always)]
     pub fn match_posted(&mut self, tag: Tag) -> Option<(RecvId, R)> {
         if self.posted == 0 {
             return None;
