@@ -42,6 +42,12 @@ pub struct Params {
     /// (`ucp::Callback::new`) instead of request handles.
     #[serde(default)]
     pub callbacks: bool,
+    /// tag_bw / tag_mr: the responder keeps `window` receives posted ahead of their
+    /// messages (the pattern of MPI message-rate benchmarks). Without it the responder
+    /// receives as ucx_perftest's does: one receive at a time, posted once the one
+    /// before it completed, and taken in the call when its message is already there.
+    #[serde(default)]
+    pub prepost: bool,
 }
 
 impl Params {
@@ -62,6 +68,7 @@ impl Params {
             window: info.window,
             cq: false,
             callbacks: false,
+            prepost: false,
         }
     }
 

@@ -486,12 +486,19 @@ mod tests {
             (TestId::TagBw, 100, 1),
             (TestId::TagMr, 8, 0),
         ];
-        for (test, size, window) in cases {
+        // tag_bw / tag_mr once with each receive pattern (ucx_perftest's, and receives
+        // posted ahead).
+        let prepost = cases
+            .iter()
+            .filter(|c| matches!(c.0, TestId::TagBw | TestId::TagMr))
+            .map(|&c| (c, true));
+        for ((test, size, window), prepost) in cases.iter().map(|&c| (c, false)).chain(prepost) {
             let p = Params {
                 size,
                 window,
                 iterations: 100,
                 warmup: 10,
+                prepost,
                 ..Params::new(test)
             };
             let r = init

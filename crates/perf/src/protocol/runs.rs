@@ -8,12 +8,14 @@
 //!   reported is half of it. After the timed rounds, one more round with both receive
 //!   buffers poisoned checks every byte of both messages.
 //! - tag_bw / tag_mr: the initiator streams nonblocking sends, at most `window` of them in
-//!   flight (a send that completes in the call does not count); the responder keeps
-//!   `window` receives posted. A phase (the warm-up, then the timed run) ends with an
-//!   acknowledgement from the responder carrying how many messages it received, which
-//!   stops the initiator's clock. The responder receives the last message of the timed
-//!   run into a separate poisoned buffer and checks every byte. tag_mr is tag_bw with
-//!   message-rate columns in mind (8 bytes by default).
+//!   flight (a send that completes in the call does not count). The responder receives as
+//!   ucx_perftest's does: one receive at a time, taken in the call when its message is
+//!   already there; with `--prepost` (`Params::prepost`) it keeps `window` receives posted
+//!   ahead instead (MPI's message-rate pattern). A phase (the warm-up, then the timed
+//!   run) ends with an acknowledgement from the responder carrying how many messages it
+//!   received, which stops the initiator's clock. The responder receives the last message
+//!   of the timed run into a separate poisoned buffer and checks every byte. tag_mr is
+//!   tag_bw with message-rate columns in mind (8 bytes by default).
 //!
 //! With `--cq` or `--callbacks` (`Params::cq`, `Params::callbacks`), tag_bw / tag_mr start
 //! every send and receive with a completion queue or a counting closure instead of
@@ -215,6 +217,8 @@ impl<C: Channel> UcpPeer<C> {
             ..Default::default()
         };
         let window = p.window.max(1) as usize;
+        // Receives posted ahead: `window` with `prepost`, else one (ucx_perftest's way).
+        let ahead = if p.prepost { window } else { 1 };
         let (w, ep, chan, t) = (&mut self.worker, self.ep, &mut self.chan, self.timeout);
         let (Some(rb), Some(cb), Some(ab)) = (&self.bufs.recv, &self.bufs.check, &self.bufs.ack)
         else {
@@ -262,11 +266,28 @@ impl<C: Channel> UcpPeer<C> {
                     }
                     continue;
                 }
-                while posted.len() < window && next < count {
+                while posted.len() < ahead && next < count {
                     // The last message of the timed run lands in the check buffer.
-                    let b = if timed && next + 1 == count { cb } else { rb };
-                    posted.push_back(w.tag_recv_nb(b.ucp(), TAG, MASK, None)?);
+                    let last = timed && next + 1 == count;
+                    let b = if last { cb } else { rb };
                     next += 1;
+                    if p.prepost {
+                        posted.push_back(w.tag_recv_nb(b.ucp(), TAG, MASK, None)?);
+                        continue;
+                    }
+                    match w.tag_recv_nbx(b.ucp(), TAG, MASK, None)? {
+                        RecvPosted::Pending(r) => posted.push_back(r),
+                        RecvPosted::Done(Status::Ok, info) => {
+                            if last {
+                                error = check_message("the last message", cb, info);
+                            }
+                            got += 1;
+                        }
+                        RecvPosted::Done(s, _) => {
+                            tracing::error!("{}: a receive completed with {s}", p.test);
+                            return Err(s);
+                        }
+                    }
                 }
                 if !ready_sent {
                     chan.send(&Msg::Ready { region: None })?;

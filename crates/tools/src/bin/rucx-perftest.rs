@@ -106,6 +106,11 @@ struct Cli {
     /// request handles (both sides).
     #[arg(long, conflicts_with = "callbacks")]
     cq: bool,
+    /// tag_bw / tag_mr: the responder keeps -O receives posted ahead of their messages
+    /// (MPI's message-rate pattern). By default it receives as ucx_perftest does: one
+    /// receive at a time, taken in the call when its message is already there.
+    #[arg(long)]
+    prepost: bool,
     /// tag_bw / tag_mr: report completions through a closure per operation instead of
     /// request handles (both sides).
     #[arg(long)]
@@ -400,6 +405,7 @@ fn plan(cli: &Cli) -> Result<Plan, Failure> {
         }
         p.cq = cli.cq;
         p.callbacks = cli.callbacks;
+        p.prepost = cli.prepost;
         if let Some(n) = cli.iterations {
             p.iterations = n;
         }
