@@ -47,17 +47,21 @@ impl<'a> Reader<'a> {
     /// follows), at most 10 bytes. Only the shortest encoding of a value is accepted, so
     /// that every value has exactly one encoding.
     pub fn varint(&mut self) -> Option<u64> {
+        // Over the slice itself, not byte by byte through `u8` (a rendezvous decodes
+        // several of these per message).
         let mut v = 0u64;
-        for i in 0..10 {
-            let b = self.u8()?;
-            let group = u64::from(b & 0x7f);
+        for (i, &b) in self.buf.iter().take(10).enumerate() {
             if i == 9 && b > 1 {
                 return None; // more than 64 bits
             }
-            v |= group << (7 * i);
+            v |= u64::from(b & 0x7f) << (7 * i);
             if b & 0x80 == 0 {
                 // A last byte of zero after others is an overlong encoding.
-                return (i == 0 || b != 0).then_some(v);
+                if i > 0 && b == 0 {
+                    return None;
+                }
+                self.buf = &self.buf[i + 1..];
+                return Some(v);
             }
         }
         None
@@ -114,4 +118,54 @@ impl Writer {
 /// Bytes of the LEB128 encoding of `v` (1 to 10).
 pub fn varint_len(v: u64) -> usize {
     (64 - (v | 1).leading_zeros() as usize).div_ceil(7)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn varints_round_trip_and_leave_the_rest(v in any::<u64>(), tail in proptest::collection::vec(any::<u8>(), 0..4)) {
+            let mut w = Writer::default();
+            w.varint(v);
+            prop_assert_eq!(w.buf.len(), varint_len(v));
+            w.buf.extend_from_slice(&tail);
+            let mut r = Reader::new(&w.buf);
+            prop_assert_eq!(r.varint(), Some(v));
+            prop_assert_eq!(r.bytes(tail.len()), Some(&tail[..]));
+            prop_assert!(r.is_empty());
+        }
+
+        #[test]
+        fn a_decoded_varint_is_the_only_encoding_of_its_value(b in proptest::collection::vec(any::<u8>(), 0..12)) {
+            let mut r = Reader::new(&b);
+            if let Some(v) = r.varint() {
+                let mut w = Writer::default();
+                w.varint(v);
+                prop_assert_eq!(&b[..w.buf.len()], &w.buf[..]);
+                prop_assert_eq!(r.buf.len(), b.len() - w.buf.len());
+            }
+        }
+    }
+
+    #[test]
+    fn overlong_and_oversized_varints_are_refused() {
+        // Zero as two bytes, one as 0x81 0x00, a value past 64 bits, and 11 bytes.
+        for bad in [
+            &[0x80u8, 0x00][..],
+            &[0x81, 0x00],
+            &[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02],
+            &[
+                0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x01,
+            ],
+            &[0x80],
+            &[],
+        ] {
+            assert_eq!(Reader::new(bad).varint(), None, "{bad:02x?}");
+        }
+        let max = [0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01];
+        assert_eq!(Reader::new(&max).varint(), Some(u64::MAX));
+    }
 }
