@@ -147,9 +147,8 @@ fn read_rest(
         return Status::InvalidParam;
     };
     // The sender writes only bytes `..k` (its RtrPart's length), so this slice is this
-    // side's alone.
-    let mut slices = rs.buf.slices_mut();
-    let Some(dst) = slices.first_mut().and_then(|s| s.get_mut(k..n)) else {
+    // side's alone. Only contiguous buffers split (`start`): one slice, nothing allocated.
+    let Some(dst) = rs.buf.as_bytes_mut().and_then(|s| s.get_mut(k..n)) else {
         return Status::InvalidParam;
     };
     // The sender's address comes off the wire: a range past the end of memory is refused.
