@@ -270,6 +270,8 @@ unsafe fn send_plain(
             count,
             param,
             "ucp_am_send_nbx",
+            // The protocol layer has no bytes-only step for active messages.
+            |_, _, _| Ok(false),
             #[inline(always)]
             move |w, rep, buf| w.am_send_nb(rep, id, hdr, buf, AmSendFlags::default(), None),
         )

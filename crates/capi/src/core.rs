@@ -978,7 +978,8 @@ pub(crate) struct Op {
 /// any of the flags in `allowed` (the caller's path honours them), and `buffer` holds
 /// `count` elements of it (not null unless empty). `None` for anything else (a request of
 /// the caller's, other flags, receive information, a completion queue, another datatype,
-/// a bad buffer): the general path reads those, and reports errors.
+/// a bad buffer): the general path reads those, and reports errors. The buffer is always
+/// a view of the caller's memory that owns nothing (so a caller may forget it).
 ///
 /// # Safety
 /// `param` must be null or a readable `ucp_request_param_t` (as long as its mask says);
@@ -992,7 +993,8 @@ pub(crate) unsafe fn plain_buf(
 ) -> Option<ucp::Buf> {
     // SAFETY: forwarded contract.
     let len = unsafe { plain_len(param, count, allowed)? };
-    if len > 0 && buffer.is_null() {
+    // No buffer in memory reaches `isize::MAX` bytes: such a count is the general path's.
+    if (len > 0 && buffer.is_null()) || len > isize::MAX as usize {
         return None;
     }
     // SAFETY: the caller's contiguous buffer of `len` bytes, not null unless empty.
@@ -1005,7 +1007,7 @@ pub(crate) unsafe fn plain_buf(
 /// # Safety
 /// As [`plain_buf`]'s for `param`.
 #[inline(always)]
-unsafe fn plain_len(
+pub(crate) unsafe fn plain_len(
     param: *const ucp_request_param_t,
     count: usize,
     allowed: u32,

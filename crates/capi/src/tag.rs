@@ -215,6 +215,8 @@ unsafe fn send_plain(
             param,
             "ucp_tag_send_nbx",
             #[inline(always)]
+            move |w, rep, data| w.tag_send_now(rep, data, tag),
+            #[inline(always)]
             move |w, rep, buf| w.tag_send_nb(rep, buf, tag, false, None),
         )
     }
@@ -454,9 +456,17 @@ unsafe fn recv_plain(
     let mut entry = wk.plain_entry()?;
     let (w, side) = entry.parts();
     let r = match w.tag_recv_small_now(&buf, tag, tag_mask) {
-        // A whole small message already here: received in the call, as UCX does.
-        Some((Status::Ok, _)) => std::ptr::null_mut(),
-        Some((s, _)) => guard::status_to_ptr(s),
+        // A whole small message already here: received in the call, as UCX does. The
+        // buffer is a view that owns nothing (`plain_buf`): forgotten, its drop check is
+        // off this path.
+        Some((s, _)) => {
+            std::mem::forget(buf);
+            if s == Status::Ok {
+                std::ptr::null_mut()
+            } else {
+                guard::status_to_ptr(s)
+            }
+        }
         // Otherwise the receive waits in the matcher by word, as one with a callback does
         // (a larger message already here is still received in the call): a C request
         // and no Rust request, so its completion is reported once, into the C request.

@@ -58,6 +58,27 @@ impl Worker {
         posted(&mut self.tls, &mut self.core, ep.0, post, false, imm)
     }
 
+    /// The first step of [`Worker::tag_send_nb`] for a contiguous message with no
+    /// callback: sends `data` with `tag` on `ep` in the call when the endpoint is connected
+    /// with nothing queued and the message goes eagerly in one piece (true). False: nothing
+    /// was sent, and the caller starts the send the full way ([`Worker::tag_send_nb`]).
+    /// For callers that hold the bytes as a slice and would otherwise carry a [`Buf`]
+    /// through the fast path (the C ABI's plain sends).
+    #[inline(always)]
+    pub fn tag_send_now(&mut self, ep: Ep, data: &[u8], tag: u64) -> Result<bool> {
+        let Some(lane) = self.core.ready_lane(ep) else {
+            return Ok(false);
+        };
+        tag::send::eager_in_call(
+            &mut self.tls,
+            &mut self.core,
+            &mut self.p.tag,
+            lane,
+            tag,
+            data,
+        )
+    }
+
     /// Posts a receive for a message whose tag matches `tag` under `mask`.
     #[inline]
     pub fn tag_recv_nb(
