@@ -77,9 +77,17 @@ pub(super) fn wait_pair<C: Channel>(
     mut send: Option<Request>,
     recv: RecvPosted,
 ) -> Result<RecvInfo> {
+    if let (None, RecvPosted::Done(s, info)) = (send, recv) {
+        return recv_done(s, info, what);
+    }
     let mut n: u32 = 0;
     let mut since = None;
+    // Progress first: a request passed in is still pending, and looking at it before
+    // anything moved would cost a pool lookup per message.
     loop {
+        if w.progress() > 0 {
+            (n, since) = (0, None);
+        }
         if let Some(s) = send {
             if taken(w, s, what)?.is_some() {
                 send = None;
@@ -87,11 +95,7 @@ pub(super) fn wait_pair<C: Channel>(
         }
         if send.is_none() {
             match recv {
-                RecvPosted::Done(Status::Ok, info) => return Ok(info),
-                RecvPosted::Done(s, _) => {
-                    tracing::error!("{what}: the receive completed with {s}");
-                    return Err(s);
-                }
+                RecvPosted::Done(s, info) => return recv_done(s, info, what),
                 RecvPosted::Pending(r) => {
                     if let Some(info) = taken(w, r, what)? {
                         return Ok(info);
@@ -99,13 +103,20 @@ pub(super) fn wait_pair<C: Channel>(
                 }
             }
         }
-        if w.progress() > 0 {
-            (n, since) = (0, None);
-        }
         n = n.wrapping_add(1);
         if n % SPINS == 0 {
             check_stall(chan, &mut since, timeout, what)?;
         }
+    }
+}
+
+/// The outcome of a receive that completed in its call.
+fn recv_done(s: Status, info: RecvInfo, what: &str) -> Result<RecvInfo> {
+    if s == Status::Ok {
+        Ok(info)
+    } else {
+        tracing::error!("{what}: the receive completed with {s}");
+        Err(s)
     }
 }
 
@@ -123,12 +134,13 @@ pub(super) fn wait_one<C: Channel>(
     };
     let mut n: u32 = 0;
     let mut since = None;
+    // Progress first, as in `wait_pair`.
     loop {
-        if let Some(info) = taken(w, r, what)? {
-            return Ok(info);
-        }
         if w.progress() > 0 {
             (n, since) = (0, None);
+        }
+        if let Some(info) = taken(w, r, what)? {
+            return Ok(info);
         }
         n = n.wrapping_add(1);
         if n % SPINS == 0 {
