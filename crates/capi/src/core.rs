@@ -1563,11 +1563,12 @@ impl Wk {
 
     /// Progress for `ucp_worker_progress` on a worker without a lock (thread modes single
     /// and serialized) when no handler or callback is due before it: the worker's
-    /// progress, then its completions moved to the ready list. `None` sends the call the
-    /// general way ([`Wk::progress`]). Kept apart so that a loop polling an idle worker
-    /// costs a few loads and the worker's own check.
+    /// progress, then its completions taken as a ready list in the same turn inside the
+    /// worker (as [`Wk::progress`] does), for the caller to run once the worker is left.
+    /// `None` sends the call the general way ([`Wk::progress`]). Kept apart so that a loop
+    /// polling an idle worker costs a few loads and the worker's own check.
     #[inline(always)]
-    pub(crate) fn progress_plain(&self) -> Option<Result<usize>> {
+    pub(crate) fn progress_plain(&self) -> Option<Result<(usize, *mut ReqHdr)>> {
         if self.lock.is_some() || self.has_ready() || self.evq.hint.load(Ordering::Acquire) {
             return None;
         }
@@ -1579,7 +1580,13 @@ impl Wk {
         let inner = unsafe { &mut *self.inner.get() };
         let n = inner.w.progress();
         self.collect(&mut inner.w, &mut inner.side);
-        Some(Ok(n))
+        let ready = if self.has_ready() {
+            self.has_ready.store(false, Ordering::Relaxed);
+            inner.side.ready.take()
+        } else {
+            std::ptr::null_mut()
+        };
+        Some(Ok((n, ready)))
     }
 
     /// Progress for `ucp_worker_progress`: in thread mode multi, a thread that finds

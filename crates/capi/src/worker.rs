@@ -139,8 +139,14 @@ pub unsafe extern "C" fn ucp_worker_progress(worker: *mut Handle<Wk>) -> c_uint 
         // SAFETY: the caller's worker handle.
         let wk = unsafe { core::get(worker)? };
         if let Some(r) = wk.progress_plain() {
-            let n = r?;
-            // Not `events_due`: its thread-local read is hoisted out of the branch.
+            let (mut n, ready) = r?;
+            // The callbacks of what completed in this turn, with the worker left (no
+            // second look at the worker for its ready list).
+            if !ready.is_null() {
+                n += dispatch::run_chain(ready);
+            }
+            // What the callbacks completed or queued in turn. Not `events_due`: its
+            // thread-local read is hoisted out of the branch.
             if !wk.has_ready() && !wk.evq.hint.load(Ordering::Acquire) {
                 return Ok(n as c_uint);
             }
