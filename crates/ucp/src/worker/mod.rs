@@ -340,31 +340,36 @@ impl Worker {
             return self.progress_turn();
         }
         // Looked at without a call, so that a loop polling an idle worker pays only this.
-        if self.input_due() || self.work_due() {
-            return self.progress_hot();
+        let first = self.first_due();
+        if first < self.core.hot.len() || self.work_due() {
+            return self.progress_hot(first);
         }
         0
     }
 
-    /// True when a hot interface may have something for [`Self::progress_hot`].
+    /// The position in the hot list of the first interface that may have something for
+    /// [`Self::progress_hot`], or the list's length when none has.
     #[inline(always)]
-    fn input_due(&self) -> bool {
-        let mut due = false;
-        for k in 0..self.core.hot.len() {
-            let i = self.core.hot[k];
-            due |= self.tls.get(i).is_some_and(|t| t.iface.needs_poll());
+    fn first_due(&self) -> usize {
+        let hot = &self.core.hot;
+        for (k, &i) in hot.iter().enumerate() {
+            if self.tls.get(i).is_some_and(|t| t.iface.needs_poll()) {
+                return k;
+            }
         }
-        due
+        hot.len()
     }
 
-    /// Polls the hot interfaces that need it, then does the rest of the turn if due.
+    /// Polls the hot interfaces that need it from position `first` of the hot list on
+    /// (the one there was seen to need it: it is not looked at again), then does the rest
+    /// of the turn if due.
     #[inline(never)]
-    fn progress_hot(&mut self) -> usize {
+    fn progress_hot(&mut self, first: usize) -> usize {
         let mut n = 0;
         let mut events = false;
-        for k in 0..self.core.hot.len() {
+        for k in first..self.core.hot.len() {
             let i = self.core.hot[k];
-            if self.tls.get(i).is_some_and(|t| t.iface.needs_poll()) {
+            if k == first || self.tls.get(i).is_some_and(|t| t.iface.needs_poll()) {
                 let (m, e) = self.poll_iface(i);
                 n += m;
                 events |= e;
