@@ -220,6 +220,35 @@ impl<T> Pool<T> {
         true
     }
 
+    /// Shows the object at `idx` to `f` and, when `f` returns true, drops it where it lies
+    /// (as [`Pool::remove`]): one lookup for a look and a removal. `None` when `idx` is
+    /// stale or was never handed out by this pool; else whether the object was removed
+    /// (when not, it stays live with whatever `f` changed).
+    #[inline]
+    pub fn remove_if(&mut self, idx: PoolIdx, f: impl FnOnce(&mut T) -> bool) -> Option<bool> {
+        let free_head = self.free_head;
+        let slot = self.slot_mut(idx.slot)?;
+        if slot.gen != idx.gen {
+            return None;
+        }
+        let Entry::Live(v) = &mut slot.entry else {
+            return None;
+        };
+        if !f(v) {
+            return Some(false);
+        }
+        let reusable = slot.gen != u32::MAX;
+        if reusable {
+            slot.gen += 1;
+            slot.entry = Entry::Free { next: free_head };
+            self.free_head = idx.slot;
+        } else {
+            slot.entry = Entry::Retired;
+        }
+        self.len -= 1;
+        Some(true)
+    }
+
     /// The object at `idx`, if `idx` is live.
     #[inline]
     pub fn get_ref(&self, idx: PoolIdx) -> Option<&T> {
@@ -244,7 +273,6 @@ impl<T> Pool<T> {
         }
     }
 
-    /// True when `idx` names a live object.
     /// Every live object, mutably, in slot order.
     pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut T> + '_ {
         self.chunks
@@ -256,6 +284,7 @@ impl<T> Pool<T> {
             })
     }
 
+    /// True when `idx` names a live object.
     #[inline]
     pub fn contains(&self, idx: PoolIdx) -> bool {
         self.get_ref(idx).is_some()
@@ -353,6 +382,35 @@ mod remove_tests {
         assert_eq!(p.get_ref(b).map(String::as_str), Some("b"));
         assert_eq!(p.len(), 1);
     }
+
+    #[test]
+    fn remove_if_keeps_what_it_declines_and_drops_what_it_takes() {
+        let mut p = Pool::new();
+        let a = p.get(String::from("a"));
+        // Declined: the object stays, with the change made while it was looked at.
+        assert_eq!(
+            p.remove_if(a, |s| {
+                s.push('!');
+                false
+            }),
+            Some(false)
+        );
+        assert_eq!(p.get_ref(a).map(String::as_str), Some("a!"));
+        assert_eq!(p.len(), 1);
+        // Taken: dropped in place, the index stale from then on, the slot reused.
+        assert_eq!(p.remove_if(a, |s| s == "a!"), Some(true));
+        assert_eq!(p.len(), 0);
+        assert!(p.get_ref(a).is_none());
+        assert_eq!(p.remove_if(a, |_| true), None, "stale index");
+        let b = p.get(String::from("b"));
+        assert_eq!(b.slot(), a.slot());
+        assert_eq!(
+            p.remove_if(a, |_| true),
+            None,
+            "an older generation of a live slot"
+        );
+        assert_eq!(p.get_ref(b).map(String::as_str), Some("b"));
+    }
 }
 
 #[cfg(test)]
@@ -436,6 +494,8 @@ mod tests {
         Lookup(usize),
         Modify(usize, u32),
         LookupRaw(u64),
+        /// Remove the n-th index ever handed out if its value is even, else add one to it.
+        RemoveIf(usize),
     }
 
     fn op() -> impl Strategy<Value = Op> {
@@ -445,6 +505,7 @@ mod tests {
             2 => any::<usize>().prop_map(Op::Lookup),
             1 => (any::<usize>(), any::<u32>()).prop_map(|(i, v)| Op::Modify(i, v)),
             1 => any::<u64>().prop_map(Op::LookupRaw),
+            2 => any::<usize>().prop_map(Op::RemoveIf),
         ]
     }
 
@@ -482,6 +543,29 @@ mod tests {
                         if let Some(x) = model.get_mut(&idx) {
                             *x = v;
                         }
+                    }
+                    Op::RemoveIf(i) if !issued.is_empty() => {
+                        let idx = issued[i % issued.len()];
+                        let got = pool.remove_if(idx, |x| {
+                            if *x % 2 == 0 {
+                                true
+                            } else {
+                                *x = x.wrapping_add(1);
+                                false
+                            }
+                        });
+                        let want = match model.get_mut(&idx) {
+                            None => None,
+                            Some(x) if *x % 2 == 0 => Some(true),
+                            Some(x) => {
+                                *x = x.wrapping_add(1);
+                                Some(false)
+                            }
+                        };
+                        if want == Some(true) {
+                            model.remove(&idx);
+                        }
+                        prop_assert_eq!(got, want);
                     }
                     Op::LookupRaw(raw) => {
                         let idx = PoolIdx::from_u64(raw);

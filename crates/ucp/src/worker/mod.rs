@@ -690,17 +690,22 @@ impl Worker {
     /// request instead of the three of test, info and free.
     #[inline]
     pub fn request_take(&mut self, r: Request) -> Result<Option<(Status, RecvInfo)>> {
-        let q = self.core.reqs.get_mut(r.0).ok_or(Status::InvalidParam)?;
-        let Some(status) = q.status else {
-            return Ok(None);
-        };
-        let info = q.info;
-        if q.cb.is_none() {
-            self.core.reqs.remove(r.0);
-        } else {
-            q.released = true;
-        }
-        Ok(Some((status, info)))
+        let mut out = None;
+        // One lookup, as in `request_free`.
+        self.core
+            .reqs
+            .remove_if(r.0, |q| {
+                let Some(status) = q.status else {
+                    return false;
+                };
+                out = Some((status, q.info));
+                if q.cb.is_some() {
+                    q.released = true;
+                }
+                q.cb.is_none()
+            })
+            .ok_or(Status::InvalidParam)?;
+        Ok(out)
     }
 
     /// Reports the completion of an operation that has no request (it completed, or failed
@@ -736,13 +741,19 @@ impl Worker {
     /// Releases a request: now if it completed, else when it completes (its callback
     /// still runs).
     pub fn request_free(&mut self, r: Request) -> Result<()> {
-        let q = self.core.reqs.get_mut(r.0).ok_or(Status::InvalidParam)?;
-        if q.status.is_some() && q.cb.is_none() {
-            self.core.reqs.remove(r.0);
-        } else {
-            q.released = true;
-        }
-        Ok(())
+        // One lookup: a completed request with no callback to report goes now, any other
+        // is marked released and goes when it completes.
+        self.core
+            .reqs
+            .remove_if(r.0, |q| {
+                let now = q.status.is_some() && q.cb.is_none();
+                if !now {
+                    q.released = true;
+                }
+                now
+            })
+            .map(|_| ())
+            .ok_or(Status::InvalidParam)
     }
 
     /// Cancels a posted receive that has not matched: it completes with `Canceled`.
