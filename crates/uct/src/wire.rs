@@ -7,11 +7,15 @@ pub struct Reader<'a> {
     buf: &'a [u8],
 }
 
+// `u64` (and what it is made of) reads every message's protocol header: inlined across
+// crates rather than called (18 instructions per message through libucp.so).
 impl<'a> Reader<'a> {
+    #[inline]
     pub fn new(buf: &'a [u8]) -> Self {
         Reader { buf }
     }
 
+    #[inline]
     pub fn bytes(&mut self, n: usize) -> Option<&'a [u8]> {
         if self.buf.len() < n {
             return None;
@@ -38,6 +42,7 @@ impl<'a> Reader<'a> {
         self.u32().map(|v| v as i32)
     }
 
+    #[inline]
     pub fn u64(&mut self) -> Option<u64> {
         self.bytes(8)
             .map(|b| u64::from_le_bytes(b.try_into().unwrap_or_default()))
