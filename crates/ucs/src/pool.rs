@@ -208,13 +208,8 @@ impl<T> Pool<T> {
         if slot.gen != idx.gen || !matches!(slot.entry, Entry::Live(_)) {
             return false;
         }
-        let reusable = slot.gen != u32::MAX;
-        if reusable {
-            slot.gen += 1;
-            slot.entry = Entry::Free { next: free_head };
+        if vacate(slot, free_head) {
             self.free_head = idx.slot;
-        } else {
-            slot.entry = Entry::Retired;
         }
         self.len -= 1;
         true
@@ -237,13 +232,8 @@ impl<T> Pool<T> {
         if !f(v) {
             return Some(false);
         }
-        let reusable = slot.gen != u32::MAX;
-        if reusable {
-            slot.gen += 1;
-            slot.entry = Entry::Free { next: free_head };
+        if vacate(slot, free_head) {
             self.free_head = idx.slot;
-        } else {
-            slot.entry = Entry::Retired;
         }
         self.len -= 1;
         Some(true)
@@ -364,6 +354,21 @@ impl<T> Pool<T> {
         self.chunks.push(slots);
         self.free_head = base as u32;
     }
+}
+
+/// Drops a live slot's value where it lies and moves the slot to the next generation,
+/// linked in front of `free_head`: true when it can be handed out again (the caller makes
+/// it the free list's head), false when its generations are used up (retired).
+#[inline(always)]
+fn vacate<T>(slot: &mut Slot<T>, free_head: u32) -> bool {
+    let reusable = slot.gen != u32::MAX;
+    if reusable {
+        slot.gen += 1;
+        slot.entry = Entry::Free { next: free_head };
+    } else {
+        slot.entry = Entry::Retired;
+    }
+    reusable
 }
 
 #[cfg(test)]
