@@ -53,9 +53,9 @@ pub(crate) unsafe fn send(
 }
 
 /// [`send`] once the buffer's `len` bytes at `buffer` are known (not null unless empty);
-/// `NO_IMM` tells whether a send that completes in the call still
-/// returns its request (a constant, so that the common case tests nothing after the send:
-/// reading the flag there cost 7 instructions per message).
+/// `NO_IMM` tells whether a send that completes in the call still returns its request (a
+/// constant, so that the common case tests nothing after the send: reading the flag there
+/// cost 7 instructions per message).
 ///
 /// # Safety
 /// As for [`send`].
