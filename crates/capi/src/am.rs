@@ -273,7 +273,7 @@ unsafe fn send_plain(
             // The protocol layer has no bytes-only step for active messages.
             |_, _, _| Ok(false),
             #[inline(always)]
-            move |w, rep, buf| w.am_send_nb(rep, id, hdr, buf, AmSendFlags::default(), None),
+            move |w, rep, buf, _| w.am_send_nb(rep, id, hdr, buf, AmSendFlags::default(), None),
         )
     }
 }

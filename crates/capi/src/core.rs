@@ -992,13 +992,31 @@ pub(crate) unsafe fn plain_buf(
     allowed: u32,
 ) -> Option<ucp::Buf> {
     // SAFETY: forwarded contract.
+    let len = unsafe { plain_span(param, buffer, count, allowed)? };
+    // SAFETY: the caller's contiguous buffer of `len` bytes, not null unless empty.
+    Some(unsafe { ucp::Buf::contig(buffer.cast_mut().cast(), len) })
+}
+
+/// The byte length of a plain operation's buffer (see [`plain_buf`], which makes the
+/// buffer of it): `None` when the parameters are not plain, the buffer is null and not
+/// empty, or the length reaches past `isize::MAX` (no buffer in memory does: such a
+/// count is the general path's).
+///
+/// # Safety
+/// As [`plain_buf`]'s for `param`.
+#[inline(always)]
+pub(crate) unsafe fn plain_span(
+    param: *const ucp_request_param_t,
+    buffer: *const c_void,
+    count: usize,
+    allowed: u32,
+) -> Option<usize> {
+    // SAFETY: forwarded contract.
     let len = unsafe { plain_len(param, count, allowed)? };
-    // No buffer in memory reaches `isize::MAX` bytes: such a count is the general path's.
     if (len > 0 && buffer.is_null()) || len > isize::MAX as usize {
         return None;
     }
-    // SAFETY: the caller's contiguous buffer of `len` bytes, not null unless empty.
-    Some(unsafe { ucp::Buf::contig(buffer.cast_mut().cast(), len) })
+    Some(len)
 }
 
 /// The byte length of a plain operation's `count` elements of its contiguous datatype
@@ -1007,7 +1025,7 @@ pub(crate) unsafe fn plain_buf(
 /// # Safety
 /// As [`plain_buf`]'s for `param`.
 #[inline(always)]
-pub(crate) unsafe fn plain_len(
+unsafe fn plain_len(
     param: *const ucp_request_param_t,
     count: usize,
     allowed: u32,

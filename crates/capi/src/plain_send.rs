@@ -17,11 +17,12 @@ use ucp::{Buf, Request, Worker};
 use ucs::Result;
 
 /// Starts a plain send: `now(worker, endpoint, bytes)` sends the message whole in the call
-/// if it can (true; false: nothing sent), and `start(worker, endpoint, buffer)` is the
-/// protocol layer's send, started with no callback, for the rest. `None` (nothing
-/// started): the parameters are not plain, the handle is not live, or the worker has a
-/// lock or is busy; the caller's general path applies and reports whatever made this one
-/// decline. `name` is the C function's, for the error log.
+/// if it can (true; false: nothing sent), and `start(worker, endpoint, buffer, declined)`
+/// is the protocol layer's send, started with no callback, for the rest (`declined`: `now`
+/// was asked and said false). `None` (nothing started): the parameters are not plain, the
+/// handle is not live, or the worker has a lock or is busy; the caller's general path
+/// applies and reports whatever made this one decline. `name` is the C function's, for
+/// the error log.
 ///
 /// # Safety
 /// `ep`, `buffer`, `count` and `param` as the C function's contract says: `param` null or
@@ -34,15 +35,12 @@ pub(crate) unsafe fn send(
     param: *const ucp_request_param_t,
     name: &'static str,
     now: impl FnOnce(&mut Worker, ucp::Ep, &[u8]) -> Result<bool>,
-    start: impl FnOnce(&mut Worker, ucp::Ep, Buf) -> Result<Option<Request>>,
+    start: impl FnOnce(&mut Worker, ucp::Ep, Buf, bool) -> Result<Option<Request>>,
 ) -> Option<ucs_status_ptr_t> {
     // SAFETY: forwarded contract.
-    let len = unsafe { core::plain_len(param, count, core::SEND_HINTS)? };
-    if len > 0 && buffer.is_null() {
-        return None;
-    }
+    let len = unsafe { core::plain_span(param, buffer, count, core::SEND_HINTS)? };
     let buffer = buffer.cast::<u8>();
-    // SAFETY: `plain_len` read the mask of this readable struct.
+    // SAFETY: `plain_span` read the mask of this readable struct.
     if unsafe { (*param).op_attr_mask } & UCP_OP_ATTR_FLAG_NO_IMM_CMPL != 0 {
         // SAFETY: forwarded contract.
         unsafe { go::<true>(ep, buffer, len, param, name, |_, _, _| Ok(false), start) }
@@ -52,8 +50,8 @@ pub(crate) unsafe fn send(
     }
 }
 
-/// [`send`] once the buffer's `len` bytes at `buffer` are known (not null unless empty);
-/// `NO_IMM` tells whether a send that completes in the call still returns its request (a
+/// [`send`] once the buffer's `len` bytes at `buffer` are known (not null unless empty, at
+/// most `isize::MAX`: [`core::plain_span`]); `NO_IMM` tells whether a send that completes in the call still returns its request (a
 /// constant, so that the common case tests nothing after the send: reading the flag there
 /// cost 7 instructions per message).
 ///
@@ -67,7 +65,7 @@ unsafe fn go<const NO_IMM: bool>(
     param: *const ucp_request_param_t,
     name: &'static str,
     now: impl FnOnce(&mut Worker, ucp::Ep, &[u8]) -> Result<bool>,
-    start: impl FnOnce(&mut Worker, ucp::Ep, Buf) -> Result<Option<Request>>,
+    start: impl FnOnce(&mut Worker, ucp::Ep, Buf, bool) -> Result<Option<Request>>,
 ) -> Option<ucs_status_ptr_t> {
     // SAFETY: the caller's endpoint handle.
     let (e, wk) = unsafe { ep_get(ep).ok()? };
@@ -77,8 +75,7 @@ unsafe fn go<const NO_IMM: bool>(
     // The usual case, a message sent whole in the call, takes the bytes alone: no `Buf`
     // is made, and its drop and the result's match are off this path (they cost 17
     // instructions per 8-byte tag send).
-    // (No buffer in memory reaches `isize::MAX` bytes: such a count goes the full way.)
-    if !NO_IMM && len <= isize::MAX as usize {
+    if !NO_IMM {
         let data: &[u8] = if len == 0 {
             &[]
         } else {
@@ -102,7 +99,7 @@ unsafe fn go<const NO_IMM: bool>(
     // SAFETY: the caller's contiguous buffer of `len` bytes, not null unless empty, valid
     // until the operation completes (forwarded contract).
     let buf = unsafe { Buf::contig(buffer.cast_mut(), len) };
-    let r = match start(w, rep, buf) {
+    let r = match start(w, rep, buf, !NO_IMM) {
         Ok(None) if !NO_IMM => std::ptr::null_mut(),
         out => core::settle_plain_send(wk, w, side, param, out, name),
     };

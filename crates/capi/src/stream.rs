@@ -66,7 +66,7 @@ pub unsafe extern "C" fn ucp_stream_send_nbx(
                 // The protocol layer has no bytes-only step for streams.
                 |_, _, _| Ok(false),
                 #[inline(always)]
-                |w, rep, buf| w.stream_send_nb(rep, buf, None),
+                |w, rep, buf, _| w.stream_send_nb(rep, buf, None),
             )
         };
         if let Some(p) = plain {

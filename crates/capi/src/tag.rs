@@ -217,7 +217,13 @@ unsafe fn send_plain(
             #[inline(always)]
             move |w, rep, data| w.tag_send_now(rep, data, tag),
             #[inline(always)]
-            move |w, rep, buf| w.tag_send_nb(rep, buf, tag, false, None),
+            move |w, rep, buf, declined| {
+                if declined {
+                    w.tag_send_declined(rep, buf, tag)
+                } else {
+                    w.tag_send_nb(rep, buf, tag, false, None)
+                }
+            },
         )
     }
 }

@@ -23,21 +23,70 @@ impl Worker {
         buf: Buf,
         tag: u64,
         sync: bool,
-        mut cb: Option<Callback>,
+        cb: Option<Callback>,
     ) -> Result<Option<Request>> {
         // The common case first, with one look at the endpoint: a whole message on a
         // connected endpoint with nothing queued, reported by no completion queue.
         let mut tried = false;
         if !sync && Callback::droppable(&cb) {
-            if let (Some(lane), Some(data)) = (self.core.ready_lane(ep), buf.as_bytes()) {
-                let p = &mut self.p.tag;
-                if tag::send::eager_in_call(&mut self.tls, &mut self.core, p, lane, tag, data)? {
-                    Callback::drop_uncalled(cb);
-                    return Ok(None);
+            if let Some(data) = buf.as_bytes() {
+                match self.eager_now(ep, data, tag)? {
+                    Some(true) => {
+                        Callback::drop_uncalled(cb);
+                        return Ok(None);
+                    }
+                    Some(false) => tried = true,
+                    None => {}
                 }
-                tried = true;
             }
         }
+        self.tag_send_rest(ep, buf, tag, sync, cb, tried)
+    }
+
+    /// The first step of [`Worker::tag_send_nb`] for a contiguous message with no
+    /// callback: sends `data` with `tag` on `ep` in the call when the endpoint is connected
+    /// with nothing queued and the message goes eagerly in one piece (true). False: nothing
+    /// was sent, and the caller goes on with [`Worker::tag_send_declined`]. For callers
+    /// that hold the bytes as a slice and would otherwise carry a [`Buf`] through the fast
+    /// path (the C ABI's plain sends).
+    #[inline(always)]
+    pub fn tag_send_now(&mut self, ep: Ep, data: &[u8], tag: u64) -> Result<bool> {
+        Ok(self.eager_now(ep, data, tag)? == Some(true))
+    }
+
+    /// The send of `buf` (the bytes [`Worker::tag_send_now`] just declined) with `tag` on
+    /// `ep`, with no callback, as [`Worker::tag_send_nb`] goes on after its own first step:
+    /// the eager attempt is not made again.
+    #[inline]
+    pub fn tag_send_declined(&mut self, ep: Ep, buf: Buf, tag: u64) -> Result<Option<Request>> {
+        // Declined on a ready endpoint: the eager attempt was made (and nothing changed
+        // since); on another one, none was.
+        let tried = self.core.ready_lane(ep).is_some();
+        self.tag_send_rest(ep, buf, tag, false, None, tried)
+    }
+
+    /// The eager send in the call: `None` when the endpoint is not connected with nothing
+    /// queued (nothing tried), else whether the message went.
+    #[inline(always)]
+    fn eager_now(&mut self, ep: Ep, data: &[u8], tag: u64) -> Result<Option<bool>> {
+        let Some(lane) = self.core.ready_lane(ep) else {
+            return Ok(None);
+        };
+        let p = &mut self.p.tag;
+        tag::send::eager_in_call(&mut self.tls, &mut self.core, p, lane, tag, data).map(Some)
+    }
+
+    /// [`Worker::tag_send_nb`] after its eager step (`tried`: made, and declined).
+    #[inline(always)]
+    fn tag_send_rest(
+        &mut self,
+        ep: Ep,
+        buf: Buf,
+        tag: u64,
+        sync: bool,
+        mut cb: Option<Callback>,
+        tried: bool,
+    ) -> Result<Option<Request>> {
         self.core.check(ep)?;
         self.core.stamp(&mut cb, CqOp::TagSend)?;
         let imm = Imm {
@@ -56,27 +105,6 @@ impl Worker {
             tried,
         )?;
         posted(&mut self.tls, &mut self.core, ep.0, post, false, imm)
-    }
-
-    /// The first step of [`Worker::tag_send_nb`] for a contiguous message with no
-    /// callback: sends `data` with `tag` on `ep` in the call when the endpoint is connected
-    /// with nothing queued and the message goes eagerly in one piece (true). False: nothing
-    /// was sent, and the caller starts the send the full way ([`Worker::tag_send_nb`]).
-    /// For callers that hold the bytes as a slice and would otherwise carry a [`Buf`]
-    /// through the fast path (the C ABI's plain sends).
-    #[inline(always)]
-    pub fn tag_send_now(&mut self, ep: Ep, data: &[u8], tag: u64) -> Result<bool> {
-        let Some(lane) = self.core.ready_lane(ep) else {
-            return Ok(false);
-        };
-        tag::send::eager_in_call(
-            &mut self.tls,
-            &mut self.core,
-            &mut self.p.tag,
-            lane,
-            tag,
-            data,
-        )
     }
 
     /// Posts a receive for a message whose tag matches `tag` under `mask`.
