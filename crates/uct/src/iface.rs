@@ -711,7 +711,7 @@ impl Iface {
     /// Like [`Iface::progress`], but arrived messages go to `f(am_id, data)` instead of the
     /// handler table: the protocol layer uses this to reach its own state without boxed
     /// handlers.
-    #[inline]
+    #[inline(always)]
     pub fn progress_with(&mut self, mut f: impl FnMut(u8, &[u8])) -> usize {
         let n = dispatch!(self, t => t.poll(&mut f));
         if self.pending_eps.is_empty() {

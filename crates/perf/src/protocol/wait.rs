@@ -19,11 +19,18 @@ pub(super) fn done(w: &Worker, r: Request, what: &str) -> Result<bool> {
     match w.request_test(r)? {
         None => Ok(false),
         Some(Status::Ok) => Ok(true),
-        Some(s) => {
-            tracing::error!("{what}: the request completed with {s}");
-            Err(s)
-        }
+        Some(s) => Err(failed(what, s)),
     }
+}
+
+/// Logs a request that completed with `s` and gives `s` back. Out of line: the logging
+/// would otherwise take registers and a stack frame in the wait loops that inline the
+/// callers.
+#[cold]
+#[inline(never)]
+fn failed(what: &str, s: Status) -> Status {
+    tracing::error!("{what}: the request completed with {s}");
+    s
 }
 
 /// If `r` completed successfully: frees it and returns its receive information; an error
@@ -33,10 +40,7 @@ pub(super) fn taken(w: &mut Worker, r: Request, what: &str) -> Result<Option<Rec
     match w.request_take(r)? {
         None => Ok(None),
         Some((Status::Ok, info)) => Ok(Some(info)),
-        Some((s, _)) => {
-            tracing::error!("{what}: the request completed with {s}");
-            Err(s)
-        }
+        Some((s, _)) => Err(failed(what, s)),
     }
 }
 

@@ -365,11 +365,15 @@ impl Worker {
     /// of the turn if due.
     #[inline(never)]
     fn progress_hot(&mut self, first: usize) -> usize {
-        let mut n = 0;
-        let mut events = false;
-        for k in first..self.core.hot.len() {
+        // `first` is the list's length when only the work queues called.
+        let (mut n, mut events) = match self.core.hot.get(first) {
+            Some(&i) => self.poll_iface(i),
+            None => (0, false),
+        };
+        // Usually the only hot interface: the rest of the list is then empty.
+        for k in first + 1..self.core.hot.len() {
             let i = self.core.hot[k];
-            if k == first || self.tls.get(i).is_some_and(|t| t.iface.needs_poll()) {
+            if self.tls.get(i).is_some_and(|t| t.iface.needs_poll()) {
                 let (m, e) = self.poll_iface(i);
                 n += m;
                 events |= e;

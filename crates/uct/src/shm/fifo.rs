@@ -197,6 +197,9 @@ impl Geometry {
 /// Shared access to the FIFO in a mapped segment, with the geometry proven to fit.
 struct Ring {
     seg: Arc<ShmSegment>,
+    /// The segment's start, where `Ctl` is: kept so that a claim or a head update does
+    /// not go through the `Arc` to the mapping for it.
+    ctl: *const Ctl,
     geo: Geometry,
     mask: u64,
     elems: *mut u8,
@@ -220,6 +223,7 @@ impl Ring {
         let (elems, bcopy) =
             unsafe { (base.add(geo.elems_offset()), base.add(geo.bcopy_offset())) };
         Ok(Ring {
+            ctl: base as *const Ctl,
             seg,
             geo,
             mask: u64::from(geo.fifo_size) - 1,
@@ -230,9 +234,10 @@ impl Ring {
 
     #[inline]
     fn ctl(&self) -> &Ctl {
-        // SAFETY: the segment starts with CTL_SIZE bytes laid out as Ctl (page-aligned
-        // mapping, so 128-byte alignment holds); the shared fields are atomics.
-        unsafe { &*(self.seg.as_ptr() as *const Ctl) }
+        // SAFETY: `ctl` is the start of `seg`, which `self` keeps mapped; the segment
+        // starts with CTL_SIZE bytes laid out as Ctl (page-aligned mapping, so 128-byte
+        // alignment holds); the shared fields are atomics.
+        unsafe { &*self.ctl }
     }
 
     #[inline]

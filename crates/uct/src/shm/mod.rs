@@ -214,12 +214,20 @@ impl ShmIface {
         self.eps.len()
     }
 
-    #[inline]
+    #[inline(always)]
     fn finish(e: &ShmEp, wake: bool) {
         if wake {
-            if let Err(s) = e.wake.signal() {
-                tracing::debug!("shm: waking the peer failed: {s}");
-            }
+            Self::wake(e);
+        }
+    }
+
+    /// Wakes a consumer that sleeps: rare (it slept), and kept out of the send path so
+    /// that the system call and its logging do not take registers there.
+    #[cold]
+    #[inline(never)]
+    fn wake(e: &ShmEp) {
+        if let Err(s) = e.wake.signal() {
+            tracing::debug!("shm: waking the peer failed: {s}");
         }
     }
 
