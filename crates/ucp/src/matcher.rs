@@ -26,15 +26,19 @@
 //! only grow, so a number is never reused. A handle ([`RecvId`], [`MsgId`]) is the
 //! sequence number together with the tag, which names the bucket the entry lives in.
 //!
-//! The entries themselves live in **one hash map from tag to bucket**. A bucket holds, in
-//! two queues sorted by sequence number and with the payloads inline,
+//! The entries themselves live in **buckets, one per tag**, found through one hash map
+//! from tag to the bucket's slot in a vector. The slot of the tag looked up last is
+//! remembered, so a tag used again and again (a ping-pong, a loop on one communicator)
+//! finds its bucket without hashing. A bucket holds, in two queues sorted by sequence
+//! number and with the payloads inline,
 //!
 //! - the receives posted for exactly that tag (full mask, [`FULL_MASK`], the usual case
 //!   once MPI packs source, tag and communicator into the tag), oldest first, and
 //! - the unexpected messages that carry that tag, oldest first.
 //!
 //! There is no second map beside the buckets: finding the bucket is finding the entry, so
-//! an exact receive, an arriving message and the match between them each cost one lookup.
+//! an exact receive, an arriving message and the match between them each cost at most
+//! one lookup.
 //!
 //! Order across buckets matters in two places only, and each has its own queue:
 //!
@@ -68,14 +72,18 @@
 //!    new slot nor allocates its queues anew; but once more than `EMPTY_BUCKETS_KEPT`
 //!    (256) buckets are empty and they are the majority, the empty ones are swept, so the
 //!    number of buckets follows the peak number of live entries rather than the number of
-//!    tags ever seen.
+//!    tags ever seen. A swept bucket's slot is emptied (its queues' memory freed) and
+//!    waits for the next new tag; the remembered slot is forgotten.
+//! 5. Every slot is either named by exactly one tag in the index or free, and the
+//!    remembered `(tag, slot)` pair, when there is one, is in the index.
 //!
 //! # Cost
 //!
 //! `w` is the number of wildcard receives scanned (none when none is posted; otherwise
 //! those posted before the match, or all of them), `u` the number of unexpected messages,
-//! `b` the length of one bucket or of the wildcard queue. "Lookups" are hash-map lookups;
-//! everything else is work on queues that are already at hand.
+//! `b` the length of one bucket or of the wildcard queue. "Lookups" are hash-map lookups,
+//! none when the tag is the one looked up last; everything else is work on queues that
+//! are already at hand.
 //!
 //! | operation                           | lookups       | other work                      |
 //! |-------------------------------------|---------------|---------------------------------|
@@ -101,7 +109,7 @@
 //! capacity of its tag's peak until it is swept; the number of buckets is bounded as
 //! invariant 4 says, and no queue holds dead entries beyond invariant 3's bound.
 
-use std::collections::hash_map::{Entry, HashMap, RandomState};
+use std::collections::hash_map::{HashMap, RandomState};
 use std::collections::VecDeque;
 use std::fmt;
 use std::hash::{BuildHasher, Hasher};
@@ -433,8 +441,16 @@ impl Arrivals {
 
 /// The tag matcher: posted receives and unexpected messages. See the module docs.
 pub struct Matcher<R, U> {
-    /// Full-mask receives and unexpected messages, by tag.
-    buckets: HashMap<Tag, Bucket<R, U>, KeyHash>,
+    /// Tag to the slot of its bucket in `slots`.
+    index: HashMap<Tag, u32, KeyHash>,
+    /// The buckets of full-mask receives and unexpected messages. A slot on `free` holds
+    /// an empty bucket that no tag names.
+    slots: Vec<Bucket<R, U>>,
+    /// Slots of swept buckets, for the next new tag.
+    free: Vec<u32>,
+    /// The tag looked up last and its slot: the same tag again (a ping-pong, a loop on one
+    /// communicator and tag) finds its bucket without hashing. Cleared when buckets go.
+    last: Option<(Tag, u32)>,
     /// How many buckets are empty.
     empty: usize,
     /// Receives with any other mask, in posting order.
@@ -468,7 +484,10 @@ impl<R, U> Matcher<R, U> {
     /// An empty matcher. Allocates nothing until the first entry is stored.
     pub fn new() -> Self {
         Self {
-            buckets: HashMap::with_hasher(KeyHash::new()),
+            index: HashMap::with_hasher(KeyHash::new()),
+            slots: Vec::new(),
+            free: Vec::new(),
+            last: None,
             empty: 0,
             wild: VecDeque::new(),
             arrivals: Arrivals::new(),
@@ -506,33 +525,22 @@ impl<R, U> Matcher<R, U> {
         }
         let seq = self.next_recv;
         let id = RecvId { seq, tag };
-        let x = match self.buckets.entry(tag) {
-            Entry::Occupied(e) => {
-                let b = e.into_mut();
-                // The oldest message with this tag is the oldest one this receive matches.
-                if let Some((m, u)) = b.msgs.pop_front() {
-                    let emptied = b.is_empty();
-                    self.arrivals.remove(m);
-                    if emptied {
-                        self.emptied();
-                    }
-                    return Err((MsgId { seq: m, tag }, u, t));
-                }
-                if b.is_empty() {
-                    self.empty -= 1;
-                }
-                let (r, x) = make(t, id);
-                b.recvs.push_back((seq, r));
-                x
+        let i = self.find_or_make(tag);
+        let b = &mut self.slots[i];
+        // The oldest message with this tag is the oldest one this receive matches.
+        if let Some((m, u)) = b.msgs.pop_front() {
+            let emptied = b.is_empty();
+            self.arrivals.remove(m);
+            if emptied {
+                self.emptied();
             }
-            Entry::Vacant(e) => {
-                let (r, x) = make(t, id);
-                let mut b = Bucket::new();
-                b.recvs.push_back((seq, r));
-                e.insert(b);
-                x
-            }
-        };
+            return Err((MsgId { seq: m, tag }, u, t));
+        }
+        let (r, x) = make(t, id);
+        if b.is_empty() {
+            self.empty -= 1;
+        }
+        b.recvs.push_back((seq, r));
         self.next_recv += 1;
         self.posted += 1;
         Ok(x)
@@ -573,9 +581,9 @@ impl<R, U> Matcher<R, U> {
     /// messages.
     pub fn arrive(&mut self, tag: Tag, u: U) -> Arrived<R, U> {
         let seq = self.next_msg;
-        match self.buckets.entry(tag) {
-            Entry::Occupied(e) => {
-                let b = e.into_mut();
+        match self.find(tag) {
+            Some(i) => {
+                let b = &mut self.slots[i];
                 if self.posted != 0 {
                     // A wildcard receive wins only if posted before the bucket's head.
                     let bound = b.recvs.front().map_or(u64::MAX, |&(s, _)| s);
@@ -599,16 +607,16 @@ impl<R, U> Matcher<R, U> {
                 }
                 b.msgs.push_back((seq, u));
             }
-            Entry::Vacant(e) => {
+            None => {
                 if !self.wild.is_empty() {
                     let posted = &mut self.posted;
                     if let Some((id, r)) = take_wild(&mut self.wild, posted, tag, u64::MAX) {
                         return Arrived::Matched(id, r, u);
                     }
                 }
-                let mut b = Bucket::new();
-                b.msgs.push_back((seq, u));
-                e.insert(b);
+                let i = self.make(tag);
+                self.empty -= 1;
+                self.slots[i].msgs.push_back((seq, u));
             }
         }
         self.next_msg += 1;
@@ -627,17 +635,16 @@ impl<R, U> Matcher<R, U> {
         if self.posted == 0 {
             return None;
         }
-        let b = self.buckets.get_mut(&tag);
-        let bound = b
-            .as_ref()
-            .and_then(|b| b.recvs.front())
+        let i = self.find(tag);
+        let bound = i
+            .and_then(|i| self.slots[i].recvs.front())
             .map_or(u64::MAX, |&(s, _)| s);
         if !self.wild.is_empty() {
             if let Some(found) = take_wild(&mut self.wild, &mut self.posted, tag, bound) {
                 return Some(found);
             }
         }
-        let b = b?;
+        let b = &mut self.slots[i?];
         let (seq, r) = b.recvs.pop_front()?;
         let emptied = b.is_empty();
         self.posted -= 1;
@@ -652,20 +659,12 @@ impl<R, U> Matcher<R, U> {
     pub fn add_unexpected(&mut self, tag: Tag, u: U) -> MsgId {
         let seq = self.next_msg;
         self.next_msg += 1;
-        match self.buckets.entry(tag) {
-            Entry::Occupied(e) => {
-                let b = e.into_mut();
-                if b.is_empty() {
-                    self.empty -= 1;
-                }
-                b.msgs.push_back((seq, u));
-            }
-            Entry::Vacant(e) => {
-                let mut b = Bucket::new();
-                b.msgs.push_back((seq, u));
-                e.insert(b);
-            }
+        let i = self.find_or_make(tag);
+        let b = &mut self.slots[i];
+        if b.is_empty() {
+            self.empty -= 1;
         }
+        b.msgs.push_back((seq, u));
         self.arrivals.push(seq, tag);
         MsgId { seq, tag }
     }
@@ -686,9 +685,10 @@ impl<R, U> Matcher<R, U> {
         if self.arrivals.live() == 0 {
             return false;
         }
-        let Some(b) = self.buckets.get_mut(&tag) else {
+        let Some(i) = self.find(tag) else {
             return false;
         };
+        let b = &mut self.slots[i];
         let Some((seq, u)) = b.msgs.front_mut() else {
             return false;
         };
@@ -714,12 +714,12 @@ impl<R, U> Matcher<R, U> {
             return None;
         }
         let (seq, tag) = if mask == FULL_MASK {
-            (self.buckets.get(&tag)?.msgs.front()?.0, tag)
+            (self.find_ref(tag)?.msgs.front()?.0, tag)
         } else {
             let (_, seq, tag) = self.arrivals.find(tag, mask)?;
             (seq, tag)
         };
-        let msgs = &self.buckets.get(&tag)?.msgs;
+        let msgs = &self.find_ref(tag)?.msgs;
         let u = &msgs[position(msgs, seq)?].1;
         Some((MsgId { seq, tag }, tag, u))
     }
@@ -728,7 +728,8 @@ impl<R, U> Matcher<R, U> {
     /// receives it later through the returned handle, and no posted receive can take it.
     pub fn probe_remove(&mut self, tag: Tag, mask: Tag) -> Option<(MsgId, Tag, U)> {
         if mask == FULL_MASK {
-            let b = self.buckets.get_mut(&tag)?;
+            let i = self.find(tag)?;
+            let b = &mut self.slots[i];
             let (seq, u) = b.msgs.pop_front()?;
             let emptied = b.is_empty();
             self.arrivals.remove(seq);
@@ -745,7 +746,8 @@ impl<R, U> Matcher<R, U> {
     /// The payload of an unexpected message still stored, to update it in place (e.g. as
     /// more fragments of it arrive).
     pub fn unexpected_mut(&mut self, id: MsgId) -> Option<&mut U> {
-        let msgs = &mut self.buckets.get_mut(&id.tag)?.msgs;
+        let i = self.find(id.tag)?;
+        let msgs = &mut self.slots[i].msgs;
         let i = position(msgs, id.seq)?;
         Some(&mut msgs[i].1)
     }
@@ -766,7 +768,8 @@ impl<R, U> Matcher<R, U> {
             self.posted -= 1;
             return Some(w.payload);
         }
-        let b = self.buckets.get_mut(&id.tag)?;
+        let i = self.find(id.tag)?;
+        let b = &mut self.slots[i];
         let i = position(&b.recvs, id.seq)?;
         let (_, r) = b.recvs.remove(i)?;
         let emptied = b.is_empty();
@@ -788,10 +791,17 @@ impl<R, U> Matcher<R, U> {
             };
             (id, w.payload)
         }));
-        self.buckets.retain(|&tag, b| {
+        let slots = &mut self.slots;
+        let mut gone = Vec::new();
+        self.index.retain(|&tag, &mut i| {
+            let b = &mut slots[i as usize];
             all.extend(b.recvs.drain(..).map(|(seq, r)| (RecvId { seq, tag }, r)));
+            if b.is_empty() {
+                gone.push(i);
+            }
             !b.is_empty()
         });
+        self.release(gone);
         self.empty = 0;
         self.posted = 0;
         all.sort_unstable_by_key(|(id, _)| id.seq);
@@ -811,7 +821,8 @@ impl<R, U> Matcher<R, U> {
     /// Removes the unexpected message `seq` from bucket `tag` and from the arrival order,
     /// where it is at index `at` if the caller knows.
     fn take_msg(&mut self, tag: Tag, seq: u64, at: Option<usize>) -> Option<U> {
-        let b = self.buckets.get_mut(&tag)?;
+        let i = self.find(tag)?;
+        let b = &mut self.slots[i];
         let (_, u) = b.msgs.remove(position(&b.msgs, seq)?)?;
         let emptied = b.is_empty();
         match at {
@@ -828,7 +839,7 @@ impl<R, U> Matcher<R, U> {
     #[inline]
     fn emptied(&mut self) {
         self.empty += 1;
-        if self.empty > EMPTY_BUCKETS_KEPT && self.empty * 2 > self.buckets.len() {
+        if self.empty > EMPTY_BUCKETS_KEPT && self.empty * 2 > self.index.len() {
             self.sweep();
         }
     }
@@ -837,8 +848,84 @@ impl<R, U> Matcher<R, U> {
     /// so by one removal since the last sweep, which pays for it.
     #[cold]
     fn sweep(&mut self) {
-        self.buckets.retain(|_, b| !b.is_empty());
+        let slots = &self.slots;
+        let mut gone = Vec::new();
+        self.index.retain(|_, &mut i| {
+            let keep = !slots[i as usize].is_empty();
+            if !keep {
+                gone.push(i);
+            }
+            keep
+        });
+        self.release(gone);
         self.empty = 0;
+    }
+
+    /// Frees the slots of buckets just taken out of the index: their queues' memory goes
+    /// (as a dropped bucket's would), the slots wait for new tags.
+    fn release(&mut self, gone: Vec<u32>) {
+        for &i in &gone {
+            self.slots[i as usize] = Bucket::new();
+        }
+        self.free.extend(gone);
+        self.last = None;
+    }
+
+    /// The slot of `tag`'s bucket, if it has one; remembered as the last one found.
+    #[inline(always)]
+    fn find(&mut self, tag: Tag) -> Option<usize> {
+        if let Some((t, i)) = self.last {
+            if t == tag {
+                return Some(i as usize);
+            }
+        }
+        let i = *self.index.get(&tag)?;
+        self.last = Some((tag, i));
+        Some(i as usize)
+    }
+
+    /// [`Matcher::find`] without remembering: the bucket of `tag`, if it has one.
+    #[inline]
+    fn find_ref(&self, tag: Tag) -> Option<&Bucket<R, U>> {
+        let i = match self.last {
+            Some((t, i)) if t == tag => i,
+            _ => *self.index.get(&tag)?,
+        };
+        self.slots.get(i as usize)
+    }
+
+    /// The slot of `tag`'s bucket, made (empty, and counted so) when it has none.
+    #[inline(always)]
+    fn find_or_make(&mut self, tag: Tag) -> usize {
+        match self.find(tag) {
+            Some(i) => i,
+            None => self.make(tag),
+        }
+    }
+
+    /// Gives `tag` an empty bucket (a free slot's, or a new one) and counts it as empty.
+    #[inline(never)]
+    fn make(&mut self, tag: Tag) -> usize {
+        let i = match self.free.pop() {
+            Some(i) => i,
+            None => {
+                // Slots are u32 so that `last` and the index stay small; more buckets
+                // than that would need more tags than memory holds entries.
+                let i = u32::try_from(self.slots.len()).expect("fewer than 2^32 buckets");
+                self.slots.push(Bucket::new());
+                i
+            }
+        };
+        self.index.insert(tag, i);
+        self.last = Some((tag, i));
+        self.empty += 1;
+        i as usize
+    }
+
+    /// The bucket of `tag`; panics when it has none.
+    #[cfg(test)]
+    fn bucket(&self, tag: Tag) -> &Bucket<R, U> {
+        &self.slots[self.index[&tag] as usize]
     }
 
     /// Checks every structural invariant; panics on violation.
@@ -857,7 +944,11 @@ impl<R, U> Matcher<R, U> {
         let mut recvs = Vec::new();
         let mut msgs = Vec::new();
         let mut empty = 0;
-        for (&tag, b) in &self.buckets {
+        let mut named = vec![false; self.slots.len()];
+        for (&tag, &i) in &self.index {
+            assert!(!named[i as usize], "two tags name one slot");
+            named[i as usize] = true;
+            let b = &self.slots[i as usize];
             empty += usize::from(b.is_empty());
             assert!(
                 b.recvs.is_empty() || b.msgs.is_empty(),
@@ -868,6 +959,25 @@ impl<R, U> Matcher<R, U> {
             msgs.extend(seqs.into_iter().map(|s| (s, tag)));
         }
         assert_eq!(empty, self.empty, "empty bucket count");
+        for &i in &self.free {
+            assert!(!named[i as usize], "a free slot is named by a tag");
+            assert!(
+                self.slots[i as usize].is_empty(),
+                "a free slot holds entries"
+            );
+        }
+        assert_eq!(
+            self.free.len() + self.index.len(),
+            self.slots.len(),
+            "a slot neither free nor named"
+        );
+        if let Some((t, i)) = self.last {
+            assert_eq!(
+                self.index.get(&t),
+                Some(&i),
+                "the remembered slot is not the tag's"
+            );
+        }
 
         assert!(
             self.wild.iter().all(|w| w.mask != FULL_MASK),
@@ -1064,7 +1174,7 @@ mod tests {
             let id = queued(m.post(5, FULL_MASK, i));
             assert_eq!(m.cancel(id), Some(i));
         }
-        assert_eq!(m.buckets[&5].recvs.len(), 1);
+        assert_eq!(m.bucket(5).recvs.len(), 1);
         m.check_invariants();
         assert_eq!(m.arrive(5, 1), Arrived::Matched(old, 0, 1));
     }
@@ -1092,7 +1202,8 @@ mod tests {
             let msg = unexpected(m.arrive(tag | 1, 3));
             assert_eq!(m.post(tag | 1, FULL_MASK, 4), Posted::Matched(msg, 3, 4));
         }
-        assert!(m.buckets.len() <= 2 * EMPTY_BUCKETS_KEPT + 2);
+        assert!(m.index.len() <= 2 * EMPTY_BUCKETS_KEPT + 2);
+        assert!(m.slots.len() <= 2 * EMPTY_BUCKETS_KEPT + 2);
         m.check_invariants();
     }
 
@@ -1105,19 +1216,14 @@ mod tests {
             let msg = unexpected(m.arrive(4, i));
             assert_eq!(m.post(4, FULL_MASK, i), Posted::Matched(msg, i, i));
         }
-        assert_eq!(m.buckets.len(), 2);
+        assert_eq!(m.index.len(), 2);
         m.check_invariants();
 
         // Nothing grows any more: the steady path does not allocate.
         let caps = |m: &M| {
-            let b = |t: Tag| {
-                (
-                    m.buckets[&t].recvs.capacity(),
-                    m.buckets[&t].msgs.capacity(),
-                )
-            };
+            let b = |t: Tag| (m.bucket(t).recvs.capacity(), m.bucket(t).msgs.capacity());
             (
-                m.buckets.capacity(),
+                (m.index.capacity(), m.slots.capacity(), m.free.capacity()),
                 b(3),
                 b(4),
                 m.arrivals.entries.capacity(),
