@@ -7,11 +7,100 @@
  *  - ucp_ep_modify_nb: user data and error handler change; a new peer address is
  *    UCS_ERR_NOT_IMPLEMENTED, as in UCX;
  *  - ucp_ep_query: the name; socket addresses of an endpoint not made through a
- *    listener are UCS_ERR_NOT_CONNECTED.
+ *    listener are UCS_ERR_NOT_CONNECTED;
+ *  - requests in the caller's memory, as Open MPI's pml ucx uses them for a blocking
+ *    MPI_Recv and MPI_Send: the receive posted before its message (it waits, and
+ *    ucp_request_test reports it) and after it (taken in the call: NULL, and the memory
+ *    reads as completed all the same), with and without a callback (which runs once for
+ *    a receive that waited, never for one taken in the call); the send with
+ *    UCP_OP_ATTR_FLAG_FAST_CMPL.
  * Every byte received is checked. */
 #include "common.h"
 
 static int cb_calls;
+/* Progresses until `req` (request memory of ours, possibly from ucp_request_alloc) is no
+ * longer in progress; returns its status. */
+static ucs_status_t wait_user(ucp_worker_h worker, void *req)
+{
+    ucs_status_t s;
+    int spins = 0;
+    while ((s = ucp_request_check_status(req)) == UCS_INPROGRESS) {
+        ucp_worker_progress(worker);
+        CHECK(++spins < 10000000, "request never completed");
+    }
+    return s;
+}
+
+static int recv_calls;
+
+static void user_recv_cb(void *request, ucs_status_t status, const ucp_tag_recv_info_t *info,
+                         void *user_data)
+{
+    (void)request;
+    CHECK(status == UCS_OK && info->length == 200, "receive callback: status %d, %zu bytes",
+          (int)status, info->length);
+    (*(int *)user_data)++;
+}
+
+/* One round of Open MPI's blocking calls with requests in the caller's memory (`rreq`,
+ * `sreq`): the receive first when `recv_first`, a receive callback when `with_cb`. */
+static void caller_memory_round(ucp_worker_h worker, ucp_ep_h ep, void *rreq, void *sreq,
+                                int round, int recv_first, int with_cb)
+{
+    char sbuf[200], rbuf[256];
+    ucp_request_param_t rp, sp;
+    ucp_tag_recv_info_t info;
+    ucp_tag_t tag = 0x4d5049ull + (ucp_tag_t)round;
+    ucs_status_t st;
+    void *r = NULL, *s;
+    int spins = 0;
+
+    fill(sbuf, sizeof(sbuf), 60 + round);
+    memset(rbuf, 0, sizeof(rbuf));
+    memset(&rp, 0, sizeof(rp));
+    rp.op_attr_mask = UCP_OP_ATTR_FIELD_REQUEST;
+    rp.request = rreq;
+    if (with_cb) {
+        rp.op_attr_mask |= UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+        rp.cb.recv = user_recv_cb;
+        rp.user_data = &recv_calls;
+    }
+    memset(&sp, 0, sizeof(sp));
+    sp.op_attr_mask = UCP_OP_ATTR_FIELD_REQUEST | UCP_OP_ATTR_FLAG_FAST_CMPL;
+    sp.request = sreq;
+    recv_calls = 0;
+    if (recv_first) {
+        r = ucp_tag_recv_nbx(worker, rbuf, sizeof(rbuf), tag, (ucp_tag_t)-1, &rp);
+        CHECK(r == rreq, "round %d: a receive posted first returned %p, not its request", round,
+              r);
+    }
+    s = ucp_tag_send_nbx(ep, sbuf, sizeof(sbuf), tag, &sp);
+    CHECK(!UCS_PTR_IS_ERR(s), "round %d send: %s", round, ucs_status_string(UCS_PTR_STATUS(s)));
+    if (s != NULL) {
+        CHECK(s == sreq, "round %d: the send returned %p, not its request", round, s);
+        CHECK_OK(wait_user(worker, sreq));
+    }
+    if (!recv_first) {
+        /* The message is here (self) or on its way (tcp). */
+        r = ucp_tag_recv_nbx(worker, rbuf, sizeof(rbuf), tag, (ucp_tag_t)-1, &rp);
+        CHECK(r == NULL || r == rreq, "round %d: the receive returned %p", round, r);
+        if (r == NULL) {
+            CHECK(ucp_request_test(rreq, &info) == UCS_OK,
+                  "round %d: a receive taken in the call does not read as completed", round);
+        }
+    }
+    while ((st = ucp_request_test(rreq, &info)) == UCS_INPROGRESS) {
+        ucp_worker_progress(worker);
+        CHECK(++spins < 10000000, "round %d: the receive never completed", round);
+    }
+    CHECK_OK(st);
+    CHECK(info.length == sizeof(sbuf) && info.sender_tag == tag, "round %d: %zu bytes, tag %#llx",
+          round, info.length, (unsigned long long)info.sender_tag);
+    CHECK(verify(rbuf, sizeof(sbuf), 60 + round) == 0, "round %d data", round);
+    CHECK(rbuf[sizeof(sbuf)] == 0, "round %d: a byte past the message was written", round);
+    CHECK(recv_calls == (with_cb && r != NULL), "round %d: %d receive callbacks", round,
+          recv_calls);
+}
 
 static void send_cb(void *request, ucs_status_t status, void *user_data)
 {
@@ -26,19 +115,6 @@ static void err_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
     (void)arg;
     (void)ep;
     (void)status;
-}
-
-/* Progresses until `req` (request memory of ours, possibly from ucp_request_alloc) is no
- * longer in progress; returns its status. */
-static ucs_status_t wait_user(ucp_worker_h worker, void *req)
-{
-    ucs_status_t s;
-    int spins = 0;
-    while ((s = ucp_request_check_status(req)) == UCS_INPROGRESS) {
-        ucp_worker_progress(worker);
-        CHECK(++spins < 10000000, "request never completed");
-    }
-    return s;
 }
 
 int main(void)
@@ -107,6 +183,25 @@ int main(void)
         CHECK(verify(rbuf, sizeof(rbuf), 11 + round) == 0, "round %d data", round);
     }
     ucp_request_free(req);
+
+    /* Requests in the caller's memory, as Open MPI's blocking calls. */
+    {
+        ucp_context_attr_t cattr;
+        char *rmem, *smem;
+        memset(&cattr, 0, sizeof(cattr));
+        cattr.field_mask = UCP_ATTR_FIELD_REQUEST_SIZE;
+        CHECK_OK(ucp_context_query(ctx, &cattr));
+        rmem = malloc(cattr.request_size + 64);
+        smem = malloc(cattr.request_size + 64);
+        CHECK(rmem != NULL && smem != NULL, "request memory");
+        for (round = 0; round < 8; round++) {
+            caller_memory_round(worker, ep, rmem + cattr.request_size,
+                                smem + cattr.request_size, round, round % 2 == 0,
+                                (round / 2) % 2 == 1);
+        }
+        free(rmem);
+        free(smem);
+    }
 
     /* ucp_stream_worker_poll */
     n = ucp_stream_worker_poll(worker, polled, 4, 0);

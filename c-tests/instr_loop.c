@@ -1,14 +1,19 @@
 /* instr_loop: the C ABI's cost of one 8-byte tagged message, for instruction counting
  * (scripts/instr-count runs it under callgrind at two counts and takes the difference).
  *
- *   instr_loop N [WARMUP [posted]]
+ *   instr_loop N [WARMUP [posted|ompi]]
  *
  * One worker, one endpoint to that same worker (ucp picks its loopback transport). Each
  * iteration sends 8 bytes with ucp_tag_send_nbx, receives them with ucp_tag_recv_nbx,
  * and calls ucp_worker_progress until both requests are complete; the received value
  * and length are checked every time. With "posted", the receive goes first and both
  * calls name a callback and a datatype, as Open MPI's pml ucx does: the message then
- * meets a posted receive, and completion comes through the callbacks. WARMUP iterations (default 100) run first, so that
+ * meets a posted receive, and completion comes through the callbacks. With "ompi", the
+ * calls are the ones Open MPI 4.1's pml ucx makes for a blocking MPI_Recv and MPI_Send
+ * (seen by interposing on them): the receive goes first, with only a request of the
+ * caller's memory (UCP_OP_ATTR_FIELD_REQUEST), the send with that field and
+ * UCP_OP_ATTR_FLAG_FAST_CMPL, and the receive is waited for with ucp_worker_progress and
+ * ucp_request_test; nothing is freed. WARMUP iterations (default 100) run first, so that
  * lazy set-up is not part of the difference between two counts.
  *
  * Exit status 0 when every message arrived intact, 1 otherwise. Built against the UCP
@@ -66,6 +71,47 @@ static uint64_t round_trip(ucp_worker_h worker, ucp_ep_h ep, uint64_t value)
               (unsigned long long)info.sender_tag);
     }
     CHECK_OK(finish(worker, sreq));
+    return in;
+}
+
+/* Bytes of request memory ucp needs before a request of the caller's (ompi mode). */
+static size_t request_size;
+
+/* One message to a receive posted before it, both with requests in the caller's memory,
+ * as Open MPI's blocking receive and send; returns the value received. */
+static uint64_t ompi_round(ucp_worker_h worker, ucp_ep_h ep, uint64_t value)
+{
+    static _Alignas(64) unsigned char rmem[1024], smem[1024];
+    uint64_t out = value, in = ~value;
+    ucp_request_param_t rp, sp;
+    ucp_tag_recv_info_t info;
+    ucs_status_t st;
+    void *rreq, *sreq;
+
+    memset(&rp, 0, sizeof(rp));
+    rp.op_attr_mask = UCP_OP_ATTR_FIELD_REQUEST;
+    rp.request      = rmem + request_size;
+    rreq = ucp_tag_recv_nbx(worker, &in, sizeof(in), LOOP_TAG, ~0ULL, &rp);
+    CHECK(!UCS_PTR_IS_ERR(rreq), "recv: %s", ucs_status_string(UCS_PTR_STATUS(rreq)));
+    memset(&sp, 0, sizeof(sp));
+    sp.op_attr_mask = UCP_OP_ATTR_FIELD_REQUEST | UCP_OP_ATTR_FLAG_FAST_CMPL;
+    sp.request      = smem + request_size;
+    sreq = ucp_tag_send_nbx(ep, &out, sizeof(out), LOOP_TAG, &sp);
+    CHECK(!UCS_PTR_IS_ERR(sreq), "send: %s", ucs_status_string(UCS_PTR_STATUS(sreq)));
+    if (sreq != NULL) {
+        while ((st = ucp_request_check_status(sreq)) == UCS_INPROGRESS) {
+            ucp_worker_progress(worker);
+        }
+        CHECK_OK(st);
+    }
+    CHECK(rreq != NULL, "the receive completed before its message was sent");
+    while ((st = ucp_request_test(rreq, &info)) == UCS_INPROGRESS) {
+        ucp_worker_progress(worker);
+    }
+    CHECK_OK(st);
+    CHECK(info.length == sizeof(in) && info.sender_tag == LOOP_TAG,
+          "receive information: %zu bytes, tag %#llx", info.length,
+          (unsigned long long)info.sender_tag);
     return in;
 }
 
@@ -136,8 +182,9 @@ int main(int argc, char **argv)
     unsigned long n, warmup = 100, i;
     char *end;
 
-    if (argc < 2 || argc > 4 || (argc == 4 && strcmp(argv[3], "posted") != 0)) {
-        fprintf(stderr, "usage: %s ITERATIONS [WARMUP [posted]]\n", argv[0]);
+    if (argc < 2 || argc > 4 ||
+        (argc == 4 && strcmp(argv[3], "posted") != 0 && strcmp(argv[3], "ompi") != 0)) {
+        fprintf(stderr, "usage: %s ITERATIONS [WARMUP [posted|ompi]]\n", argv[0]);
         return 2;
     }
     n = strtoul(argv[1], &end, 10);
@@ -145,7 +192,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s: bad iteration count '%s'\n", argv[0], argv[1]);
         return 2;
     }
-    int posted = argc == 4;
+    int posted = argc == 4 && strcmp(argv[3], "posted") == 0;
+    int ompi = argc == 4 && strcmp(argv[3], "ompi") == 0;
     if (argc >= 3) {
         warmup = strtoul(argv[2], &end, 10);
         if (*end != '\0') {
@@ -158,6 +206,14 @@ int main(int argc, char **argv)
     params.field_mask = UCP_PARAM_FIELD_FEATURES;
     params.features = UCP_FEATURE_TAG;
     CHECK_OK(ucp_init(&params, NULL, &context));
+    {
+        ucp_context_attr_t attr;
+        memset(&attr, 0, sizeof(attr));
+        attr.field_mask = UCP_ATTR_FIELD_REQUEST_SIZE;
+        CHECK_OK(ucp_context_query(context, &attr));
+        request_size = attr.request_size;
+        CHECK(request_size <= 1024 - 64, "request size %zu", request_size);
+    }
 
     memset(&wparams, 0, sizeof(wparams));
     wparams.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
@@ -173,7 +229,9 @@ int main(int argc, char **argv)
 
     for (i = 0; i < warmup + n; i++) {
         uint64_t v = 0x1000 + i;
-        uint64_t got = posted ? posted_round(worker, ep, v) : round_trip(worker, ep, v);
+        uint64_t got = ompi     ? ompi_round(worker, ep, v)
+                       : posted ? posted_round(worker, ep, v)
+                                : round_trip(worker, ep, v);
         CHECK(got == v, "iteration %lu received %#llx, expected %#llx", i,
               (unsigned long long)got, (unsigned long long)v);
     }
@@ -190,6 +248,7 @@ int main(int argc, char **argv)
     ucp_worker_destroy(worker);
     ucp_cleanup(context);
     printf("instr_loop: %lu iterations (+%lu warm-up) of 8-byte tag send+recv%s: ok\n", n,
-           warmup, posted ? " (posted receive, callbacks)" : "");
+           warmup,
+           ompi ? " (Open MPI's calls)" : posted ? " (posted receive, callbacks)" : "");
     return 0;
 }

@@ -1051,11 +1051,16 @@ unsafe fn plain_len(
     count.checked_mul((dt >> UCP_DATATYPE_SHIFT) as usize)
 }
 
-/// The flags a plain send takes: `NO_IMM_CMPL` (a send that completes in the call still
-/// returns its request, whose callback has run: [`Wk::settle`]) and two hints that
-/// change nothing here (`ucx_perftest`'s bandwidth tests pass all three).
-pub(crate) const SEND_HINTS: u32 =
-    UCP_OP_ATTR_FLAG_NO_IMM_CMPL | UCP_OP_ATTR_FLAG_FAST_CMPL | UCP_OP_ATTR_FLAG_MULTI_SEND;
+/// The flags and fields a plain send takes beyond a callback, its user data and a
+/// contiguous datatype: `NO_IMM_CMPL` (a send that completes in the call still returns
+/// its request, whose callback has run: [`Wk::settle`]), two hints that change nothing
+/// here (`ucx_perftest`'s bandwidth tests pass all three), and the caller's request
+/// memory (Open MPI's sends pass it with `FAST_CMPL`), which only a send that does not
+/// complete in the call uses ([`settle_plain_send`] reads it).
+pub(crate) const SEND_HINTS: u32 = UCP_OP_ATTR_FLAG_NO_IMM_CMPL
+    | UCP_OP_ATTR_FLAG_FAST_CMPL
+    | UCP_OP_ATTR_FLAG_MULTI_SEND
+    | UCP_OP_ATTR_FIELD_REQUEST;
 
 /// A plain send (tag or active message) that did not complete in the call, failed, or
 /// asked for its request (`NO_IMM_CMPL`): its request, made as the general path makes it,
@@ -1761,7 +1766,18 @@ impl Wk {
     /// [`Wk::begin`] for the caller's request memory: filled at once.
     #[inline(never)]
     fn begin_user(&self, op: &Op, flags: u32) -> Result<*mut ReqHdr> {
-        let hdr = ReqHdr::for_user_memory(op.request)?;
+        let hdr = self.user_header(op.request, flags)?;
+        // SAFETY: started just now for this call, given to no one yet.
+        unsafe { self.fill(hdr, op) };
+        Ok(hdr)
+    }
+
+    /// The header in the caller's request memory at `request`, started with `flags`:
+    /// only what an immediate completion reads is set ([`Wk::fill_parts`] does the
+    /// rest), as [`Wk::begin_pooled`] does for a block of the pool.
+    #[inline(always)]
+    fn user_header(&self, request: *mut c_void, flags: u32) -> Result<*mut ReqHdr> {
+        let hdr = ReqHdr::for_user_memory(request)?;
         // SAFETY: the caller's request memory, not in use; the atomics are written
         // through their own API, the rest with plain stores.
         unsafe {
@@ -1777,7 +1793,6 @@ impl Wk {
             let f = flags | F_USER | self.shared_bit() | if allocated { F_ALLOCATED } else { 0 };
             h.flags.store(f, Ordering::Relaxed);
             h.result = std::ptr::null_mut();
-            self.fill(hdr, op);
         }
         Ok(hdr)
     }
@@ -1957,6 +1972,20 @@ impl Wk {
             && op.datatype & UCP_DATATYPE_CLASS_MASK != UCP_DATATYPE_GENERIC
     }
 
+    /// True when a tag receive of `op` waits in the matcher by word
+    /// ([`Wk::start_word_recv`], no Rust request): it has a callback or the caller's
+    /// request memory (Open MPI's blocking receive), no queue, no
+    /// `NO_IMM_CMPL`/`FORCE_IMM_CMPL`, and no generic datatype. Its header is taken
+    /// before the receive is posted; one that completes in the call returns NULL (or
+    /// its error) and, in the caller's memory, reads as completed.
+    #[inline(always)]
+    pub(crate) fn by_word(op: &Op) -> bool {
+        op.cq.is_null()
+            && (op.cb != 0 || !op.request.is_null())
+            && op.mask & (UCP_OP_ATTR_FLAG_NO_IMM_CMPL | UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL) == 0
+            && op.datatype & UCP_DATATYPE_CLASS_MASK != UCP_DATATYPE_GENERIC
+    }
+
     /// Turns the outcome of a Rust call started with no callback (for an `op` that is
     /// [`Wk::lazy`], or differs from one only by `NO_IMM_CMPL`) into what the C function
     /// returns. Most small operations complete in the call, and then no request header is
@@ -2054,8 +2083,9 @@ impl Wk {
     /// [`Wk::with`]: its header is taken first, and its word is the header's address.
     /// A receive that waits needs no Rust request (the matcher keeps the buffer and the
     /// word, and its ticket goes into the header for `ucp_request_cancel`); one that
-    /// takes a whole message in the call gives the header back and returns no request.
-    /// For operations that are [`Wk::lazy`] only.
+    /// takes a whole message in the call gives a pooled header back (the caller's memory
+    /// reads as completed) and returns no request.
+    /// For operations that are [`Wk::by_word`] (the caller's memory or a pooled block).
     #[inline(always)]
     pub(crate) fn start_word_recv(
         &self,
@@ -2128,6 +2158,58 @@ impl Wk {
             if let Some(t) = ticket {
                 (*hdr).ticket = t.to_raw();
                 extra |= F_TICKET;
+            }
+            side.inflight.link_unflagged(hdr);
+            self.fill_parts(hdr, CbKind::TagRecvNbx, cb, user_data, extra);
+        }
+        Ok(ReqHdr::user(hdr))
+    }
+
+    /// [`Wk::start_word_recv_plain`] for a receive in the caller's request memory at
+    /// `request` (Open MPI's blocking receive: no callback, `ucp_request_test` until it
+    /// is done). One that takes its whole message in the call returns NULL (or the
+    /// error), as UCX's does, and its memory reads as completed.
+    #[inline(always)]
+    pub(crate) fn start_word_recv_user(
+        &self,
+        w: &mut Worker,
+        side: &mut Side,
+        request: *mut c_void,
+        cb: usize,
+        user_data: *mut c_void,
+        f: impl FnOnce(&mut Worker, u64) -> Result<ucp::WordRecv>,
+    ) -> Result<ucs_status_ptr_t> {
+        let hdr = self.user_header(request, F_RECV)?;
+        let (ticket, extra) = match f(w, hdr as u64) {
+            Ok(ucp::WordRecv::Done(s, info)) => {
+                // SAFETY: the header started for this call, on no list: filled, with
+                // its outcome, and marked completed (no callback: nothing asked for a
+                // request).
+                unsafe {
+                    self.fill_parts(hdr, CbKind::TagRecvNbx, cb, user_data, F_COMPLETED);
+                    ReqHdr::set_outcome(hdr, s, info);
+                }
+                return Ok(match s {
+                    Status::Ok => std::ptr::null_mut(),
+                    e => guard::status_to_ptr(e),
+                });
+            }
+            Ok(ucp::WordRecv::Waiting(t)) => (Some(t), F_LISTED | F_TICKET),
+            Ok(ucp::WordRecv::Matched) => (None, F_LISTED),
+            Err(s) => {
+                // SAFETY: the header started for this call; the call made no receive.
+                unsafe {
+                    self.fill_parts(hdr, CbKind::TagRecvNbx, 0, user_data, 0);
+                    side.abandon(hdr, s);
+                }
+                return Err(s);
+            }
+        };
+        // SAFETY: the header started for this call, on no list, given out now; its
+        // flags, `F_LISTED` included, are written once, by `fill_parts`.
+        unsafe {
+            if let Some(t) = ticket {
+                (*hdr).ticket = t.to_raw();
             }
             side.inflight.link_unflagged(hdr);
             self.fill_parts(hdr, CbKind::TagRecvNbx, cb, user_data, extra);

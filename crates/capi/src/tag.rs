@@ -279,10 +279,11 @@ unsafe fn recv(
         // SAFETY: forwarded contract.
         return unsafe { start_or_post(wk, p, op, F_RECV, RecvOut::Tag) };
     }
-    if Wk::lazy(&op) && op.cb != 0 {
-        // A receive with a callback usually waits for its message (MPI posts them
-        // first): it waits in the matcher with no Rust request. (`dt::buf` makes no
-        // owned buffers, the one kind `tag_recv_word` refuses.)
+    if Wk::by_word(&op) {
+        // A receive with a callback or in the caller's request memory usually waits for
+        // its message (MPI posts them first): it waits in the matcher with no Rust
+        // request. (`dt::buf` makes no owned buffers, the one kind `tag_recv_word`
+        // refuses.)
         return run_try(
             wk,
             #[inline(always)]
@@ -409,12 +410,13 @@ unsafe fn recv_nbx_general(
     unsafe { recv(worker, buffer, count, tag, tag_mask, op) }
 }
 
-/// The hot path of `ucp_tag_recv_nbx`: plain parameters ([`core::plain_buf`]), a worker
-/// without a lock. A whole message that is already here is received in the call and NULL
-/// returned (or the truncation's status), as UCX does. A receive that must wait, with or
-/// without a callback, waits in the matcher by word, with its C request and no Rust
-/// request (the general path's `start_word_recv`). `None` (nothing started): the general
-/// path applies.
+/// The hot path of `ucp_tag_recv_nbx`: plain parameters ([`core::plain_buf`], and the
+/// caller's request memory), a worker without a lock. A whole message that is already
+/// here is received in the call and NULL returned (or the truncation's status), as UCX
+/// does. A receive that must wait, with or without a callback, waits in the matcher by
+/// word, with its C request (in the caller's memory when given: Open MPI's blocking
+/// receive) and no Rust request (the general path's `start_word_recv`). `None` (nothing
+/// started): the general path applies.
 ///
 /// # Safety
 /// As `ucp_tag_recv_nbx`'s.
@@ -428,11 +430,46 @@ unsafe fn recv_plain(
     param: *const ucp_request_param_t,
 ) -> Option<ucs_status_ptr_t> {
     // SAFETY: forwarded contract.
-    let buf = unsafe { core::plain_buf(param, buffer, count, 0)? };
+    let buf = unsafe { core::plain_buf(param, buffer, count, UCP_OP_ATTR_FIELD_REQUEST)? };
     // SAFETY: the caller's worker handle.
     let wk = unsafe { core::get(worker).ok()? };
     // SAFETY: `plain_buf` read the mask of this readable struct.
     let mask = unsafe { (*param).op_attr_mask };
+    if mask & UCP_OP_ATTR_FIELD_REQUEST != 0 {
+        // The caller's request memory (Open MPI's blocking receive): it waits in the
+        // matcher by word, as a receive with a callback does, in that memory.
+        // SAFETY: the fields are read as their mask bits say.
+        let (request, cb, user_data) = unsafe {
+            let cb = if mask & UCP_OP_ATTR_FIELD_CALLBACK != 0 {
+                (*param).cb
+            } else {
+                0
+            };
+            let ud = if mask & UCP_OP_ATTR_FIELD_USER_DATA != 0 {
+                (*param).user_data
+            } else {
+                std::ptr::null_mut()
+            };
+            ((*param).request, cb, ud)
+        };
+        if request.is_null() {
+            // The field named but empty: the general path decides.
+            return None;
+        }
+        let mut entry = wk.plain_entry()?;
+        let (w, side) = entry.parts();
+        let r = wk.start_word_recv_user(
+            w,
+            side,
+            request,
+            cb,
+            user_data,
+            #[inline(always)]
+            move |w, word| w.tag_recv_word(buf, tag, tag_mask, word),
+        );
+        leave_plain(entry, wk);
+        return Some(guard::to_ptr("ucp_tag_recv_nbx", r));
+    }
     if mask & UCP_OP_ATTR_FIELD_CALLBACK != 0 {
         // A receive with a callback usually waits for its message (MPI posts them
         // first): it waits in the matcher by word, with no Rust request, as in the
