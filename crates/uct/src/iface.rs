@@ -721,6 +721,27 @@ impl Iface {
         }
     }
 
+    /// [`Iface::progress_with`], also telling whether the interface has events for
+    /// [`Iface::take_events`] (as [`Iface::has_events`] would, after the poll), with
+    /// one dispatch on the transport for both.
+    #[inline(always)]
+    pub fn progress_with_events(&mut self, mut f: impl FnMut(u8, &[u8])) -> (usize, bool) {
+        let (n, events) = match &mut self.tl {
+            Tl::SelfTl(t) => (t.poll(&mut f), false),
+            Tl::Shm(t) => (t.poll(&mut f), t.has_events()),
+            Tl::Tcp(t) => (t.poll(&mut f), t.has_events()),
+            Tl::Udp(t) => (t.poll(&mut f), t.has_events()),
+            #[cfg(feature = "fabric")]
+            Tl::Fabric(t) => (t.poll(&mut f), t.has_events()),
+        };
+        if self.pending_eps.is_empty() {
+            (n, events)
+        } else {
+            let m = self.dispatch_pending();
+            (n + m, self.has_events())
+        }
+    }
+
     #[cold]
     fn dispatch_pending(&mut self) -> usize {
         let mut done = 0;

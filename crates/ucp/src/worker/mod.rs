@@ -390,11 +390,9 @@ impl Worker {
     #[inline(always)]
     fn poll_iface(&mut self, i: usize) -> (usize, bool) {
         let (core, p) = (&mut self.core, &mut self.p);
-        let t = &mut self.tls[i];
-        let n = t
+        self.tls[i]
             .iface
-            .progress_with(|id, d| engine::dispatch(core, p, id, d));
-        (n, t.iface.has_events())
+            .progress_with_events(|id, d| engine::dispatch(core, p, id, d))
     }
 
     /// True when a queue that the rest of a progress turn serves is not empty. The
