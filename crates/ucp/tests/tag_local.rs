@@ -699,3 +699,95 @@ fn in_call_receives_keep_arrival_order() {
         "a callback of an in-call receive ran"
     );
 }
+
+/// Messages of several eager fragments (rendezvous off) that arrive before their
+/// receive: kept whole as unexpected messages, then received, taken by a probe and
+/// received through its handle, and received while later messages of the same tag are
+/// still unexpected; every byte checked, in sending order.
+#[test]
+fn fragmented_unexpected_messages() {
+    let cfg = ucp::Config {
+        rndv_thresh: ucp::config::Thresh::Bytes(1 << 30),
+        ..ucp::Config::default()
+    };
+    let c = Context::with_config(Features::TAG, cfg, uct::IfaceConfig::default()).unwrap();
+    let mut a = Worker::new(&c, ThreadMode::Single).unwrap();
+    let mut b = Worker::new(&c, ThreadMode::Single).unwrap();
+    let ep = a.ep_create(&b.address()).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let sizes = [8193usize, 3 * 8192 + 5, 100_000, 65_536];
+    let msgs: Vec<Vec<u8>> = sizes
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| pattern(n, 40 + i as u64))
+        .collect();
+    let mut sends = Vec::new();
+    for m in &msgs {
+        // SAFETY: `msgs` outlives the sends, waited for below.
+        let r = unsafe {
+            a.tag_send_nb(
+                ep,
+                Buf::contig(m.as_ptr().cast_mut(), m.len()),
+                77,
+                false,
+                None,
+            )
+            .unwrap()
+        };
+        sends.extend(r);
+    }
+    // All of them arrive, and wait whole as unexpected messages.
+    loop {
+        a.progress();
+        b.progress();
+        let done = sends.iter().all(|&r| a.request_test(r).unwrap().is_some());
+        if done && b.tag_probe(77, u64::MAX, false).is_some() {
+            for _ in 0..1000 {
+                a.progress();
+                b.progress();
+            }
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "sends never completed"
+        );
+    }
+    for r in sends {
+        assert_eq!(a.request_test(r).unwrap(), Some(Status::Ok));
+        a.request_free(r).unwrap();
+    }
+    for (i, m) in msgs.iter().enumerate() {
+        let mut out = vec![0u8; m.len() + 16];
+        let (r, info) = if i == 2 {
+            // By probe with remove, then its handle.
+            let (info, msg) = b.tag_probe(77, u64::MAX, true).unwrap();
+            // SAFETY: `out` outlives the receive, waited for right here.
+            let r = unsafe {
+                b.tag_msg_recv_nb(msg.unwrap(), Buf::contig(out.as_mut_ptr(), out.len()), None)
+                    .unwrap()
+            };
+            (r, Some(info))
+        } else {
+            // SAFETY: as above.
+            let r = unsafe {
+                b.tag_recv_nb(Buf::contig(out.as_mut_ptr(), out.len()), 77, u64::MAX, None)
+                    .unwrap()
+            };
+            (r, None)
+        };
+        assert_eq!(b.wait_done(r, Duration::from_secs(30)).unwrap(), Status::Ok);
+        let got = b.request_info(r).unwrap();
+        b.request_free(r).unwrap();
+        assert_eq!(got.length, m.len(), "message {i}");
+        if let Some(info) = info {
+            assert_eq!(info.length, m.len(), "probe of message {i}");
+        }
+        assert_eq!(&out[..m.len()], &m[..], "message {i}");
+        assert!(
+            out[m.len()..].iter().all(|&x| x == 0),
+            "message {i} overran"
+        );
+    }
+    assert_eq!(a.dropped() + b.dropped(), 0);
+}

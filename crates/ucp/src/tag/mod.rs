@@ -50,10 +50,13 @@ pub(crate) const INLINE: usize = 40;
 #[repr(C, align(8))]
 pub(crate) struct InlineBytes(pub [u8; INLINE]);
 
-/// A fragmented unexpected message still arriving: `data` has room for all of it.
+/// A fragmented unexpected message still arriving: `data` holds the `received` bytes so
+/// far (fragments come in order) and has room for all `total` of them, reserved when the
+/// first came (never zero-filled).
 pub(crate) struct Partial {
     pub data: Vec<u8>,
     pub received: usize,
+    pub total: usize,
     pub sync: Option<(u64, u64)>,
     pub key: (u64, u64),
 }
@@ -72,7 +75,7 @@ impl Unexp {
         match self {
             Unexp::Small { len, .. } => usize::from(*len),
             Unexp::Eager { data, .. } => data.len(),
-            Unexp::Partial(p) => p.data.len(),
+            Unexp::Partial(p) => p.total,
             Unexp::Rts(r) => r.len as usize,
         }
     }

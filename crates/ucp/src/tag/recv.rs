@@ -40,6 +40,10 @@ pub(crate) fn eager(
 /// The first fragment of a message.
 pub(crate) fn first(core: &mut Core, st: &mut TagState, h: EagerFirst, p: &[u8]) -> Result<()> {
     let total = usize::try_from(h.total).map_err(|_| Status::InvalidParam)?;
+    if p.len() > total {
+        // A first fragment longer than its message: malformed.
+        return Err(Status::InvalidParam);
+    }
     if p.len() < total && core.peer_gone(h.uuid) {
         // The rest can never come: a message that cannot complete is not matched.
         return Err(Status::ConnectionReset);
@@ -49,6 +53,7 @@ pub(crate) fn first(core: &mut Core, st: &mut TagState, h: EagerFirst, p: &[u8])
     let u = Unexp::Partial(Box::new(Partial {
         data: Vec::new(),
         received: 0,
+        total,
         sync,
         key,
     }));
@@ -68,12 +73,13 @@ pub(crate) fn first(core: &mut Core, st: &mut TagState, h: EagerFirst, p: &[u8])
         }
         Arrived::Unexpected(m) => {
             if let Some((_, Unexp::Partial(u))) = st.matcher.unexpected_mut(m) {
-                // The whole message is kept, so bound what a header may make us reserve.
-                u.data
-                    .try_reserve_exact(total)
+                // The whole message is kept, so what a header makes us reserve is asked
+                // for fallibly; a spare buffer of the pool serves when it is large enough.
+                let mut data = st.bufs.take(0);
+                data.try_reserve_exact(total)
                     .map_err(|_| Status::NoMemory)?;
-                u.data.resize(total, 0);
-                ucs::sys::copy::copy(&mut u.data, p);
+                ucs::sys::copy::extend(&mut data, p);
+                u.data = data;
                 u.received = p.len();
             }
             if p.len() == total {
@@ -113,12 +119,13 @@ pub(crate) fn middle(core: &mut Core, st: &mut TagState, h: EagerMiddle, p: &[u8
             let Some(Unexp::Partial(u)) = u else {
                 return Err(Status::InvalidParam);
             };
-            if off != u.received || off + p.len() > u.data.len() {
+            if off != u.received || off + p.len() > u.total {
                 return Err(Status::InvalidParam);
             }
-            ucs::sys::copy::copy(&mut u.data[off..], p);
+            // Within the room reserved for `total` bytes: no reallocation.
+            ucs::sys::copy::extend(&mut u.data, p);
             u.received += p.len();
-            if u.received == u.data.len() {
+            if u.received == u.total {
                 st.frags.remove(&key);
                 settle_partial(st, dest);
             }
@@ -200,10 +207,18 @@ pub(crate) fn consume_unexp(
             }
         }
         Unexp::Partial(p) => {
-            core.recv_set_info(r, tag, p.data.len());
-            core.recv_write(r, 0, &p.data[..p.received]);
-            st.frags.insert(p.key, FragDest::Req(r));
-            if let Some(ack) = p.sync {
+            let Partial {
+                data,
+                received,
+                total,
+                sync,
+                key,
+            } = *p;
+            core.recv_set_info(r, tag, total);
+            core.recv_write(r, 0, &data[..received]);
+            st.bufs.give(data);
+            st.frags.insert(key, FragDest::Req(r));
+            if let Some(ack) = sync {
                 st.acks.push_back(ack);
             }
         }
