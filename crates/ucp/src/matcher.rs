@@ -442,15 +442,15 @@ impl Arrivals {
 /// The tag matcher: posted receives and unexpected messages. See the module docs.
 pub struct Matcher<R, U> {
     /// Tag to the slot of its bucket in `slots`.
-    index: HashMap<Tag, u32, KeyHash>,
+    index: HashMap<Tag, usize, KeyHash>,
     /// The buckets of full-mask receives and unexpected messages. A slot on `free` holds
     /// an empty bucket that no tag names.
     slots: Vec<Bucket<R, U>>,
     /// Slots of swept buckets, for the next new tag.
-    free: Vec<u32>,
+    free: Vec<usize>,
     /// The tag looked up last and its slot: the same tag again (a ping-pong, a loop on one
     /// communicator and tag) finds its bucket without hashing. Cleared when buckets go.
-    last: Option<(Tag, u32)>,
+    last: Option<(Tag, usize)>,
     /// How many buckets are empty.
     empty: usize,
     /// Receives with any other mask, in posting order.
@@ -794,7 +794,7 @@ impl<R, U> Matcher<R, U> {
         let slots = &mut self.slots;
         let mut gone = Vec::new();
         self.index.retain(|&tag, &mut i| {
-            let b = &mut slots[i as usize];
+            let b = &mut slots[i];
             all.extend(b.recvs.drain(..).map(|(seq, r)| (RecvId { seq, tag }, r)));
             if b.is_empty() {
                 gone.push(i);
@@ -851,7 +851,7 @@ impl<R, U> Matcher<R, U> {
         let slots = &self.slots;
         let mut gone = Vec::new();
         self.index.retain(|_, &mut i| {
-            let keep = !slots[i as usize].is_empty();
+            let keep = !slots[i].is_empty();
             if !keep {
                 gone.push(i);
             }
@@ -863,9 +863,9 @@ impl<R, U> Matcher<R, U> {
 
     /// Frees the slots of buckets just taken out of the index: their queues' memory goes
     /// (as a dropped bucket's would), the slots wait for new tags.
-    fn release(&mut self, gone: Vec<u32>) {
+    fn release(&mut self, gone: Vec<usize>) {
         for &i in &gone {
-            self.slots[i as usize] = Bucket::new();
+            self.slots[i] = Bucket::new();
         }
         self.free.extend(gone);
         self.last = None;
@@ -876,12 +876,12 @@ impl<R, U> Matcher<R, U> {
     fn find(&mut self, tag: Tag) -> Option<usize> {
         if let Some((t, i)) = self.last {
             if t == tag {
-                return Some(i as usize);
+                return Some(i);
             }
         }
         let i = *self.index.get(&tag)?;
         self.last = Some((tag, i));
-        Some(i as usize)
+        Some(i)
     }
 
     /// [`Matcher::find`] without remembering: the bucket of `tag`, if it has one.
@@ -891,7 +891,7 @@ impl<R, U> Matcher<R, U> {
             Some((t, i)) if t == tag => i,
             _ => *self.index.get(&tag)?,
         };
-        self.slots.get(i as usize)
+        self.slots.get(i)
     }
 
     /// The slot of `tag`'s bucket, made (empty, and counted so) when it has none.
@@ -909,9 +909,7 @@ impl<R, U> Matcher<R, U> {
         let i = match self.free.pop() {
             Some(i) => i,
             None => {
-                // Slots are u32 so that `last` and the index stay small; more buckets
-                // than that would need more tags than memory holds entries.
-                let i = u32::try_from(self.slots.len()).expect("fewer than 2^32 buckets");
+                let i = self.slots.len();
                 self.slots.push(Bucket::new());
                 i
             }
@@ -919,13 +917,13 @@ impl<R, U> Matcher<R, U> {
         self.index.insert(tag, i);
         self.last = Some((tag, i));
         self.empty += 1;
-        i as usize
+        i
     }
 
     /// The bucket of `tag`; panics when it has none.
     #[cfg(test)]
     fn bucket(&self, tag: Tag) -> &Bucket<R, U> {
-        &self.slots[self.index[&tag] as usize]
+        &self.slots[self.index[&tag]]
     }
 
     /// Checks every structural invariant; panics on violation.
@@ -946,9 +944,9 @@ impl<R, U> Matcher<R, U> {
         let mut empty = 0;
         let mut named = vec![false; self.slots.len()];
         for (&tag, &i) in &self.index {
-            assert!(!named[i as usize], "two tags name one slot");
-            named[i as usize] = true;
-            let b = &self.slots[i as usize];
+            assert!(!named[i], "two tags name one slot");
+            named[i] = true;
+            let b = &self.slots[i];
             empty += usize::from(b.is_empty());
             assert!(
                 b.recvs.is_empty() || b.msgs.is_empty(),
@@ -960,11 +958,8 @@ impl<R, U> Matcher<R, U> {
         }
         assert_eq!(empty, self.empty, "empty bucket count");
         for &i in &self.free {
-            assert!(!named[i as usize], "a free slot is named by a tag");
-            assert!(
-                self.slots[i as usize].is_empty(),
-                "a free slot holds entries"
-            );
+            assert!(!named[i], "a free slot is named by a tag");
+            assert!(self.slots[i].is_empty(), "a free slot holds entries");
         }
         assert_eq!(
             self.free.len() + self.index.len(),
