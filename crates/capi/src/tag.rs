@@ -438,20 +438,10 @@ unsafe fn recv_plain(
     if mask & UCP_OP_ATTR_FIELD_REQUEST != 0 {
         // The caller's request memory (Open MPI's blocking receive): it waits in the
         // matcher by word, as a receive with a callback does, in that memory.
-        // SAFETY: the fields are read as their mask bits say.
-        let (request, cb, user_data) = unsafe {
-            let cb = if mask & UCP_OP_ATTR_FIELD_CALLBACK != 0 {
-                (*param).cb
-            } else {
-                0
-            };
-            let ud = if mask & UCP_OP_ATTR_FIELD_USER_DATA != 0 {
-                (*param).user_data
-            } else {
-                std::ptr::null_mut()
-            };
-            ((*param).request, cb, ud)
-        };
+        // SAFETY: `plain_buf` read the mask of this readable struct; its mask bit is set.
+        let request = unsafe { (*param).request };
+        // SAFETY: as above.
+        let (cb, user_data) = unsafe { callback_parts(param, mask) };
         if request.is_null() {
             // The field named but empty: the general path decides.
             return None;
@@ -474,15 +464,8 @@ unsafe fn recv_plain(
         // A receive with a callback usually waits for its message (MPI posts them
         // first): it waits in the matcher by word, with no Rust request, as in the
         // general path.
-        // SAFETY: both fields are read as their mask bits say.
-        let (cb, user_data) = unsafe {
-            let ud = if mask & UCP_OP_ATTR_FIELD_USER_DATA != 0 {
-                (*param).user_data
-            } else {
-                std::ptr::null_mut()
-            };
-            ((*param).cb, ud)
-        };
+        // SAFETY: `plain_buf` read the mask of this readable struct.
+        let (cb, user_data) = unsafe { callback_parts(param, mask) };
         let mut entry = wk.plain_entry()?;
         let (w, side) = entry.parts();
         let r = wk.start_word_recv_plain(
@@ -527,6 +510,29 @@ unsafe fn recv_plain(
     };
     leave_plain(entry, wk);
     Some(r)
+}
+
+/// The callback (0 when none) and its user data (null when none) of `param`, whose
+/// mask is `mask`.
+///
+/// # Safety
+/// `param` must be a readable `ucp_request_param_t` with that mask.
+#[inline(always)]
+unsafe fn callback_parts(param: *const ucp_request_param_t, mask: u32) -> (usize, *mut c_void) {
+    // SAFETY: the fields are read as their mask bits say (the contract).
+    unsafe {
+        let cb = if mask & UCP_OP_ATTR_FIELD_CALLBACK != 0 {
+            (*param).cb
+        } else {
+            0
+        };
+        let ud = if mask & UCP_OP_ATTR_FIELD_USER_DATA != 0 {
+            (*param).user_data
+        } else {
+            std::ptr::null_mut()
+        };
+        (cb, ud)
+    }
 }
 
 /// Handles of probed messages: a token (see `Side::token`) mapped to the Rust message.
