@@ -656,6 +656,7 @@ impl<R, U> Matcher<R, U> {
 
     /// The second half of [`Matcher::arrive`]: stores an unexpected message behind all
     /// earlier ones.
+    #[inline]
     pub fn add_unexpected(&mut self, tag: Tag, u: U) -> MsgId {
         let seq = self.next_msg;
         self.next_msg += 1;

@@ -21,7 +21,7 @@ pub mod timer;
 
 pub use bufpool::BufPool;
 pub use event::{EventSet, Events};
-pub use pool::{Pool, PoolIdx};
+pub use pool::{Pool, PoolIdx, Removal};
 pub use stats::{Counter, CounterSet};
 pub use status::{Result, Status};
 pub use timer::{now_ns, TimerId, TimerQueue};

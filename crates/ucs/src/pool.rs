@@ -154,6 +154,7 @@ impl<T> Pool<T> {
     ///
     /// # Panics
     /// When the pool would exceed `u32::MAX - 1` slots.
+    #[inline(always)]
     pub fn get(&mut self, value: T) -> PoolIdx {
         if self.free_head == NIL {
             self.grow();
@@ -233,6 +234,43 @@ impl<T> Pool<T> {
             return Some(false);
         }
         if vacate(slot, free_head) {
+            self.free_head = idx.slot;
+        }
+        self.len -= 1;
+        Some(true)
+    }
+
+    /// As [`Pool::remove_if`], but `f` also says how the object goes:
+    /// [`Removal::Forget`] vacates its slot without running its destructor, for an object
+    /// that `f` found to own nothing (then nothing is lost, and the drop's branches and
+    /// call are saved on a hot path). Forgetting an object that does own something leaks
+    /// it, which is safe but wasteful: `f` must only say so when it checked.
+    #[inline(always)]
+    pub fn remove_with(&mut self, idx: PoolIdx, f: impl FnOnce(&mut T) -> Removal) -> Option<bool> {
+        let free_head = self.free_head;
+        let slot = self.slot_mut(idx.slot)?;
+        if slot.gen != idx.gen {
+            return None;
+        }
+        let Entry::Live(v) = &mut slot.entry else {
+            return None;
+        };
+        let reusable = match f(v) {
+            Removal::Keep => return Some(false),
+            Removal::Drop => vacate(slot, free_head),
+            Removal::Forget => {
+                let reusable = slot.gen != u32::MAX;
+                let next = if reusable {
+                    slot.gen += 1;
+                    Entry::Free { next: free_head }
+                } else {
+                    Entry::Retired
+                };
+                std::mem::forget(std::mem::replace(&mut slot.entry, next));
+                reusable
+            }
+        };
+        if reusable {
             self.free_head = idx.slot;
         }
         self.len -= 1;
@@ -356,6 +394,17 @@ impl<T> Pool<T> {
     }
 }
 
+/// What [`Pool::remove_with`] does with the object it showed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Removal {
+    /// It stays live (with whatever the closure changed).
+    Keep,
+    /// It is removed and dropped where it lies.
+    Drop,
+    /// It is removed without running its destructor: it owns nothing.
+    Forget,
+}
+
 /// Drops a live slot's value where it lies and moves the slot to the next generation,
 /// linked in front of `free_head`: true when it can be handed out again (the caller makes
 /// it the free list's head), false when its generations are used up (retired).
@@ -386,6 +435,43 @@ mod remove_tests {
         assert_eq!(b.slot(), a.slot());
         assert_eq!(p.get_ref(b).map(String::as_str), Some("b"));
         assert_eq!(p.len(), 1);
+    }
+
+    /// Counts its drops, to tell a dropped object from a forgotten one.
+    struct Counted(std::rc::Rc<std::cell::Cell<u32>>);
+
+    impl Drop for Counted {
+        fn drop(&mut self) {
+            self.0.set(self.0.get() + 1);
+        }
+    }
+
+    #[test]
+    fn remove_with_keeps_drops_or_forgets_as_told() {
+        let drops = std::rc::Rc::new(std::cell::Cell::new(0));
+        let mut p = Pool::new();
+        let a = p.get(Counted(drops.clone()));
+        assert_eq!(p.remove_with(a, |_| Removal::Keep), Some(false));
+        assert!(p.contains(a));
+        assert_eq!((p.len(), drops.get()), (1, 0));
+        // Dropped: the destructor runs once, the index goes stale.
+        assert_eq!(p.remove_with(a, |_| Removal::Drop), Some(true));
+        assert_eq!((p.len(), drops.get()), (0, 1));
+        assert!(!p.contains(a));
+        assert_eq!(p.remove_with(a, |_| Removal::Drop), None, "stale index");
+        // Forgotten: no destructor, but the slot is free, of the next generation, and
+        // handed out again.
+        let b = p.get(Counted(drops.clone()));
+        assert_eq!(b.slot(), a.slot());
+        assert_eq!(p.remove_with(b, |_| Removal::Forget), Some(true));
+        assert_eq!((p.len(), drops.get()), (0, 1));
+        assert!(!p.contains(b));
+        assert_eq!(p.remove_with(b, |_| Removal::Forget), None, "stale index");
+        let c = p.get(Counted(drops.clone()));
+        assert_eq!(c.slot(), a.slot());
+        assert!(p.contains(c) && !p.contains(b) && !p.contains(a));
+        drop(p);
+        assert_eq!(drops.get(), 2, "the live object is dropped with the pool");
     }
 
     #[test]

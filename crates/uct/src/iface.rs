@@ -728,7 +728,7 @@ impl Iface {
     pub fn progress_with_events(&mut self, mut f: impl FnMut(u8, &[u8])) -> (usize, bool) {
         let (n, events) = match &mut self.tl {
             Tl::SelfTl(t) => (t.poll(&mut f), false),
-            Tl::Shm(t) => (t.poll(&mut f), t.has_events()),
+            Tl::Shm(t) => (t.poll(f), t.has_events()),
             Tl::Tcp(t) => (t.poll(&mut f), t.has_events()),
             Tl::Udp(t) => (t.poll(&mut f), t.has_events()),
             #[cfg(feature = "fabric")]

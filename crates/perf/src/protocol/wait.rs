@@ -35,7 +35,7 @@ fn failed(what: &str, s: Status) -> Status {
 
 /// If `r` completed successfully: frees it and returns its receive information; an error
 /// status is an error.
-#[inline]
+#[inline(always)]
 pub(super) fn taken(w: &mut Worker, r: Request, what: &str) -> Result<Option<RecvInfo>> {
     match w.request_take(r)? {
         None => Ok(None),

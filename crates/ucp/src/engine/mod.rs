@@ -39,16 +39,24 @@ impl Protocols {
 
 /// Handles one protocol message from a transport. Malformed messages are counted and
 /// dropped.
-#[inline]
+#[inline(always)]
 pub(crate) fn dispatch(core: &mut Core, p: &mut Protocols, id: u8, d: &[u8]) {
     if id == AmId::EagerOnly.id() {
-        // The most frequent message, first and without the table.
+        // The most frequent message, first, without the table and in the transport's
+        // poll loop.
         match decode_eager_only(d) {
             Ok((tag, data)) => crate::tag::recv::eager(core, &mut p.tag, tag, data, None),
             Err(s) => dropped(core, id, d, s),
         }
         return;
     }
+    dispatch_rest(core, p, id, d);
+}
+
+/// [`dispatch`] for every message but the eager-only one: out of line, so that the poll
+/// loops that inline [`dispatch`] stay small.
+#[inline(never)]
+fn dispatch_rest(core: &mut Core, p: &mut Protocols, id: u8, d: &[u8]) {
     let r = if id == AmId::AmEager.id() {
         // Small active messages, second: their handler call is the application's.
         crate::am::on_eager(core, &mut p.am, d)

@@ -81,7 +81,7 @@ impl Unexp {
     }
 
     /// A whole message that is not synchronous: inline when it fits.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn whole(st: &mut TagState, p: &[u8], sync: Option<(u64, u64)>) -> Unexp {
         if sync.is_none() && p.len() <= INLINE {
             let mut bytes = InlineBytes([0u8; INLINE]);

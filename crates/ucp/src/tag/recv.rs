@@ -12,7 +12,7 @@ use ucs::{Result, Status};
 use uct::rkey::KeyBytes;
 
 /// A whole message (EagerOnly, or EagerSync with `sync` = (sender, its request)).
-#[inline]
+#[inline(always)]
 pub(crate) fn eager(
     core: &mut Core,
     st: &mut TagState,

@@ -60,11 +60,19 @@ pub(crate) fn send_nb(
     Ok(Post::Queue(core.new_req(ReqKind::Send(s), cb)))
 }
 
+/// A whole message to this very worker with nothing queued before it: the receive side
+/// takes it now (it never calls a transport, so this is safe). Out of line, so that the
+/// sends that inline [`eager_in_call`] carry the receive path only as a call.
+#[inline(never)]
+fn loopback(core: &mut Core, st: &mut TagState, tag: u64, data: &[u8]) {
+    super::recv::eager(core, st, tag, data, None);
+}
+
 /// Sends the whole message `data` with `tag` on `lane` in the call, when it fits one
 /// transport operation (short or bcopy). `Ok(false)`: it did not go (too long, or the
 /// transport has no room now); the caller queues it. The caller has checked that nothing
 /// is queued on the endpoint before it.
-#[inline]
+#[inline(always)]
 pub(crate) fn eager_in_call(
     tls: &mut [Tl],
     core: &mut Core,
@@ -77,9 +85,7 @@ pub(crate) fn eager_in_call(
     let t = &mut tls[lane.tl];
     let proto = t.th.select(len, false);
     if matches!(proto, Proto::Short | Proto::Bcopy) && t.iface.loopback_idle() {
-        // To this very worker with nothing queued before it: the receive side takes the
-        // message now (it never calls a transport, so this is safe).
-        super::recv::eager(core, st, tag, data, None);
+        loopback(core, st, tag, data);
         return Ok(true);
     }
     Ok(match proto {

@@ -35,7 +35,7 @@ pub use crate::tag::Message;
 pub use owned::{Sent, Taken};
 use std::os::fd::{AsFd, BorrowedFd};
 use ucs::sys::EventFd;
-use ucs::{EventSet, Events, Result, Status};
+use ucs::{EventSet, Events, Removal, Result, Status};
 use uct::{Iface, Transport};
 
 /// How the application will call the worker (UCS_THREAD_MODE_* of UCX).
@@ -390,9 +390,10 @@ impl Worker {
     #[inline(always)]
     fn poll_iface(&mut self, i: usize) -> (usize, bool) {
         let (core, p) = (&mut self.core, &mut self.p);
-        self.tls[i]
-            .iface
-            .progress_with_events(|id, d| engine::dispatch(core, p, id, d))
+        self.tls[i].iface.progress_with_events(
+            #[inline(always)]
+            |id, d| engine::dispatch(core, p, id, d),
+        )
     }
 
     /// True when a queue that the rest of a progress turn serves is not empty. The
@@ -690,21 +691,25 @@ impl Worker {
     /// If `r` completed: its status and receive information, and the request is released
     /// (as [`Worker::request_free`]); `None` while it is in progress. One look at the
     /// request instead of the three of test, info and free.
-    #[inline]
+    #[inline(always)]
     pub fn request_take(&mut self, r: Request) -> Result<Option<(Status, RecvInfo)>> {
         let mut out = None;
         // One lookup, as in `request_free`.
         self.core
             .reqs
-            .remove_if(r.0, |q| {
+            .remove_with(r.0, |q| {
                 let Some(status) = q.status else {
-                    return false;
+                    return Removal::Keep;
                 };
                 out = Some((status, q.info));
                 if q.cb.is_some() {
                     q.released = true;
+                    Removal::Keep
+                } else if q.owns_nothing() {
+                    Removal::Forget
+                } else {
+                    Removal::Drop
                 }
-                q.cb.is_none()
             })
             .ok_or(Status::InvalidParam)?;
         Ok(out)
@@ -747,12 +752,15 @@ impl Worker {
         // is marked released and goes when it completes.
         self.core
             .reqs
-            .remove_if(r.0, |q| {
-                let now = q.status.is_some() && q.cb.is_none();
-                if !now {
+            .remove_with(r.0, |q| {
+                if q.status.is_none() || q.cb.is_some() {
                     q.released = true;
+                    Removal::Keep
+                } else if q.owns_nothing() {
+                    Removal::Forget
+                } else {
+                    Removal::Drop
                 }
-                now
             })
             .map(|_| ())
             .ok_or(Status::InvalidParam)

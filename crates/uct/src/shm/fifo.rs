@@ -368,7 +368,7 @@ impl FifoRx {
 
     /// Consumes up to the poll limit of published elements, calling `f(am_id, data)` for
     /// each well-formed one. Returns how many elements were consumed.
-    #[inline]
+    #[inline(always)]
     pub fn poll(&mut self, mut f: impl FnMut(u8, &[u8])) -> usize {
         let mut n = 0;
         while n < self.max_poll {

@@ -322,8 +322,8 @@ impl ShmIface {
     }
 
     /// Consumes arrived messages, handing each to `f` instead of the handler table.
-    #[inline]
-    pub fn poll(&mut self, f: &mut impl FnMut(u8, &[u8])) -> usize {
+    #[inline(always)]
+    pub fn poll(&mut self, f: impl FnMut(u8, &[u8])) -> usize {
         self.rx.poll(f)
     }
 
