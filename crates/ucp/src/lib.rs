@@ -41,6 +41,7 @@ pub mod context;
 pub(crate) mod core;
 pub(crate) mod engine;
 pub mod matcher;
+mod seq_queue;
 // Maps memory for peers and reads and writes the mapped regions (DESIGN.md's memory
 // access): one of the two modules with unsafe code.
 #[allow(unsafe_code)]

@@ -36,6 +36,10 @@
 //!   once MPI packs source, tag and communicator into the tag), oldest first, and
 //! - the unexpected messages that carry that tag, oldest first.
 //!
+//! Each queue is a [`SeqQueue`](crate::seq_queue::SeqQueue): its first entry lives in the
+//! bucket itself, so a tag with one receive or one message waiting at a time (the steady
+//! state of a ping-pong or a rate loop) posts and matches without ring arithmetic.
+//!
 //! There is no second map beside the buckets: finding the bucket is finding the entry, so
 //! an exact receive, an arriving message and the match between them each cost at most
 //! one lookup.
@@ -109,6 +113,7 @@
 //! capacity of its tag's peak until it is swept; the number of buckets is bounded as
 //! invariant 4 says, and no queue holds dead entries beyond invariant 3's bound.
 
+use crate::seq_queue::SeqQueue;
 use std::collections::hash_map::{HashMap, RandomState};
 use std::collections::VecDeque;
 use std::fmt;
@@ -270,34 +275,22 @@ impl BuildHasher for KeyHash {
 /// non-empty; both are kept so that a tag used in both directions keeps both capacities.
 struct Bucket<R, U> {
     /// Full-mask receives posted for this tag: `(seq, payload)` in posting order.
-    recvs: VecDeque<(u64, R)>,
+    recvs: SeqQueue<R>,
     /// Unexpected messages with this tag: `(seq, payload)` in arrival order.
-    msgs: VecDeque<(u64, U)>,
+    msgs: SeqQueue<U>,
 }
 
 impl<R, U> Bucket<R, U> {
     fn new() -> Self {
         Self {
-            recvs: VecDeque::new(),
-            msgs: VecDeque::new(),
+            recvs: SeqQueue::new(),
+            msgs: SeqQueue::new(),
         }
     }
 
     #[inline]
     fn is_empty(&self) -> bool {
         self.recvs.is_empty() && self.msgs.is_empty()
-    }
-}
-
-/// Where the entry numbered `seq` is in a queue sorted by sequence number: the oldest and
-/// the newest entry are checked first (a match takes the oldest; a fragmented message
-/// still arriving is usually the newest), then a binary search.
-#[inline]
-fn position<T>(q: &VecDeque<(u64, T)>, seq: u64) -> Option<usize> {
-    match (q.front(), q.back()) {
-        (Some(&(first, _)), _) if first == seq => Some(0),
-        (_, Some(&(last, _))) if last == seq => Some(q.len() - 1),
-        _ => q.binary_search_by_key(&seq, |&(s, _)| s).ok(),
     }
 }
 
@@ -540,7 +533,7 @@ impl<R, U> Matcher<R, U> {
         if b.is_empty() {
             self.empty -= 1;
         }
-        b.recvs.push_back((seq, r));
+        b.recvs.push_back(seq, r);
         self.next_recv += 1;
         self.posted += 1;
         Ok(x)
@@ -605,7 +598,7 @@ impl<R, U> Matcher<R, U> {
                 if b.is_empty() {
                     self.empty -= 1;
                 }
-                b.msgs.push_back((seq, u));
+                b.msgs.push_back(seq, u);
             }
             None => {
                 if !self.wild.is_empty() {
@@ -616,7 +609,7 @@ impl<R, U> Matcher<R, U> {
                 }
                 let i = self.make(tag);
                 self.empty -= 1;
-                self.slots[i].msgs.push_back((seq, u));
+                self.slots[i].msgs.push_back(seq, u);
             }
         }
         self.next_msg += 1;
@@ -665,7 +658,7 @@ impl<R, U> Matcher<R, U> {
         if b.is_empty() {
             self.empty -= 1;
         }
-        b.msgs.push_back((seq, u));
+        b.msgs.push_back(seq, u);
         self.arrivals.push(seq, tag);
         MsgId { seq, tag }
     }
@@ -720,8 +713,7 @@ impl<R, U> Matcher<R, U> {
             let (_, seq, tag) = self.arrivals.find(tag, mask)?;
             (seq, tag)
         };
-        let msgs = &self.find_ref(tag)?.msgs;
-        let u = &msgs[position(msgs, seq)?].1;
+        let u = self.find_ref(tag)?.msgs.get(seq)?;
         Some((MsgId { seq, tag }, tag, u))
     }
 
@@ -748,9 +740,7 @@ impl<R, U> Matcher<R, U> {
     /// more fragments of it arrive).
     pub fn unexpected_mut(&mut self, id: MsgId) -> Option<&mut U> {
         let i = self.find(id.tag)?;
-        let msgs = &mut self.slots[i].msgs;
-        let i = position(msgs, id.seq)?;
-        Some(&mut msgs[i].1)
+        self.slots[i].msgs.get_mut(id.seq)
     }
 
     /// Removes an unexpected message by handle; `None` if it was already taken.
@@ -771,8 +761,7 @@ impl<R, U> Matcher<R, U> {
         }
         let i = self.find(id.tag)?;
         let b = &mut self.slots[i];
-        let i = position(&b.recvs, id.seq)?;
-        let (_, r) = b.recvs.remove(i)?;
+        let r = b.recvs.remove(id.seq)?;
         let emptied = b.is_empty();
         self.posted -= 1;
         if emptied {
@@ -796,7 +785,7 @@ impl<R, U> Matcher<R, U> {
         let mut gone = Vec::new();
         self.index.retain(|&tag, &mut i| {
             let b = &mut slots[i];
-            all.extend(b.recvs.drain(..).map(|(seq, r)| (RecvId { seq, tag }, r)));
+            all.extend(b.recvs.drain().map(|(seq, r)| (RecvId { seq, tag }, r)));
             if b.is_empty() {
                 gone.push(i);
             }
@@ -824,7 +813,7 @@ impl<R, U> Matcher<R, U> {
     fn take_msg(&mut self, tag: Tag, seq: u64, at: Option<usize>) -> Option<U> {
         let i = self.find(tag)?;
         let b = &mut self.slots[i];
-        let (_, u) = b.msgs.remove(position(&b.msgs, seq)?)?;
+        let u = b.msgs.remove(seq)?;
         let emptied = b.is_empty();
         match at {
             Some(i) => self.arrivals.remove_at(i),
