@@ -36,7 +36,7 @@
 //!   once MPI packs source, tag and communicator into the tag), oldest first, and
 //! - the unexpected messages that carry that tag, oldest first.
 //!
-//! Each queue is a [`SeqQueue`](crate::seq_queue::SeqQueue): its first entry lives in the
+//! Each queue is a `SeqQueue` (module `seq_queue`): its first entry lives in the
 //! bucket itself, so a tag with one receive or one message waiting at a time (the steady
 //! state of a ping-pong or a rate loop) posts and matches without ring arithmetic.
 //!
