@@ -72,7 +72,7 @@ pub(super) fn spin<C: Channel>(
 
 /// Progresses until `send` (if any) and then `recv` complete; frees both and returns what
 /// the receive got.
-#[inline]
+#[inline(always)]
 pub(super) fn wait_pair<C: Channel>(
     w: &mut Worker,
     chan: &mut C,

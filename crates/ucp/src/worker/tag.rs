@@ -199,7 +199,7 @@ impl Worker {
         tag::cancel_word(&mut self.core, &mut self.p.tag, t)
     }
 
-    #[inline]
+    #[inline(always)]
     fn recv_post(
         &mut self,
         buf: Buf,
