@@ -637,6 +637,20 @@ handle_kind!(EpH, 0x7275_6378_6570_6831);
 // SAFETY: plain data; the worker it names synchronises its own use.
 unsafe impl Send for EpH {}
 
+/// [`ep_get`] with the worker's value slot instead of the worker, for
+/// [`Wk::plain_entry_in`].
+///
+/// # Safety
+/// As for [`ep_get`].
+#[inline(always)]
+pub(crate) unsafe fn ep_slot<'a>(p: *mut Handle<EpH>) -> Result<(&'a EpH, &'a Option<Wk>)> {
+    // SAFETY: forwarded contract.
+    let e = unsafe { Handle::get(p)? };
+    // SAFETY: as in `ep_get`: the worker of a live endpoint handle is live.
+    let wk = unsafe { Handle::slot_live(e.wk, e.wgen) };
+    Ok((e, wk))
+}
+
 /// The endpoint behind a handle, with its worker.
 ///
 /// # Safety
@@ -922,6 +936,16 @@ impl ucp::progress_thread::Serve for Served {
 pub(crate) unsafe fn get<'a>(p: *mut Handle<Wk>) -> Result<&'a Wk> {
     // SAFETY: forwarded contract.
     unsafe { Handle::get(p) }
+}
+
+/// The value slot of worker handle `p` (`Handle::slot`), for [`Wk::plain_entry_in`].
+///
+/// # Safety
+/// As for [`get`].
+#[inline(always)]
+pub(crate) unsafe fn slot<'a>(p: *mut Handle<Wk>) -> Result<&'a Option<Wk>> {
+    // SAFETY: forwarded contract.
+    unsafe { Handle::slot(p) }
 }
 
 /// What a Rust call that starts an operation returned.
@@ -1355,6 +1379,17 @@ impl Wk {
         };
         self.unlock(g);
         Ok(r)
+    }
+
+    /// [`Wk::plain_entry`] on a handle's value slot ([`slot`], [`ep_slot`]): `None` also
+    /// when the value is gone, the way the general path's lookup then fails.
+    #[inline(always)]
+    pub(crate) fn plain_entry_in(slot: &Option<Wk>) -> Option<(&Wk, PlainEntry<'_>)> {
+        // One test where the layout allows: a worker without a lock is a present one.
+        match slot {
+            Some(wk) if wk.lock.is_none() => Some((wk, wk.plain_entry()?)),
+            _ => None,
+        }
     }
 
     /// The hot calls' way into a worker without a lock (thread modes single and

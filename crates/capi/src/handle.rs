@@ -120,6 +120,43 @@ impl<T: Kind> Handle<T> {
         }
     }
 
+    /// The value slot of a handle whose pointer and tag check out, `None` inside when
+    /// its value is gone: for a hot path that tests the value's presence together with a
+    /// condition of its own (where the value's niche allows, one compare for both).
+    ///
+    /// # Safety
+    /// As for [`Handle::get`].
+    #[inline(always)]
+    pub(crate) unsafe fn slot<'a>(p: *const Handle<T>) -> Result<&'a Option<T>> {
+        if p.is_null() || (p as usize) % std::mem::align_of::<Handle<T>>() != 0 {
+            return Err(Status::InvalidParam);
+        }
+        // SAFETY: as in `get`: `p` is (or was) a handle cell, never freed, starting with
+        // the tag word.
+        let h = unsafe { &*p };
+        if h.tag.load(Ordering::Acquire) != T::TAG {
+            return Err(Status::InvalidParam);
+        }
+        // SAFETY: as in `get`: only `destroy` replaces the value, which the contract
+        // excludes while this reference lives.
+        Ok(unsafe { &*h.val.get() })
+    }
+
+    /// [`Handle::slot`] of a handle known to be live by an invariant of its owner, as
+    /// [`Handle::get_live`].
+    ///
+    /// # Safety
+    /// As for [`Handle::get_live`].
+    #[inline(always)]
+    pub(crate) unsafe fn slot_live<'a>(p: *const Handle<T>, gen: u64) -> &'a Option<T> {
+        // SAFETY: by the contract, `p` is a live cell of this kind.
+        let h = unsafe { &*p };
+        debug_assert_eq!(h.gen.load(Ordering::Relaxed), gen, "a stale handle");
+        let _ = gen;
+        // SAFETY: as in `get_live`.
+        unsafe { &*h.val.get() }
+    }
+
     /// The value of a handle known to be live by an invariant of its owner rather than
     /// by checking the caller's pointer (the worker of a live endpoint, [`crate::core::ep_get`]).
     ///

@@ -8,7 +8,7 @@
 //! [`core::settle_plain_send`], as the general path would make it. docs/c-abi.md, "The
 //! plain hot path".
 
-use crate::core::{self, ep_get, EpH};
+use crate::core::{self, ep_slot, EpH};
 use crate::dispatch::leave_plain;
 use crate::ffi::*;
 use crate::handle::Handle;
@@ -68,9 +68,9 @@ unsafe fn go<const NO_IMM: bool>(
     start: impl FnOnce(&mut Worker, ucp::Ep, Buf, bool) -> Result<Option<Request>>,
 ) -> Option<ucs_status_ptr_t> {
     // SAFETY: the caller's endpoint handle.
-    let (e, wk) = unsafe { ep_get(ep).ok()? };
+    let (e, slot) = unsafe { ep_slot(ep).ok()? };
     let rep = e.ep;
-    let mut entry = wk.plain_entry()?;
+    let (wk, mut entry) = core::Wk::plain_entry_in(slot)?;
     let (w, side) = entry.parts();
     // The usual case, a message sent whole in the call, takes the bytes alone: no `Buf`
     // is made, and its drop and the result's match are off this path (they cost 17

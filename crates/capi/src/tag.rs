@@ -432,7 +432,7 @@ unsafe fn recv_plain(
     // SAFETY: forwarded contract.
     let buf = unsafe { core::plain_buf(param, buffer, count, UCP_OP_ATTR_FIELD_REQUEST)? };
     // SAFETY: the caller's worker handle.
-    let wk = unsafe { core::get(worker).ok()? };
+    let slot = unsafe { core::slot(worker).ok()? };
     // SAFETY: `plain_buf` read the mask of this readable struct.
     let mask = unsafe { (*param).op_attr_mask };
     if mask & UCP_OP_ATTR_FIELD_REQUEST != 0 {
@@ -446,7 +446,7 @@ unsafe fn recv_plain(
             // The field named but empty: the general path decides.
             return None;
         }
-        let mut entry = wk.plain_entry()?;
+        let (wk, mut entry) = core::Wk::plain_entry_in(slot)?;
         let (w, side) = entry.parts();
         let r = wk.start_word_recv_user(
             w,
@@ -466,7 +466,7 @@ unsafe fn recv_plain(
         // general path.
         // SAFETY: `plain_buf` read the mask of this readable struct.
         let (cb, user_data) = unsafe { callback_parts(param, mask) };
-        let mut entry = wk.plain_entry()?;
+        let (wk, mut entry) = core::Wk::plain_entry_in(slot)?;
         let (w, side) = entry.parts();
         let r = wk.start_word_recv_plain(
             w,
@@ -479,7 +479,7 @@ unsafe fn recv_plain(
         leave_plain(entry, wk);
         return Some(guard::to_ptr("ucp_tag_recv_nbx", r));
     }
-    let mut entry = wk.plain_entry()?;
+    let (wk, mut entry) = core::Wk::plain_entry_in(slot)?;
     let (w, side) = entry.parts();
     let r = match w.tag_recv_small_now(&buf, tag, tag_mask) {
         // A whole small message already here: received in the call, as UCX does. The

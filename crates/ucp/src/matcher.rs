@@ -118,6 +118,7 @@ use std::collections::hash_map::{HashMap, RandomState};
 use std::collections::VecDeque;
 use std::fmt;
 use std::hash::{BuildHasher, Hasher};
+use ucs::Removal;
 
 /// A message tag. Matching compares `tag & mask` with `want & mask`.
 pub type Tag = u64;
@@ -665,17 +666,13 @@ impl<R, U> Matcher<R, U> {
 
     /// The part of [`Matcher::post`] with the full mask that finds a message: the oldest
     /// unexpected message with exactly `tag` (the one such a receive would take) is shown
-    /// to `take`, which may consume it where it lies; if `take` returns true the message
-    /// is removed and its payload handed to `done` (which may know, from what `take`
-    /// saw, that nothing is left to drop), as if a receive had taken it. No receive is
-    /// queued either way: a caller that gets false posts its receive as usual.
+    /// to `take`, which may consume it where it lies and says what becomes of it: kept
+    /// ([`Removal::Keep`]), or removed as if a receive had taken it, dropped or, when
+    /// `take` saw that it owns nothing, forgotten where it lies (no move, no drop). No
+    /// receive is queued either way: a caller that gets false (kept, or no such message)
+    /// posts its receive as usual.
     #[inline(always)]
-    pub fn take_exact(
-        &mut self,
-        tag: Tag,
-        take: impl FnOnce(&mut U) -> bool,
-        done: impl FnOnce(U),
-    ) -> bool {
+    pub fn take_exact(&mut self, tag: Tag, take: impl FnOnce(&mut U) -> Removal) -> bool {
         if self.arrivals.live() == 0 {
             return false;
         }
@@ -687,11 +684,10 @@ impl<R, U> Matcher<R, U> {
             return false;
         };
         let seq = *seq;
-        if !take(u) {
-            return false;
-        }
-        if let Some((_, u)) = b.msgs.pop_front() {
-            done(u);
+        match take(u) {
+            Removal::Keep => return false,
+            Removal::Drop => drop(b.msgs.pop_front()),
+            Removal::Forget => b.msgs.forget_front(),
         }
         let emptied = b.is_empty();
         self.arrivals.remove(seq);
@@ -1416,17 +1412,16 @@ mod tests {
                         .position(|&(_, t, _)| t == tag)
                         .filter(|&i| accept(unexp[i].2))
                         .map(|i| unexp.remove(i).2);
-                    let (mut seen, mut dropped) = (None, None);
-                    let took = m.take_exact(
-                        tag,
-                        |u| {
-                            seen = Some(*u);
-                            accept(*u)
-                        },
-                        |u| dropped = Some(u),
-                    );
+                    let mut seen = None;
+                    let took = m.take_exact(tag, |u| {
+                        seen = Some(*u);
+                        match (accept(*u), *u % 4 < 2) {
+                            (false, _) => Removal::Keep,
+                            (true, true) => Removal::Drop,
+                            (true, false) => Removal::Forget,
+                        }
+                    });
                     prop_assert_eq!(took, want.is_some());
-                    prop_assert_eq!(dropped, want);
                     if took {
                         prop_assert_eq!(seen, want);
                     }

@@ -64,6 +64,19 @@ impl<T> SeqQueue<T> {
         Some(first)
     }
 
+    /// Removes the first entry without moving or dropping its payload, for a payload
+    /// the caller saw to own nothing (forgetting one that does leaks it). Nothing happens
+    /// when the queue is empty.
+    #[inline(always)]
+    pub(crate) fn forget_front(&mut self) {
+        let next = if self.rest.is_empty() {
+            None
+        } else {
+            self.rest.pop_front()
+        };
+        std::mem::forget(std::mem::replace(&mut self.head, next));
+    }
+
     #[inline(always)]
     pub(crate) fn front(&self) -> Option<&(u64, T)> {
         self.head.as_ref()
@@ -146,6 +159,7 @@ mod tests {
     enum Op {
         Push,
         Pop,
+        Forget,
         Remove(usize),
         Get(usize),
         Drain,
@@ -155,6 +169,7 @@ mod tests {
         prop_oneof![
             4 => Just(Op::Push),
             3 => Just(Op::Pop),
+            1 => Just(Op::Forget),
             2 => (0usize..8).prop_map(Op::Remove),
             2 => (0usize..8).prop_map(Op::Get),
             1 => Just(Op::Drain),
@@ -176,6 +191,10 @@ mod tests {
                         model.push_back((seq, seq * 10));
                     }
                     Op::Pop => prop_assert_eq!(q.pop_front(), model.pop_front()),
+                    Op::Forget => {
+                        q.forget_front();
+                        model.pop_front();
+                    }
                     Op::Remove(i) => {
                         // An existing entry (by position) or one that is not there.
                         let s = model.get(i).map_or(seq + 1, |e| e.0);

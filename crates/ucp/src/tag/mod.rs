@@ -247,19 +247,14 @@ pub(crate) fn recv_small_now(st: &mut TagState, buf: &Buf, tag: u64) -> Option<(
     let mut out = None;
     st.matcher.take_exact(
         tag,
+        // Only a small message is taken, and it holds nothing to drop.
         #[inline(always)]
         |(mtag, u)| match u {
             Unexp::Small { len, bytes } => {
                 out = Some(take_small(buf, *mtag, *len, bytes));
-                true
+                ucs::Removal::Forget
             }
-            _ => false,
-        },
-        // Only a small message is taken, and it holds nothing to drop.
-        #[inline(always)]
-        |(_, u)| match &u {
-            Unexp::Small { .. } => std::mem::forget(u),
-            _ => drop(u),
+            _ => ucs::Removal::Keep,
         },
     );
     out
