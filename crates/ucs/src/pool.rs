@@ -222,22 +222,7 @@ impl<T> Pool<T> {
     /// (when not, it stays live with whatever `f` changed).
     #[inline]
     pub fn remove_if(&mut self, idx: PoolIdx, f: impl FnOnce(&mut T) -> bool) -> Option<bool> {
-        let free_head = self.free_head;
-        let slot = self.slot_mut(idx.slot)?;
-        if slot.gen != idx.gen {
-            return None;
-        }
-        let Entry::Live(v) = &mut slot.entry else {
-            return None;
-        };
-        if !f(v) {
-            return Some(false);
-        }
-        if vacate(slot, free_head) {
-            self.free_head = idx.slot;
-        }
-        self.len -= 1;
-        Some(true)
+        self.remove_with(idx, |v| if f(v) { Removal::Drop } else { Removal::Keep })
     }
 
     /// As [`Pool::remove_if`], but `f` also says how the object goes:
@@ -258,17 +243,7 @@ impl<T> Pool<T> {
         let reusable = match f(v) {
             Removal::Keep => return Some(false),
             Removal::Drop => vacate(slot, free_head),
-            Removal::Forget => {
-                let reusable = slot.gen != u32::MAX;
-                let next = if reusable {
-                    slot.gen += 1;
-                    Entry::Free { next: free_head }
-                } else {
-                    Entry::Retired
-                };
-                std::mem::forget(std::mem::replace(&mut slot.entry, next));
-                reusable
-            }
+            Removal::Forget => vacate_forget(slot, free_head),
         };
         if reusable {
             self.free_head = idx.slot;
@@ -418,6 +393,14 @@ fn vacate<T>(slot: &mut Slot<T>, free_head: u32) -> bool {
         slot.entry = Entry::Retired;
     }
     reusable
+}
+
+/// [`vacate`] without running the value's destructor: the value is swapped for a
+/// retired mark (which owns nothing) and forgotten, then the slot is vacated as usual.
+#[inline(always)]
+fn vacate_forget<T>(slot: &mut Slot<T>, free_head: u32) -> bool {
+    std::mem::forget(std::mem::replace(&mut slot.entry, Entry::Retired));
+    vacate(slot, free_head)
 }
 
 #[cfg(test)]
