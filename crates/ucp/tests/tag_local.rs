@@ -335,11 +335,33 @@ fn generic_datatypes_across_protocols() {
         }
         assert_eq!(b.request_test(rr).unwrap(), Some(Status::Ok));
         assert_eq!(b.request_info(rr).unwrap().length, packed);
-        let (s, d) = (src.lock().unwrap(), dst.lock().unwrap());
-        for i in 0..packed {
-            assert_eq!(d[2 * i], s[2 * i], "packed byte {i} of {packed}");
-            assert_eq!(d[2 * i + 1], 0, "gap byte {i} of {packed} untouched");
+        {
+            let (s, d) = (src.lock().unwrap(), dst.lock().unwrap());
+            for i in 0..packed {
+                assert_eq!(d[2 * i], s[2 * i], "packed byte {i} of {packed}");
+                assert_eq!(d[2 * i + 1], 0, "gap byte {i} of {packed} untouched");
+            }
         }
+        // A request whose buffer is a datatype owns it: taking or freeing the completed
+        // request drops the datatype (the C ABI's datatypes call the application's
+        // `finish` there), it is not forgotten with the request.
+        assert_eq!(
+            b.request_take(rr).unwrap().map(|(s, _)| s),
+            Some(Status::Ok)
+        );
+        if let Some(r) = sr {
+            a.request_free(r).unwrap();
+        }
+        assert_eq!(
+            std::sync::Arc::strong_count(&dst),
+            1,
+            "receive datatype dropped"
+        );
+        assert_eq!(
+            std::sync::Arc::strong_count(&src),
+            1,
+            "send datatype dropped"
+        );
     }
 }
 

@@ -239,6 +239,14 @@ impl Lent {
 }
 
 impl Buf {
+    /// True when dropping this buffer frees nothing: a plain contiguous view. Owned memory
+    /// and the boxed descriptions (I/O vectors, generic datatypes, whose drop may call the
+    /// application) are something.
+    #[inline(always)]
+    pub(crate) fn owns_nothing(&self) -> bool {
+        self.len < TAGGED
+    }
+
     /// True for memory the request owns (given back through the request).
     #[inline]
     pub(crate) fn is_owned(&self) -> bool {
@@ -598,6 +606,37 @@ mod tests {
         assert_eq!(Buf::from(vec![9u8]).as_bytes(), Some(&[9u8][..]));
         assert!(!Buf::empty().is_owned());
         assert!(Buf::empty().into_vec().is_none());
+    }
+
+    #[test]
+    fn only_a_plain_view_owns_nothing() {
+        let mut a = [0u8; 4];
+        // SAFETY: `a` outlives the buffers; nothing reads or writes through them.
+        let (view, odd, iov) = unsafe {
+            (
+                Buf::contig(a.as_mut_ptr(), a.len()),
+                Buf::contig(std::ptr::null_mut(), 5),
+                Buf::iov(vec![(a.as_mut_ptr(), 2)]),
+            )
+        };
+        assert!(view.owns_nothing() && Buf::empty().owns_nothing());
+        // Owned memory, and the boxed kinds (a null start with a length, an I/O vector,
+        // a generic datatype) free something when dropped.
+        assert!(!Buf::from(vec![1u8]).owns_nothing());
+        assert!(!odd.owns_nothing() && !iov.owns_nothing());
+        struct Nothing;
+        impl GenericDt for Nothing {
+            fn packed_size(&self) -> usize {
+                0
+            }
+            fn pack(&mut self, _: usize, _: &mut [u8]) -> usize {
+                0
+            }
+            fn unpack(&mut self, _: usize, _: &[u8]) -> ucs::Result<()> {
+                Ok(())
+            }
+        }
+        assert!(!Buf::generic(Nothing).owns_nothing());
     }
 
     #[test]

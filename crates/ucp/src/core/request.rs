@@ -255,15 +255,17 @@ pub(crate) struct Req {
 
 impl Req {
     /// True when dropping this request would free nothing: no callback, and a send or
-    /// receive whose buffer and extras are not owned. Such a request may leave the pool
-    /// without its destructor ([`ucs::Removal::Forget`]), which saves a call on every
-    /// completed operation.
+    /// receive whose buffer is a plain contiguous view (`Buf::owns_nothing`: not owned
+    /// memory, not an I/O vector or a generic datatype, whose drop may call the
+    /// application) and that holds no extras. Such a request may leave the pool without
+    /// its destructor ([`ucs::Removal::Forget`]), which saves a call on every completed
+    /// operation.
     #[inline(always)]
     pub(crate) fn owns_nothing(&self) -> bool {
         self.cb.is_none()
             && match &self.kind {
-                ReqKind::Recv(rs) => !rs.buf.is_owned(),
-                ReqKind::Send(s) => s.am.is_none() && s.mem.is_none() && !s.buf.is_owned(),
+                ReqKind::Recv(rs) => rs.buf.owns_nothing(),
+                ReqKind::Send(s) => s.am.is_none() && s.mem.is_none() && s.buf.owns_nothing(),
                 ReqKind::Rma(_) => false,
                 ReqKind::Flush(_) | ReqKind::Close(_) => true,
             }
