@@ -646,7 +646,11 @@ unsafe impl Send for EpH {}
 pub(crate) unsafe fn ep_slot<'a>(p: *mut Handle<EpH>) -> Result<(&'a EpH, &'a Option<Wk>)> {
     // SAFETY: forwarded contract.
     let e = unsafe { Handle::get(p)? };
-    // SAFETY: as in `ep_get`: the worker of a live endpoint handle is live.
+    // SAFETY: an endpoint handle is live exactly while it is in its worker's endpoint
+    // table (`Side::eps`: inserted when made, removed only where it is destroyed), and
+    // destroying a worker destroys every handle in that table; so the worker of a live
+    // endpoint handle is live, and checking the endpoint's handle checked both (its
+    // value slot is read, not tested, so the plain calls test it with the lock).
     let wk = unsafe { Handle::slot_live(e.wk, e.wgen) };
     Ok((e, wk))
 }
@@ -658,13 +662,8 @@ pub(crate) unsafe fn ep_slot<'a>(p: *mut Handle<EpH>) -> Result<(&'a EpH, &'a Op
 #[inline(always)]
 pub(crate) unsafe fn ep_get<'a>(p: *mut Handle<EpH>) -> Result<(&'a EpH, &'a Wk)> {
     // SAFETY: forwarded contract.
-    let e = unsafe { Handle::get(p)? };
-    // SAFETY: an endpoint handle is live exactly while it is in its worker's endpoint
-    // table (`Side::eps`: inserted when made, removed only where it is destroyed), and
-    // destroying a worker destroys every handle in that table; so the worker of a live
-    // endpoint handle is live, and checking the endpoint's handle checked both.
-    let wk = unsafe { Handle::get_live(e.wk, e.wgen)? };
-    Ok((e, wk))
+    let (e, wk) = unsafe { ep_slot(p)? };
+    Ok((e, wk.as_ref().ok_or(Status::InvalidParam)?))
 }
 
 /// What the application registered to hear about connection requests.

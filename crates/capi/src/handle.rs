@@ -103,21 +103,10 @@ impl<T: Kind> Handle<T> {
     /// kind); the value must not be destroyed while the reference is used.
     #[inline(always)]
     pub(crate) unsafe fn get<'a>(p: *const Handle<T>) -> Result<&'a T> {
-        if p.is_null() || (p as usize) % std::mem::align_of::<Handle<T>>() != 0 {
-            return Err(Status::InvalidParam);
-        }
-        // SAFETY: by the contract, `p` is (or was) a handle cell, and cells are never
-        // freed; every kind starts with the tag word.
-        let h = unsafe { &*p };
-        if h.tag.load(Ordering::Acquire) != T::TAG {
-            return Err(Status::InvalidParam);
-        }
-        // SAFETY: the tag says the cell holds a live `T`; it is only replaced by
-        // `destroy`, which the contract excludes while this reference lives.
-        match unsafe { &*h.val.get() } {
-            Some(v) => Ok(v),
-            None => Err(Status::InvalidParam),
-        }
+        // SAFETY: forwarded contract.
+        unsafe { Self::slot(p) }?
+            .as_ref()
+            .ok_or(Status::InvalidParam)
     }
 
     /// The value slot of a handle whose pointer and tag check out, `None` inside when
@@ -131,49 +120,32 @@ impl<T: Kind> Handle<T> {
         if p.is_null() || (p as usize) % std::mem::align_of::<Handle<T>>() != 0 {
             return Err(Status::InvalidParam);
         }
-        // SAFETY: as in `get`: `p` is (or was) a handle cell, never freed, starting with
-        // the tag word.
+        // SAFETY: by the contract, `p` is (or was) a handle cell, and cells are never
+        // freed; every kind starts with the tag word.
         let h = unsafe { &*p };
         if h.tag.load(Ordering::Acquire) != T::TAG {
             return Err(Status::InvalidParam);
         }
-        // SAFETY: as in `get`: only `destroy` replaces the value, which the contract
-        // excludes while this reference lives.
+        // SAFETY: the tag says the cell holds (or held) a `T`; the value is only replaced
+        // by `destroy`, which the contract excludes while this reference lives.
         Ok(unsafe { &*h.val.get() })
     }
 
-    /// [`Handle::slot`] of a handle known to be live by an invariant of its owner, as
-    /// [`Handle::get_live`].
+    /// The value slot of a handle known to be live by an invariant of its owner rather
+    /// than by checking the caller's pointer (the worker of a live endpoint,
+    /// [`crate::core::ep_slot`]).
     ///
     /// # Safety
-    /// As for [`Handle::get_live`].
+    /// `p` must point to a live handle of this kind, of generation `gen` (checked in
+    /// debug builds only), which is not destroyed while the reference is used.
     #[inline(always)]
     pub(crate) unsafe fn slot_live<'a>(p: *const Handle<T>, gen: u64) -> &'a Option<T> {
         // SAFETY: by the contract, `p` is a live cell of this kind.
         let h = unsafe { &*p };
         debug_assert_eq!(h.gen.load(Ordering::Relaxed), gen, "a stale handle");
         let _ = gen;
-        // SAFETY: as in `get_live`.
-        unsafe { &*h.val.get() }
-    }
-
-    /// The value of a handle known to be live by an invariant of its owner rather than
-    /// by checking the caller's pointer (the worker of a live endpoint, [`crate::core::ep_get`]).
-    ///
-    /// # Safety
-    /// `p` must point to a live handle of this kind, of generation `gen` (checked in
-    /// debug builds only), which is not destroyed while the reference is used.
-    #[inline(always)]
-    pub(crate) unsafe fn get_live<'a>(p: *const Handle<T>, gen: u64) -> Result<&'a T> {
-        // SAFETY: by the contract, `p` is a live cell of this kind.
-        let h = unsafe { &*p };
-        debug_assert_eq!(h.gen.load(Ordering::Relaxed), gen, "a stale handle");
-        let _ = gen;
         // SAFETY: as above; only `destroy` replaces the value, which the contract excludes.
-        match unsafe { &*h.val.get() } {
-            Some(v) => Ok(v),
-            None => Err(Status::InvalidParam),
-        }
+        unsafe { &*h.val.get() }
     }
 
     /// Like [`Handle::get`], and also checks the generation.

@@ -67,7 +67,8 @@ unsafe fn go<const NO_IMM: bool>(
     now: impl FnOnce(&mut Worker, ucp::Ep, &[u8]) -> Result<bool>,
     start: impl FnOnce(&mut Worker, ucp::Ep, Buf, bool) -> Result<Option<Request>>,
 ) -> Option<ucs_status_ptr_t> {
-    // SAFETY: the caller's endpoint handle.
+    // SAFETY: the caller's endpoint handle (the C contract: null or a handle of ours;
+    // `ep_slot` refuses a null, stale or foreign one).
     let (e, slot) = unsafe { ep_slot(ep).ok()? };
     let rep = e.ep;
     let (wk, mut entry) = core::Wk::plain_entry_in(slot)?;

@@ -431,7 +431,8 @@ unsafe fn recv_plain(
 ) -> Option<ucs_status_ptr_t> {
     // SAFETY: forwarded contract.
     let buf = unsafe { core::plain_buf(param, buffer, count, UCP_OP_ATTR_FIELD_REQUEST)? };
-    // SAFETY: the caller's worker handle.
+    // SAFETY: the caller's worker handle (the C contract: null or a handle of ours;
+    // `slot` refuses a null, stale or foreign one).
     let slot = unsafe { core::slot(worker).ok()? };
     // SAFETY: `plain_buf` read the mask of this readable struct.
     let mask = unsafe { (*param).op_attr_mask };
